@@ -1,0 +1,1 @@
+"""State backend implementations: heap, rocksdb, lmdb, and the code they share (``common``)."""

@@ -1,0 +1,214 @@
+"""The operator (non-keyed) state backend every statekit backend uses.
+
+Operator state is small by nature, so it lives in Python lists and dicts; the synchronous
+snapshot part copies them. A snapshot is one Arrow IPC file, one record batch per state with
+columns ``user_key, value``; the handle records each state's mode and byte range.
+
+Redistribution on restore (``restore_handles`` are indexed by old subtask):
+  list       same parallelism: the subtask's own elements; otherwise the elements of all old
+             subtasks in subtask order, split round-robin (element j goes to subtask j mod p)
+  union      every element of every old subtask
+  broadcast  the map of the first old subtask that has it (they are identical)
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Mapping
+
+import pyarrow as pa
+
+from statekit.backends.common.canonical import HashingSink
+from statekit.serializers import resolve
+from statekit.spi.backend import OperatorBackendParams, OperatorStateBackend, PendingSnapshot
+from statekit.spi.errors import CorruptStateError, RestoreError, StateAccessError
+from statekit.spi.handles import ByteRange, OperatorStateHandle, OperatorStateMode, verify_checksum
+from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
+from statekit.spi.state import BroadcastState, ListState
+from statekit.spi.storage import CheckpointStreams
+
+SCHEMA = pa.schema([pa.field("user_key", pa.binary()), pa.field("value", pa.binary(), nullable=False)])
+
+
+class _OperatorList(ListState):
+    def __init__(self, elements: list[Any]) -> None:
+        self.elements = elements
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        raise StateAccessError("operator state has no namespaces")
+
+    def get(self) -> list[Any]:
+        return list(self.elements)
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise StateAccessError("ListState.add(None): list state elements cannot be None")
+        self.elements.append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        new = list(values)
+        if any(v is None for v in new):
+            raise StateAccessError("list state elements cannot be None; nothing was added")
+        self.elements.extend(new)
+
+    def update(self, values: Iterable[Any] | None) -> None:
+        new = list(values or ())
+        if any(v is None for v in new):
+            raise StateAccessError("list state elements cannot be None; nothing was changed")
+        self.elements[:] = new
+
+    def clear(self) -> None:
+        self.elements.clear()
+
+
+class _Broadcast(BroadcastState):
+    def __init__(self, entries: dict[Any, Any]) -> None:
+        self.entries = entries
+
+    def get(self, key: Any) -> Any:
+        return self.entries.get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        self.entries[key] = value
+
+    def remove(self, key: Any) -> None:
+        self.entries.pop(key, None)
+
+    def contains(self, key: Any) -> bool:
+        return key in self.entries
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        return iter(list(self.entries.items()))
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+class _Registered:
+    def __init__(self, mode: str, serializers: dict[str, TypeSerializer], data: Any) -> None:
+        self.mode = mode
+        self.serializers = serializers
+        self.data = data  # list for list modes, dict for broadcast
+        self.registered = False
+
+
+class DefaultOperatorStateBackend(OperatorStateBackend):
+    def __init__(self, params: OperatorBackendParams) -> None:
+        self.params = params
+        self._states: dict[str, _Registered] = {}
+        self._restored = any(h is not None for h in params.restore_handles)
+        if self._restored:
+            _restore(self._states, params)
+
+    @property
+    def is_restored(self) -> bool:
+        return self._restored
+
+    def get_list_state(self, name: str, serializer: TypeSerializer | None = None) -> ListState:
+        return _OperatorList(self._register(name, OperatorStateMode.SPLIT_DISTRIBUTE,
+                                            {"value": resolve(serializer)}).data)
+
+    def get_union_list_state(self, name: str, serializer: TypeSerializer | None = None) -> ListState:
+        return _OperatorList(self._register(name, OperatorStateMode.UNION, {"value": resolve(serializer)}).data)
+
+    def get_broadcast_state(self, name: str, key_serializer: TypeSerializer | None = None,
+                            value_serializer: TypeSerializer | None = None) -> BroadcastState:
+        serializers = {"user_key": resolve(key_serializer), "value": resolve(value_serializer)}
+        return _Broadcast(self._register(name, OperatorStateMode.BROADCAST, serializers).data)
+
+    def _register(self, name: str, mode: str, serializers: dict[str, TypeSerializer]) -> _Registered:
+        state = self._states.get(name)
+        if state is None:
+            state = self._states[name] = _Registered(mode, serializers,
+                                                     {} if mode == OperatorStateMode.BROADCAST else [])
+        elif state.mode != mode:
+            raise StateAccessError(f"operator state {name!r} is {state.mode} state and cannot be used as {mode}")
+        elif not state.registered:
+            for role, new in serializers.items():
+                check_compatibility(name, role.replace("_", " "), new, state.serializers[role].snapshot())
+        state.serializers = serializers
+        state.registered = True
+        return state
+
+    def snapshot(self, checkpoint_id: int) -> PendingSnapshot:
+        copies = {name: (s.mode, s.serializers,
+                         dict(s.data) if s.mode == OperatorStateMode.BROADCAST else list(s.data))
+                  for name, s in sorted(self._states.items())}
+        return _OperatorPendingSnapshot(copies)
+
+
+class _OperatorPendingSnapshot(PendingSnapshot):
+    def __init__(self, copies: dict[str, tuple[str, dict[str, TypeSerializer], Any]]) -> None:
+        self._copies = copies
+
+    def write(self, streams: CheckpointStreams) -> OperatorStateHandle | None:
+        if not self._copies:
+            return None
+        out = streams.create_output(name="operator")
+        try:
+            sink = HashingSink(out)
+            writer = pa.ipc.new_file(sink, SCHEMA)
+            writer.write_batch(pa.RecordBatch.from_pylist([], schema=SCHEMA))
+            sink.cut()
+            ranges: dict[str, tuple[str, ByteRange]] = {}
+            for name, (mode, serializers, data) in self._copies.items():
+                start = sink.tell()
+                if mode == OperatorStateMode.BROADCAST:
+                    user_keys = serializers["user_key"].serialize_many(data.keys())
+                    values = serializers["value"].serialize_many(data.values())
+                else:
+                    user_keys, values = [None] * len(data), serializers["value"].serialize_many(data)
+                writer.write_batch(pa.RecordBatch.from_arrays(
+                    [pa.array(user_keys, pa.binary()), pa.array(values, pa.binary())], schema=SCHEMA))
+                ranges[name] = (mode, ByteRange(start, sink.tell() - start, sink.cut()))
+            writer.close()
+            stream = out.close_and_get_handle()
+        except BaseException:
+            out.discard()
+            raise
+        serializer_json = {name: {role: s.snapshot().to_json() for role, s in serializers.items()}
+                           for name, (_, serializers, _) in self._copies.items()}
+        return OperatorStateHandle(stream, ranges, serializer_json)
+
+
+def _restore(states: dict[str, _Registered], params: OperatorBackendParams) -> None:
+    streams = params.restore_streams
+    if streams is None:
+        raise RestoreError("operator state handles were given without the streams to read them")
+    old = list(params.restore_handles)
+    same_parallelism = len(old) == params.subtask.parallelism
+    me = params.subtask.subtask_index
+    for old_index, handle in enumerate(old):
+        if handle is None:
+            continue
+        for name, (mode, byte_range) in sorted(handle.states.items()):
+            serializers = {role: SerializerSnapshot.from_json(snap).restore_serializer()
+                           for role, snap in handle.serializers[name].items()}
+            state = states.get(name)
+            if state is None:
+                state = states[name] = _Registered(mode, serializers,
+                                                   {} if mode == OperatorStateMode.BROADCAST else [])
+            if mode == OperatorStateMode.BROADCAST:
+                if not state.data:
+                    state.data.update(_read_entries(streams, handle, name, byte_range, serializers))
+            elif mode == OperatorStateMode.UNION or not same_parallelism or old_index == me:
+                state.data.extend(v for _, v in _read_entries(streams, handle, name, byte_range, serializers))
+    if not same_parallelism:
+        for state in states.values():
+            if state.mode == OperatorStateMode.SPLIT_DISTRIBUTE:
+                state.data[:] = state.data[me::params.subtask.parallelism]
+
+
+def _read_entries(streams: CheckpointStreams, handle: OperatorStateHandle, name: str, byte_range: ByteRange,
+                  serializers: dict[str, TypeSerializer]) -> Iterator[tuple[Any, Any]]:
+    data = streams.read_range(handle.stream, byte_range.offset, byte_range.length)
+    verify_checksum(data, byte_range.checksum, f"operator state {name!r}")
+    try:
+        batch = pa.ipc.read_record_batch(pa.ipc.read_message(pa.BufferReader(pa.py_buffer(data))), SCHEMA)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptStateError(f"operator state {name!r} cannot be parsed: {exc}") from exc
+    columns = batch.to_pydict()
+    values = serializers["value"].deserialize_many(columns["value"])
+    if "user_key" in serializers:
+        return zip(serializers["user_key"].deserialize_many(columns["user_key"]), values)
+    return zip(columns["user_key"], values)
+
+

@@ -1,0 +1,92 @@
+"""Registering a state by descriptor: one place for the checks every backend makes.
+
+A state is known either from a descriptor the job registered now, or from a snapshot it was
+restored from (then only its ``StateMetaInfo`` is known until the job registers it again).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from statekit.serializers import DEFAULT_SERIALIZER, resolve
+from statekit.spi.descriptors import StateDescriptor, StateKind
+from statekit.spi.errors import CapabilityError, StateAccessError
+from statekit.spi.handles import StateMetaInfo
+from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
+
+
+@dataclass
+class RegisteredState:
+    """A state's kind and serializers by role (``value``, ``user_key``, ``namespace``)."""
+
+    name: str
+    kind: StateKind
+    serializers: dict[str, TypeSerializer]
+    descriptor: StateDescriptor | None = None  # None while only restored, not yet registered
+
+    @classmethod
+    def from_meta(cls, meta: StateMetaInfo) -> "RegisteredState":
+        """A restored state, with the serializers that wrote it recreated from their snapshots."""
+        serializers = {role: SerializerSnapshot.from_json(snap).restore_serializer()
+                       for role, snap in meta.serializers.items()}
+        return cls(meta.name, StateKind(meta.kind), serializers)
+
+    def meta(self) -> StateMetaInfo:
+        ttl = self.descriptor.ttl.ttl_seconds if self.descriptor is not None and self.descriptor.ttl else None
+        return StateMetaInfo(self.name, self.kind.value,
+                             {role: s.snapshot().to_json() for role, s in sorted(self.serializers.items())},
+                             ttl)
+
+    @property
+    def value_serializer(self) -> TypeSerializer:
+        return self.serializers["value"]
+
+    @property
+    def user_key_serializer(self) -> TypeSerializer:
+        return self.serializers["user_key"]
+
+    @property
+    def namespace_serializer(self) -> TypeSerializer:
+        return self.serializers["namespace"]
+
+
+def register(existing: RegisteredState | None, descriptor: StateDescriptor,
+             namespace_serializer: TypeSerializer | None, supports_ttl: bool,
+             backend_name: str) -> RegisteredState:
+    """Validate ``descriptor`` against what is known of its state and return the registration.
+
+    Raises ``StateAccessError`` for a kind mismatch, ``IncompatibleSerializerError`` when a
+    restored state cannot be read by the new serializers, ``CapabilityError`` for TTL on a
+    backend that does not support it.
+    """
+    if descriptor.ttl is not None and not supports_ttl:
+        raise CapabilityError(
+            f"state {descriptor.name!r} asks for TTL, which the {backend_name} backend does not "
+            f"support; remove the TTL config or choose a backend that declares the 'ttl' capability")
+    serializers = {role: resolve(s) for role, s in descriptor.serializers().items()}
+    serializers["namespace"] = resolve(namespace_serializer) if namespace_serializer else DEFAULT_SERIALIZER
+    if existing is None:
+        return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor)
+    if existing.kind is not descriptor.kind:
+        raise StateAccessError(
+            f"state {descriptor.name!r} is a {existing.kind.value} state and cannot be registered "
+            f"as a {descriptor.kind.value} state; use another name")
+    if existing.descriptor is not None:
+        if existing.descriptor != descriptor and _serializers_differ(existing.serializers, serializers):
+            raise StateAccessError(
+                f"state {descriptor.name!r} is already registered with other serializers "
+                f"({existing.serializers}); register it once per name")
+        return existing
+    for role, new in serializers.items():
+        previous = existing.serializers.get(role)
+        if previous is not None:
+            check_compatibility(descriptor.name, role.replace("_", " "), new, previous.snapshot())
+    return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor)
+
+
+def _serializers_differ(a: dict[str, TypeSerializer], b: dict[str, TypeSerializer]) -> bool:
+    return {r: s.snapshot() for r, s in a.items()} != {r: s.snapshot() for r, s in b.items()}
+
+
+def default_value(descriptor: StateDescriptor | None) -> Any:
+    return getattr(descriptor, "default", None)

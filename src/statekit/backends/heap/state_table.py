@@ -1,0 +1,73 @@
+"""The heap backend's storage for one state: per key group, ``namespace -> key -> value``.
+
+Copy-on-write per key group: a snapshot's synchronous part takes the list of key-group maps
+(O(key groups), no entry is copied) and marks every key group shared. The first write to a
+shared key group copies that key group's maps (and, for list and map state, the mutable
+containers in it) so the snapshot keeps seeing the old ones. When the snapshot has been written
+the key groups it still shares become exclusive again, so a snapshot that is written before
+processing resumes costs no copies at all.
+
+Values of value, reducing and aggregating state are held by reference: a value object must not
+be mutated in place after it was passed to ``update``/``add`` (as with Flink's heap backend).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from statekit.backends.common.registration import RegisteredState
+from statekit.spi.descriptors import StateKind
+from statekit.spi.key_groups import KeyGroupRange
+
+KeyGroupMap = dict[Any, dict[Any, Any]]  # namespace -> key -> value
+
+_MUTABLE_CONTAINER = {StateKind.LIST: list, StateKind.MAP: dict}
+
+
+class StateTable:
+    def __init__(self, registration: RegisteredState, key_groups: KeyGroupRange) -> None:
+        self.registration = registration
+        self.first_key_group = key_groups.start
+        self.groups: list[KeyGroupMap] = [{} for _ in range(len(key_groups))]
+        self.owned: list[bool] = [True] * len(key_groups)
+        self._container = _MUTABLE_CONTAINER.get(registration.kind)
+
+    def writable(self, index: int) -> KeyGroupMap:
+        """The key group's map, copied first if a pending snapshot shares it."""
+        if self.owned[index]:
+            return self.groups[index]
+        container = self._container
+        shared = self.groups[index]
+        if container is None:
+            copy = {ns: dict(entries) for ns, entries in shared.items()}
+        else:
+            copy = {ns: {k: container(v) for k, v in entries.items()} for ns, entries in shared.items()}
+        self.groups[index] = copy
+        self.owned[index] = True
+        return copy
+
+    def share(self) -> tuple[list[KeyGroupMap], list[bool]]:
+        """Synchronous snapshot part: the current key-group maps, now shared with the caller."""
+        view = list(self.groups)
+        self.owned = [False] * len(self.groups)
+        return view, self.owned
+
+    def unshare(self, owned_marker: list[bool], view: list[KeyGroupMap]) -> None:
+        """The snapshot that took ``view`` is done: key groups still identical become exclusive.
+        Only if no newer snapshot shares them (the ``owned`` list is still the one it created)."""
+        if self.owned is owned_marker:
+            groups = self.groups
+            for i, g in enumerate(view):
+                if groups[i] is g:
+                    owned_marker[i] = True
+
+    def namespace_map(self, index: int, namespace: Any) -> dict[Any, Any] | None:
+        return self.groups[index].get(namespace)
+
+    def keys(self, namespace: Any) -> Iterator[Any]:
+        for group in list(self.groups):
+            entries = group.get(namespace)
+            if entries:
+                yield from list(entries)
+
+    def is_empty(self) -> bool:
+        return not any(self.groups)

@@ -1,0 +1,197 @@
+"""The five keyed state kinds on a heap ``StateTable``."""
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+
+from statekit.spi.errors import StateAccessError
+from statekit.spi.state import (
+    AggregatingState, ListState, MapState, ReducingState, State, ValueState, VOID_NAMESPACE,
+)
+
+if TYPE_CHECKING:
+    from statekit.backends.heap.backend import HeapKeyedStateBackend
+    from statekit.backends.heap.state_table import StateTable
+
+_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset)
+
+
+class HeapState(State):
+    def __init__(self, backend: "HeapKeyedStateBackend", table: "StateTable") -> None:
+        self._backend = backend
+        self._table = table
+        self._namespace: Any = VOID_NAMESPACE
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        self._namespace = namespace
+
+    def _get(self) -> Any:
+        entries = self._table.groups[self._backend._index].get(self._namespace)
+        return None if entries is None else entries.get(self._backend._key)
+
+    def _entries_for_write(self) -> dict[Any, Any]:
+        group = self._table.writable(self._backend._index)
+        entries = group.get(self._namespace)
+        if entries is None:
+            entries = group[self._namespace] = {}
+        return entries
+
+    def _private(self, value: Any) -> Any:
+        """``value``, deep-copied if a pending snapshot may share it: reduce and aggregate
+        functions commonly update their accumulator in place."""
+        if self._table.owned[self._backend._index] or isinstance(value, _IMMUTABLE):
+            return value
+        return copy.deepcopy(value)
+
+    def _put(self, value: Any) -> None:
+        self._entries_for_write()[self._backend._key] = value
+
+    def clear(self) -> None:
+        index = self._backend._index
+        entries = self._table.groups[index].get(self._namespace)
+        if entries is None or self._backend._key not in entries:
+            return
+        group = self._table.writable(index)
+        entries = group[self._namespace]
+        del entries[self._backend._key]
+        if not entries:
+            del group[self._namespace]
+
+
+class HeapValueState(HeapState, ValueState):
+    def __init__(self, backend: "HeapKeyedStateBackend", table: "StateTable", default: Any) -> None:
+        super().__init__(backend, table)
+        self._default = default
+        self._copy_default = not isinstance(default, _IMMUTABLE)
+
+    def value(self) -> Any:
+        entries = self._table.groups[self._backend._index].get(self._namespace)
+        if entries is not None:
+            value = entries.get(self._backend._key, entries)
+            if value is not entries:
+                return value
+        return copy.deepcopy(self._default) if self._copy_default else self._default
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self.clear()
+        else:
+            self._put(value)
+
+
+class HeapListState(HeapState, ListState):
+    def get(self) -> list[Any]:
+        values = self._get()
+        return list(values) if values else []
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise StateAccessError("ListState.add(None): list state elements cannot be None")
+        entries = self._entries_for_write()
+        key = self._backend._key
+        values = entries.get(key)
+        if values is None:
+            entries[key] = [value]
+        else:
+            values.append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        new = _checked_elements(values)
+        if not new:
+            return
+        entries = self._entries_for_write()
+        key = self._backend._key
+        existing = entries.get(key)
+        if existing is None:
+            entries[key] = new
+        else:
+            existing.extend(new)
+
+    def update(self, values: Iterable[Any] | None) -> None:
+        new = _checked_elements(values or ())
+        if new:
+            self._put(new)
+        else:
+            self.clear()
+
+
+def _checked_elements(values: Iterable[Any]) -> list[Any]:
+    new = list(values)
+    if any(v is None for v in new):
+        raise StateAccessError("list state elements cannot be None; nothing was added")
+    return new
+
+
+class HeapMapState(HeapState, MapState):
+    def _map(self) -> dict[Any, Any] | None:
+        return self._get()
+
+    def _map_for_write(self) -> dict[Any, Any]:
+        entries = self._entries_for_write()
+        key = self._backend._key
+        mapping = entries.get(key)
+        if mapping is None:
+            mapping = entries[key] = {}
+        return mapping
+
+    def get(self, user_key: Any) -> Any:
+        mapping = self._map()
+        return None if mapping is None else mapping.get(user_key)
+
+    def put(self, user_key: Any, value: Any) -> None:
+        self._map_for_write()[user_key] = value
+
+    def put_all(self, entries: Mapping[Any, Any]) -> None:
+        if entries:
+            self._map_for_write().update(entries)
+
+    def remove(self, user_key: Any) -> None:
+        mapping = self._map()
+        if mapping is None or user_key not in mapping:
+            return
+        mapping = self._map_for_write()
+        del mapping[user_key]
+        if not mapping:
+            self.clear()
+
+    def contains(self, user_key: Any) -> bool:
+        mapping = self._map()
+        return mapping is not None and user_key in mapping
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        mapping = self._map()
+        return iter(list(mapping.items()) if mapping else ())
+
+    def is_empty(self) -> bool:
+        return not self._map()
+
+
+class HeapReducingState(HeapState, ReducingState):
+    def __init__(self, backend: "HeapKeyedStateBackend", table: "StateTable", reduce_function: Any) -> None:
+        super().__init__(backend, table)
+        self._reduce = reduce_function
+
+    def get(self) -> Any:
+        return self._get()
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise StateAccessError("ReducingState.add(None): reducing state cannot add None")
+        current = self._private(self._get())
+        self._put(value if current is None else self._reduce(current, value))
+
+
+class HeapAggregatingState(HeapState, AggregatingState):
+    def __init__(self, backend: "HeapKeyedStateBackend", table: "StateTable", aggregate_function: Any) -> None:
+        super().__init__(backend, table)
+        self._fn = aggregate_function
+
+    def get(self) -> Any:
+        accumulator = self._get()
+        return None if accumulator is None else self._fn.get_result(accumulator)
+
+    def add(self, value: Any) -> None:
+        accumulator = self._private(self._get())
+        if accumulator is None:
+            accumulator = self._fn.create_accumulator()
+        self._put(self._fn.add(value, accumulator))

@@ -1,0 +1,1 @@
+"""Coordinator side: checkpoint metadata, state assignment on restore and rescale."""

@@ -1,0 +1,61 @@
+"""Fixtures and helpers shared by the conformance mixins.
+
+A plugin overrides exactly one fixture, ``state_backend``, returning its configured
+``StateBackend``. Everything else is built from it.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import pytest
+
+from statekit.serializers import PickleSerializer
+from statekit.spi import (
+    KeyedBackendParams, KeyedStateBackend, KeyedStateHandle, StateBackend, SubtaskInfo,
+    key_group_for_key,
+)
+from statekit.spi.storage import CheckpointStreams
+
+MAX_PARALLELISM = 128
+
+
+def requires(state_backend: StateBackend, capability: str) -> None:
+    """Skip the calling test unless the backend declares ``capability``."""
+    declared = state_backend.capabilities.declared()
+    if capability not in declared:
+        raise AssertionError(f"unknown capability {capability!r}; known: {sorted(declared)}")
+    if not declared[capability]:
+        pytest.skip(f"{type(state_backend).__name__} does not declare capability {capability!r}")
+
+
+def open_keyed_backend(state_backend: StateBackend, local_dir: str, *, subtask_index: int = 0,
+                       parallelism: int = 1, max_parallelism: int = MAX_PARALLELISM,
+                       restore_handles: Sequence[KeyedStateHandle] = (),
+                       restore_streams: CheckpointStreams | None = None,
+                       restore_checkpoint_id: int | None = None,
+                       job_id: str = "conformance-job", operator_id: str = "op") -> KeyedStateBackend:
+    subtask = SubtaskInfo(job_id, operator_id, subtask_index, parallelism, max_parallelism)
+    return state_backend.create_keyed_backend(KeyedBackendParams(
+        subtask=subtask, key_serializer=PickleSerializer(), restore_handles=tuple(restore_handles),
+        restore_streams=restore_streams, restore_checkpoint_id=restore_checkpoint_id,
+        local_dir=local_dir))
+
+
+def set_key(backend: KeyedStateBackend, key: Any) -> None:
+    """Make ``key`` current, computing its key group exactly as the engines do."""
+    backend.set_current_key(key, key_group_for_key(key, backend.max_parallelism))
+
+
+class BackendTestBase:
+    """Base of every backend mixin: override ``state_backend`` in the subclass."""
+
+    @pytest.fixture
+    def state_backend(self) -> StateBackend:
+        raise NotImplementedError("override the `state_backend` fixture to return your StateBackend")
+
+    @pytest.fixture
+    def keyed_backend(self, state_backend: StateBackend, tmp_path: Any) -> Iterator[KeyedStateBackend]:
+        """A backend owning every key group (subtask 0 of 1)."""
+        backend = open_keyed_backend(state_backend, str(tmp_path / "keyed"))
+        yield backend
+        backend.dispose()

@@ -1,0 +1,137 @@
+"""A pure-Python runner: a keyed function over in-memory records with p subtasks, one
+checkpoint per epoch, restore, savepoints and rescaling. It follows the same rules as the Spark
+runner (epoch N restores from the latest completed checkpoint with id < N) and is what the
+in-process tests and the conformance suite use.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Iterable, Sequence
+
+from statekit.checkpoint.assignment import assign, check_max_parallelism
+from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.runtime.function import KeyedProcessFunction
+from statekit.runtime.task import KeyedTask, TaskRestore
+from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
+from statekit.spi.key_groups import (
+    check_parallelism, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
+)
+from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess, CheckpointStreams
+
+
+class LocalRunner:
+    def __init__(self, function: KeyedProcessFunction, key_selector: Callable[[Any], Any], *,
+                 parallelism: int = 2, max_parallelism: int | None = None,
+                 state_backend: StateBackend | None = None, storage: CheckpointStorage | None = None,
+                 job_id: str = "local-job", operator_id: str = "keyed-process",
+                 key_types: Sequence[str] | None = None, num_retained: int = 3,
+                 local_dir: str | None = None) -> None:
+        from statekit.backends.heap import HeapStateBackend
+        from statekit.storage.memory import JobManagerCheckpointStorage
+
+        self.function = function
+        self.key_selector = key_selector
+        self.max_parallelism = max_parallelism or default_max_parallelism(parallelism)
+        check_parallelism(parallelism, self.max_parallelism)
+        self.parallelism = parallelism
+        self.state_backend = state_backend or HeapStateBackend()
+        self.storage = (storage or JobManagerCheckpointStorage()).create_access(job_id)
+        self.job_id = job_id
+        self.operator_id = operator_id
+        self.key_types = key_types
+        self.num_retained = num_retained
+        self.local_dir = local_dir
+        self._restore_override: tuple[CheckpointMetadata, CheckpointStreams] | None = None
+
+    # --- configuration between epochs
+    def rescale(self, parallelism: int) -> None:
+        """Run the next epochs with another parallelism; state follows the key groups."""
+        check_parallelism(parallelism, self.max_parallelism)
+        self.parallelism = parallelism
+
+    def restore_from(self, metadata: CheckpointMetadata, streams: CheckpointStreams) -> None:
+        """Make the next epoch restore from ``metadata`` (e.g. a savepoint) instead of the latest
+        checkpoint of this runner."""
+        check_max_parallelism(metadata.operator(self.operator_id), self.max_parallelism)
+        self._restore_override = (metadata, streams)
+
+    # --- epochs
+    def run_epoch(self, records: Iterable[Any], checkpoint_id: int | None = None) -> list[Any]:
+        """Process ``records`` as one epoch, commit its checkpoint, return the outputs."""
+        epoch = checkpoint_id if checkpoint_id is not None else self._next_checkpoint_id()
+        restored = self._restore_point(epoch)
+        partitions: list[list[tuple[Any, int, Any]]] = [[] for _ in range(self.parallelism)]
+        for row in records:
+            key = self.key_selector(row)
+            key_group = key_group_for_key(key, self.max_parallelism, self.key_types)
+            partitions[operator_index_for_key_group(self.max_parallelism, self.parallelism, key_group)].append(
+                (key, key_group, row))
+        outputs: list[Any] = []
+        subtasks = [self._run_subtask(i, epoch, restored, partitions[i], outputs,
+                                      SnapshotOptions(SnapshotType.CHECKPOINT))
+                    for i in range(self.parallelism)]
+        self._commit(epoch, subtasks)
+        return outputs
+
+    def savepoint(self) -> CheckpointMetadata:
+        """A canonical, self-contained snapshot of the latest completed checkpoint's state."""
+        epoch = self._next_checkpoint_id()
+        restored = self._restore_point(epoch)
+        subtasks = [self._run_subtask(i, epoch, restored, [], [], SnapshotOptions(SnapshotType.SAVEPOINT))
+                    for i in range(self.parallelism)]
+        return self._metadata(epoch, subtasks, is_savepoint=True)
+
+    def latest_metadata(self) -> CheckpointMetadata | None:
+        pointer = self.storage.latest_completed()
+        return CheckpointMetadata.from_bytes(self.storage.read_metadata(pointer)) if pointer else None
+
+    @property
+    def streams(self) -> CheckpointStreams:
+        """Streams that read this runner's checkpoints."""
+        return self.storage.restore_streams()
+
+    # --- internals
+    def _next_checkpoint_id(self) -> int:
+        latest = self.storage.latest_completed()
+        return latest.checkpoint_id + 1 if latest else 1
+
+    def _restore_point(self, epoch: int) -> tuple[CheckpointMetadata, CheckpointStreams] | None:
+        if self._restore_override is not None:
+            return self._restore_override
+        earlier = [p for p in self.storage.completed() if p.checkpoint_id < epoch]
+        if not earlier:
+            return None
+        metadata = CheckpointMetadata.from_bytes(self.storage.read_metadata(earlier[-1]))
+        return metadata, self.storage.restore_streams()
+
+    def _run_subtask(self, index: int, epoch: int, restored: tuple[CheckpointMetadata, CheckpointStreams] | None,
+                     records: list[tuple[Any, int, Any]], outputs: list[Any],
+                     options: SnapshotOptions) -> SubtaskState:
+        subtask = SubtaskInfo(self.job_id, self.operator_id, index, self.parallelism, self.max_parallelism)
+        restore = None
+        if restored is not None:
+            metadata, streams = restored
+            assigned = assign(metadata.operator(self.operator_id), index, self.parallelism)
+            restore = TaskRestore(metadata.checkpoint_id, assigned.keyed, assigned.operator, streams)
+        task = KeyedTask(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
+                         restore=restore, local_dir=self.local_dir)
+        try:
+            task.open()
+            task.process_all(records, outputs)
+            pending = task.snapshot(options)
+            return pending.write(self.storage.streams(epoch, subtask.name))
+        finally:
+            task.close()
+
+    def _metadata(self, epoch: int, subtasks: list[SubtaskState], is_savepoint: bool = False) -> CheckpointMetadata:
+        operator = OperatorState(self.operator_id, self.parallelism, self.max_parallelism, tuple(subtasks))
+        return CheckpointMetadata(epoch, self.job_id, {self.operator_id: operator}, is_savepoint=is_savepoint)
+
+    def _commit(self, epoch: int, subtasks: list[SubtaskState]) -> None:
+        self.storage.commit(epoch, self._metadata(epoch, subtasks).to_bytes())
+        self._restore_override = None
+        completed = self.storage.completed()
+        for pointer in completed[:max(0, len(completed) - self.num_retained)]:
+            self.storage.dispose(pointer)
+
+

@@ -1,0 +1,106 @@
+"""One subtask's lifecycle, engine-independent: restore -> open -> process -> snapshot -> close.
+
+Both the local runner and the Spark executor code drive this class.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from statekit.checkpoint.metadata import SubtaskState
+from statekit.runtime.function import (
+    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext,
+    KeyedProcessFunction,
+)
+from statekit.serializers import resolve
+from statekit.spi.backend import (
+    KeyedBackendParams, OperatorBackendParams, PendingSnapshot, SnapshotOptions, StateBackend, SubtaskInfo,
+)
+from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle
+from statekit.spi.serializer import TypeSerializer
+from statekit.spi.storage import CheckpointStreams
+
+
+@dataclass(frozen=True)
+class TaskRestore:
+    """What a subtask restores from: handles of one completed checkpoint or savepoint."""
+
+    checkpoint_id: int
+    keyed: Sequence[KeyedStateHandle]
+    operator: Sequence[OperatorStateHandle | None]
+    streams: CheckpointStreams
+
+
+class PendingTaskSnapshot:
+    """The synchronous part of a task snapshot; ``write`` is the asynchronous part."""
+
+    def __init__(self, keyed: PendingSnapshot, operator: PendingSnapshot) -> None:
+        self._keyed = keyed
+        self._operator = operator
+
+    def write(self, streams: CheckpointStreams) -> SubtaskState:
+        keyed = self._keyed.write(streams)
+        operator = self._operator.write(streams)
+        return SubtaskState((keyed,) if keyed is not None else (), operator)  # type: ignore[arg-type]
+
+    def release(self) -> None:
+        self._keyed.release()
+        self._operator.release()
+
+
+class KeyedTask:
+    def __init__(self, function: KeyedProcessFunction, state_backend: StateBackend, subtask: SubtaskInfo,
+                 checkpoint_id: int, *, key_serializer: TypeSerializer | None = None,
+                 restore: TaskRestore | None = None, local_dir: str | None = None) -> None:
+        self.function = function
+        self.subtask = subtask
+        self.checkpoint_id = checkpoint_id
+        self.restore = restore
+        self.keyed_backend = state_backend.create_keyed_backend(KeyedBackendParams(
+            subtask=subtask, key_serializer=resolve(key_serializer),
+            restore_handles=tuple(restore.keyed) if restore else (),
+            restore_streams=restore.streams if restore else None,
+            restore_checkpoint_id=restore.checkpoint_id if restore else None,
+            local_dir=local_dir))
+        self.operator_backend = state_backend.create_operator_backend(OperatorBackendParams(
+            subtask=subtask, restore_handles=tuple(restore.operator) if restore else (),
+            restore_streams=restore.streams if restore else None))
+        self.context = KeyedContext(self.keyed_backend, subtask, checkpoint_id)
+        self._opened = False
+
+    def open(self) -> None:
+        if isinstance(self.function, CheckpointedFunction):
+            self.function.initialize_state(FunctionInitializationContext(
+                self.operator_backend, self.context, self.restore.checkpoint_id if self.restore else None))
+        self.function.open(self.context)
+        self._opened = True
+
+    def process(self, key: Any, key_group: int, row: Any) -> Iterable[Any] | None:
+        """Process one row; returns what the function returned (an iterable or None)."""
+        self.keyed_backend.set_current_key(key, key_group)
+        return self.function.process(row, self.context)
+
+    def process_all(self, records: Iterable[tuple[Any, int, Any]], out: list[Any]) -> None:
+        set_key = self.keyed_backend.set_current_key
+        process = self.function.process
+        ctx = self.context
+        for key, key_group, row in records:
+            set_key(key, key_group)
+            produced = process(row, ctx)
+            if produced is not None:
+                out.extend(produced)
+
+    def snapshot(self, options: SnapshotOptions = SnapshotOptions()) -> PendingTaskSnapshot:
+        """The synchronous part of the epoch's snapshot (after the function's own hook)."""
+        if isinstance(self.function, CheckpointedFunction):
+            self.function.snapshot_state(FunctionSnapshotContext(self.checkpoint_id))
+        return PendingTaskSnapshot(self.keyed_backend.snapshot(self.checkpoint_id, options),
+                                   self.operator_backend.snapshot(self.checkpoint_id))
+
+    def close(self) -> None:
+        try:
+            if self._opened:
+                self.function.close()
+        finally:
+            self.keyed_backend.dispose()
+            self.operator_backend.dispose()

@@ -1,0 +1,38 @@
+"""The default serializer: any picklable Python object."""
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from statekit.spi.errors import ConfigurationError, SerializationError
+from statekit.spi.serializer import TypeSerializer
+
+
+class PickleSerializer(TypeSerializer):
+    def __init__(self, protocol: int = 5) -> None:
+        if not 2 <= protocol <= pickle.HIGHEST_PROTOCOL:
+            raise ConfigurationError(f"pickle protocol must be in [2, {pickle.HIGHEST_PROTOCOL}], got {protocol}")
+        self.protocol = protocol
+
+    def serialize(self, value: Any) -> bytes:
+        try:
+            return pickle.dumps(value, self.protocol)
+        except Exception as exc:  # pickle raises several unrelated types
+            raise SerializationError(
+                f"cannot pickle a value of type {type(value).__name__}: {exc}. Store picklable values "
+                f"or give the state descriptor a serializer for this type") from exc
+
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            return pickle.loads(data)
+        except Exception as exc:
+            raise SerializationError(f"cannot unpickle {len(data)} bytes of state: {exc}") from exc
+
+    def config(self) -> dict[str, Any]:
+        return {"protocol": self.protocol}
+
+    def resolve_compatibility(self, previous):  # type: ignore[no-untyped-def]
+        # every protocol reads every older protocol: only the class identity matters
+        from statekit.spi.serializer import Compatibility
+        same = previous.identity == self.snapshot().identity and previous.version <= self.VERSION
+        return Compatibility.COMPATIBLE_AS_IS if same else Compatibility.INCOMPATIBLE

@@ -1,0 +1,79 @@
+"""Fixed-format serializers for primitives, with vectorized bulk paths for snapshots.
+
+``Int64Serializer`` is order-preserving (big-endian with the sign bit flipped), so byte order
+equals numeric order in range scans.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, Iterable
+
+from statekit.spi.errors import SerializationError
+from statekit.spi.serializer import TypeSerializer
+
+_I64 = struct.Struct(">Q")
+_F64 = struct.Struct(">d")
+_SIGN = 1 << 63
+
+
+def _bad(kind: str, value: Any, exc: Exception) -> SerializationError:
+    return SerializationError(f"{kind} cannot encode {value!r} ({type(value).__name__}): {exc}")
+
+
+class Int64Serializer(TypeSerializer):
+    def serialize(self, value: int) -> bytes:
+        try:
+            return _I64.pack((value + _SIGN) & 0xFFFFFFFFFFFFFFFF) if -_SIGN <= value < _SIGN \
+                else _I64.pack(value)  # out of range: let struct raise its message
+        except (struct.error, TypeError) as exc:
+            raise _bad("Int64Serializer", value, exc) from exc
+
+    def deserialize(self, data: bytes) -> int:
+        if len(data) != 8:
+            raise SerializationError(f"Int64Serializer expects 8 bytes, got {len(data)}")
+        return _I64.unpack(data)[0] - _SIGN
+
+    def serialize_many(self, values: Iterable[int]) -> list[bytes]:
+        pack = _I64.pack
+        try:
+            return [pack(v + _SIGN) for v in values]
+        except (struct.error, TypeError) as exc:
+            raise SerializationError(f"Int64Serializer: a value is not a 64-bit integer: {exc}") from exc
+
+
+class Float64Serializer(TypeSerializer):
+    def serialize(self, value: float) -> bytes:
+        try:
+            return _F64.pack(value)
+        except (struct.error, TypeError) as exc:
+            raise _bad("Float64Serializer", value, exc) from exc
+
+    def deserialize(self, data: bytes) -> float:
+        if len(data) != 8:
+            raise SerializationError(f"Float64Serializer expects 8 bytes, got {len(data)}")
+        return _F64.unpack(data)[0]
+
+
+class StringSerializer(TypeSerializer):
+    """UTF-8 text."""
+
+    def serialize(self, value: str) -> bytes:
+        try:
+            return value.encode("utf-8")
+        except (AttributeError, UnicodeEncodeError) as exc:
+            raise _bad("StringSerializer", value, exc) from exc
+
+    def deserialize(self, data: bytes) -> str:
+        return bytes(data).decode("utf-8")
+
+
+class BytesSerializer(TypeSerializer):
+    """Raw bytes, unchanged."""
+
+    def serialize(self, value: bytes) -> bytes:
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise _bad("BytesSerializer", value, TypeError("expected bytes"))
+        return bytes(value)
+
+    def deserialize(self, data: bytes) -> bytes:
+        return bytes(data)

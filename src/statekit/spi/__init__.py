@@ -1,0 +1,37 @@
+"""Contracts only: the interfaces every backend, storage and engine programs against.
+
+Nothing here imports another part of statekit; everything else imports from here.
+"""
+from statekit.spi.backend import (
+    Capabilities, KeyedBackendParams, KeyedStateBackend, OperatorBackendParams,
+    OperatorStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo,
+)
+from statekit.spi.descriptors import (
+    AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
+    ReducingStateDescriptor, StateDescriptor, StateKind, StateTtlConfig, TtlUpdateType,
+    ValueStateDescriptor,
+)
+from statekit.spi.errors import (
+    CapabilityError, ConfigurationError, CorruptStateError, IncompatibleSerializerError,
+    RestoreError, SerializationError, SnapshotError, StateAccessError, StatekitError,
+)
+from statekit.spi.handles import (
+    ByteRange, FileStateHandle, InlineStateHandle, KeyedStateHandle, KeyGroupsStateHandle,
+    OperatorStateHandle, OperatorStateMode, StateHandle, StateMetaInfo, StreamStateHandle,
+    checksum, register_handle, verify_checksum,
+)
+from statekit.spi.key_groups import (
+    KeyGroupRange, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
+    spark_xxhash64,
+)
+from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer
+from statekit.spi.state import (
+    AggregatingState, BroadcastState, ListState, MapState, ReducingState, State, ValueState,
+    VOID_NAMESPACE,
+)
+from statekit.spi.storage import (
+    CheckpointOutputStream, CheckpointStorage, CheckpointStorageAccess, CheckpointStreams,
+    CompletedCheckpointPointer, StateScope,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]

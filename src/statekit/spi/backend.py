@@ -1,0 +1,213 @@
+"""State backend contracts (Flink's ``StateBackend`` / ``KeyedStateBackend`` split).
+
+``StateBackend`` is a lightweight, picklable factory that holds configuration only. On a
+worker it creates a ``KeyedStateBackend`` for one key-group range of one subtask and an
+``OperatorStateBackend`` for the subtask, restoring them from handles.
+
+Snapshots have two phases: ``snapshot()`` is the synchronous part and returns quickly with a
+``PendingSnapshot`` holding a consistent view; ``PendingSnapshot.write()`` is the asynchronous
+part that writes bytes and returns a handle. Writes made after ``snapshot()`` returned never
+appear in what ``write()`` writes.
+"""
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Iterator, Sequence, TypeVar
+
+from statekit.spi.descriptors import StateDescriptor
+from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle, StateHandle
+from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.serializer import TypeSerializer
+from statekit.spi.state import BroadcastState, ListState, State, VOID_NAMESPACE
+from statekit.spi.storage import CheckpointStreams
+
+S = TypeVar("S", bound=State)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend supports beyond the required contract. Tests that need a capability
+    the backend does not declare are skipped with the reason; required behaviour cannot be
+    declared away."""
+
+    incremental_snapshots: bool = False
+    async_snapshots: bool = True
+    ttl: bool = False
+    out_of_core: bool = False  # state may exceed memory
+
+    def declared(self) -> dict[str, bool]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class SnapshotType(str, enum.Enum):
+    CHECKPOINT = "checkpoint"
+    SAVEPOINT = "savepoint"  # always the canonical format, self-contained
+
+
+@dataclass(frozen=True)
+class SnapshotOptions:
+    snapshot_type: SnapshotType = SnapshotType.CHECKPOINT
+    incremental: bool = False  # honoured only with the incremental_snapshots capability
+
+
+class PendingSnapshot(ABC):
+    """The consistent view taken by the synchronous part, waiting to be written."""
+
+    @abstractmethod
+    def write(self, streams: CheckpointStreams) -> StateHandle | None:
+        """The asynchronous part: write the view, return its handle (``None`` if empty).
+        May run on another thread while the backend keeps processing."""
+
+    def release(self) -> None:
+        """Drop the view without writing it (the checkpoint was aborted)."""
+
+
+@dataclass(frozen=True)
+class SubtaskInfo:
+    job_id: str
+    operator_id: str
+    subtask_index: int
+    parallelism: int
+    max_parallelism: int
+
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return KeyGroupRange.of_subtask(self.max_parallelism, self.parallelism, self.subtask_index)
+
+    @property
+    def name(self) -> str:
+        return f"{self.operator_id}-{self.subtask_index}"
+
+
+@dataclass(frozen=True)
+class KeyedBackendParams:
+    subtask: SubtaskInfo
+    key_serializer: TypeSerializer
+    #: handles whose key-group range intersects this subtask's; only that part is restored
+    restore_handles: Sequence[KeyedStateHandle] = ()
+    #: how to read the restore handles' bytes (required when there are handles)
+    restore_streams: CheckpointStreams | None = None
+    #: the checkpoint the restore handles belong to (local recovery may reuse local state)
+    restore_checkpoint_id: int | None = None
+    #: executor-local working directory for backends that keep files
+    local_dir: str | None = None
+
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self.subtask.key_group_range
+
+
+@dataclass(frozen=True)
+class OperatorBackendParams:
+    subtask: SubtaskInfo
+    #: every operator-state handle of the restored checkpoint, indexed by old subtask
+    restore_handles: Sequence[OperatorStateHandle | None] = ()
+    restore_streams: CheckpointStreams | None = None
+
+
+class KeyedStateBackend(ABC):
+    """Keyed state of one key-group range. Not thread-safe: one task thread uses it; only a
+    ``PendingSnapshot.write`` may run concurrently."""
+
+    def __init__(self, params: KeyedBackendParams) -> None:
+        self.params = params
+        self.key_group_range = params.key_group_range
+        self.max_parallelism = params.subtask.max_parallelism
+        self.key_serializer = params.key_serializer
+
+    # --- current key
+    @abstractmethod
+    def set_current_key(self, key: Any, key_group: int) -> None:
+        """Scope state accesses to ``key``, which belongs to ``key_group`` (in this range)."""
+
+    @property
+    @abstractmethod
+    def current_key(self) -> Any: ...
+
+    @property
+    @abstractmethod
+    def current_key_group(self) -> int: ...
+
+    # --- states
+    @abstractmethod
+    def get_state(self, descriptor: StateDescriptor,
+                  namespace_serializer: TypeSerializer | None = None) -> State:
+        """Get or create the state of ``descriptor``; the same name returns the same state.
+        Raises ``IncompatibleSerializerError`` if restored state was written by a serializer
+        the descriptor's cannot read, and ``StateAccessError`` if the name is taken by a
+        different kind."""
+
+    @abstractmethod
+    def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
+        """Every key that has state ``state_name`` in ``namespace``, in this range."""
+
+    @abstractmethod
+    def state_names(self) -> list[str]:
+        """Registered and restored state names."""
+
+    # --- snapshots and lifecycle
+    @abstractmethod
+    def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
+        """The synchronous part of a snapshot."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is durable (incremental backends confirm files)."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` will never complete."""
+
+    @abstractmethod
+    def dispose(self) -> None:
+        """Release all resources (files stay for local recovery where a backend supports it)."""
+
+
+class OperatorStateBackend(ABC):
+    """Non-keyed state of one subtask."""
+
+    @abstractmethod
+    def get_list_state(self, name: str, serializer: TypeSerializer | None = None) -> ListState:
+        """Elements are split round-robin among subtasks when the parallelism changes."""
+
+    @abstractmethod
+    def get_union_list_state(self, name: str, serializer: TypeSerializer | None = None) -> ListState:
+        """On restore every subtask gets every element of every old subtask."""
+
+    @abstractmethod
+    def get_broadcast_state(self, name: str, key_serializer: TypeSerializer | None = None,
+                            value_serializer: TypeSerializer | None = None) -> BroadcastState:
+        """A map that is identical on every subtask and copied on rescale."""
+
+    @property
+    @abstractmethod
+    def is_restored(self) -> bool: ...
+
+    @abstractmethod
+    def snapshot(self, checkpoint_id: int) -> PendingSnapshot: ...
+
+    def dispose(self) -> None:
+        pass
+
+
+class StateBackend(ABC):
+    """A picklable factory holding configuration only (no open files, no native handles).
+
+    ``name`` is what ``spark.statekit.backend`` selects; options come from
+    ``spark.statekit.backend.<name>.*`` as strings and are parsed by the constructor.
+    """
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, **options: Any) -> None:
+        self.options = dict(options)
+
+    @abstractmethod
+    def create_keyed_backend(self, params: KeyedBackendParams) -> KeyedStateBackend: ...
+
+    @abstractmethod
+    def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend: ...
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.options})"

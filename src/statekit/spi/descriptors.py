@@ -1,0 +1,124 @@
+"""State descriptors: the name, kind, serializers, default and TTL of a state.
+
+A ``None`` serializer means "the default serializer" (pickle); backends resolve it with
+``statekit.serializers.resolve``. Descriptors are plain, picklable data.
+"""
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, TypeVar
+
+from statekit.spi.errors import ConfigurationError
+from statekit.spi.serializer import TypeSerializer
+
+IN = TypeVar("IN")
+ACC = TypeVar("ACC")
+OUT = TypeVar("OUT")
+
+
+class StateKind(str, enum.Enum):
+    VALUE = "value"
+    LIST = "list"
+    MAP = "map"
+    REDUCING = "reducing"
+    AGGREGATING = "aggregating"
+
+
+class TtlUpdateType(str, enum.Enum):
+    ON_CREATE_AND_WRITE = "on-create-and-write"
+    ON_READ_AND_WRITE = "on-read-and-write"
+
+
+@dataclass(frozen=True)
+class StateTtlConfig:
+    """Time-to-live of a state's entries; honoured only by backends that declare ``ttl``."""
+
+    ttl_seconds: float
+    update_type: TtlUpdateType = TtlUpdateType.ON_CREATE_AND_WRITE
+    return_expired: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.ttl_seconds > 0:
+            raise ConfigurationError(f"TTL must be positive, got {self.ttl_seconds!r} seconds")
+
+
+class AggregateFunction(ABC, Generic[IN, ACC, OUT]):
+    """Incremental aggregation for ``AggregatingState`` (Flink's ``AggregateFunction``)."""
+
+    @abstractmethod
+    def create_accumulator(self) -> ACC: ...
+
+    @abstractmethod
+    def add(self, value: IN, accumulator: ACC) -> ACC: ...
+
+    @abstractmethod
+    def get_result(self, accumulator: ACC) -> OUT: ...
+
+    def merge(self, a: ACC, b: ACC) -> ACC:
+        raise NotImplementedError(f"{type(self).__name__} does not support merging accumulators")
+
+
+@dataclass(frozen=True)
+class StateDescriptor:
+    name: str
+    ttl: StateTtlConfig | None = field(default=None, kw_only=True)
+
+    kind = StateKind.VALUE  # overridden per subclass
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigurationError(f"a state name must be a non-empty string, got {self.name!r}")
+
+    def serializers(self) -> dict[str, TypeSerializer | None]:
+        """The serializers by role ("value", "user_key"), as declared (None = default)."""
+        return {"value": getattr(self, "serializer", None)}
+
+
+@dataclass(frozen=True)
+class ValueStateDescriptor(StateDescriptor):
+    serializer: TypeSerializer | None = None
+    default: Any = None
+    kind = StateKind.VALUE
+
+
+@dataclass(frozen=True)
+class ListStateDescriptor(StateDescriptor):
+    serializer: TypeSerializer | None = None  # of one element
+    kind = StateKind.LIST
+
+
+@dataclass(frozen=True)
+class MapStateDescriptor(StateDescriptor):
+    key_serializer: TypeSerializer | None = None
+    value_serializer: TypeSerializer | None = None
+    kind = StateKind.MAP
+
+    def serializers(self) -> dict[str, TypeSerializer | None]:
+        return {"user_key": self.key_serializer, "value": self.value_serializer}
+
+
+@dataclass(frozen=True)
+class ReducingStateDescriptor(StateDescriptor):
+    reduce_function: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
+    serializer: TypeSerializer | None = None
+    kind = StateKind.REDUCING
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not callable(self.reduce_function):
+            raise ConfigurationError(f"reducing state {self.name!r} needs a reduce_function(a, b)")
+
+
+@dataclass(frozen=True)
+class AggregatingStateDescriptor(StateDescriptor):
+    aggregate_function: AggregateFunction = None  # type: ignore[assignment]
+    serializer: TypeSerializer | None = None  # of the accumulator
+    kind = StateKind.AGGREGATING
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.aggregate_function, AggregateFunction):
+            raise ConfigurationError(
+                f"aggregating state {self.name!r} needs an AggregateFunction instance")

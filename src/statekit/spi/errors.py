@@ -1,0 +1,41 @@
+"""The exception hierarchy every part of statekit raises.
+
+Each error names the cause and the fix; callers can catch `StatekitError` for all of them.
+"""
+from __future__ import annotations
+
+
+class StatekitError(Exception):
+    """Base class of every error statekit raises on purpose."""
+
+
+class ConfigurationError(StatekitError, ValueError):
+    """A setting has a value statekit cannot use (names the setting and the accepted values)."""
+
+
+class StateAccessError(StatekitError):
+    """State was used in a way its contract forbids (no current key, None element, ...)."""
+
+
+class SerializationError(StatekitError):
+    """A value could not be serialized or deserialized by the state's serializer."""
+
+
+class IncompatibleSerializerError(StatekitError):
+    """The serializer registered now cannot read state written by the one in the snapshot."""
+
+
+class SnapshotError(StatekitError):
+    """Taking or writing a snapshot failed."""
+
+
+class RestoreError(StatekitError):
+    """State could not be restored from the given handles."""
+
+
+class CorruptStateError(RestoreError):
+    """A checkpoint file is truncated or its checksum does not match its handle."""
+
+
+class CapabilityError(StatekitError):
+    """A feature was asked of a backend or storage that does not declare it."""

@@ -1,0 +1,188 @@
+"""Key groups: the unit of state partitioning and rescaling.
+
+The assignment is decided and must stay exact (DESIGN.md §3):
+
+* key group  = pmod(xxhash64(key columns, seed 42), max_parallelism), identical to Spark SQL's
+  ``pmod(xxhash64(cols...), maxP)`` so the engine can compute it in the JVM;
+* subtask i of p owns ``[(i*maxP + p - 1) // p, ((i+1)*maxP - 1) // p]`` (Flink's formula);
+* key group kg belongs to subtask ``kg * p // maxP``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import xxhash
+
+from statekit.spi.errors import ConfigurationError
+
+SPARK_HASH_SEED = 42
+#: Flink's bounds for the number of key groups.
+LOWER_BOUND_MAX_PARALLELISM = 128
+UPPER_BOUND_MAX_PARALLELISM = 32768  # 2 ** 15; also what a 2-byte key-group prefix can hold
+
+_EPOCH_DATE = _dt.date(1970, 1, 1)
+_EPOCH_TS = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_INT32 = struct.Struct("<i")
+_INT64 = struct.Struct("<q")
+_FLOAT32 = struct.Struct("<f")
+_FLOAT64 = struct.Struct("<d")
+
+#: Spark SQL type names the Python reference hashes exactly like Spark's ``xxhash64``.
+SUPPORTED_KEY_TYPES = ("string", "binary", "int", "bigint", "smallint", "tinyint", "boolean",
+                       "float", "double", "date", "timestamp")
+
+
+def default_max_parallelism(parallelism: int) -> int:
+    """Flink's default number of key groups for an operator of the given parallelism."""
+    check_parallelism(parallelism)
+    target = parallelism + parallelism // 2
+    rounded = 1 << max(target - 1, 0).bit_length()
+    return min(max(rounded, LOWER_BOUND_MAX_PARALLELISM), UPPER_BOUND_MAX_PARALLELISM)
+
+
+def check_parallelism(parallelism: int, max_parallelism: int | None = None) -> None:
+    if not isinstance(parallelism, int) or parallelism < 1:
+        raise ConfigurationError(f"parallelism must be a positive integer, got {parallelism!r}")
+    if max_parallelism is None:
+        return
+    if not isinstance(max_parallelism, int) or not 1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+        raise ConfigurationError(
+            f"max parallelism must be an integer in [1, {UPPER_BOUND_MAX_PARALLELISM}], got {max_parallelism!r}")
+    if parallelism > max_parallelism:
+        raise ConfigurationError(
+            f"parallelism {parallelism} exceeds max parallelism {max_parallelism}: every subtask needs at "
+            f"least one key group; raise max parallelism or lower parallelism")
+
+
+def infer_key_type(value: Any) -> str:
+    """The Spark SQL type a Python value gets by default (how ``createDataFrame`` infers it)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "binary"
+    if isinstance(value, _dt.datetime):
+        return "timestamp"
+    if isinstance(value, _dt.date):
+        return "date"
+    raise ConfigurationError(
+        f"cannot hash a key of type {type(value).__name__}; key columns must be one of "
+        f"{', '.join(SUPPORTED_KEY_TYPES)}")
+
+
+def _hash_one(value: Any, type_name: str, seed: int) -> int:
+    """xxhash64 of one column value, exactly as Spark's ``XxHash64Function`` (unsigned result)."""
+    if value is None:  # Spark skips nulls: the running hash is unchanged
+        return seed
+    if type_name == "string":
+        data = value.encode("utf-8")
+    elif type_name == "binary":
+        data = bytes(value)
+    elif type_name in ("int", "smallint", "tinyint"):
+        data = _INT32.pack(value)
+    elif type_name == "boolean":
+        data = _INT32.pack(1 if value else 0)
+    elif type_name == "bigint":
+        data = _INT64.pack(value)
+    elif type_name == "float":
+        data = _INT32.pack(0) if value == 0.0 else _FLOAT32.pack(value)  # Spark normalizes -0.0
+        if math.isnan(value):
+            data = _INT32.pack(0x7FC00000)
+    elif type_name == "double":
+        data = _INT64.pack(0) if value == 0.0 else _FLOAT64.pack(value)
+        if math.isnan(value):
+            data = _INT64.pack(0x7FF8000000000000)
+    elif type_name == "date":
+        data = _INT32.pack((value - _EPOCH_DATE).days)
+    elif type_name == "timestamp":
+        ts = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+        delta = ts - _EPOCH_TS
+        data = _INT64.pack((delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds)
+    else:
+        raise ConfigurationError(
+            f"unsupported key type {type_name!r}; supported: {', '.join(SUPPORTED_KEY_TYPES)}")
+    return xxhash.xxh64_intdigest(data, seed)
+
+
+def spark_xxhash64(values: Sequence[Any], types: Sequence[str] | None = None) -> int:
+    """Spark SQL ``xxhash64(col1, col2, ...)`` as a signed 64-bit integer.
+
+    ``types`` are Spark SQL type names per column; inferred from the Python values when omitted
+    (Python ``int`` is ``bigint``, as Spark infers it). Several columns chain the seed.
+    """
+    if types is None:
+        types = [infer_key_type(v) for v in values]
+    elif len(types) != len(values):
+        raise ConfigurationError(f"{len(values)} key values but {len(types)} key types")
+    h = SPARK_HASH_SEED
+    for value, type_name in zip(values, types):
+        h = _hash_one(value, type_name, h)
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+def key_group_for_key(key: Any, max_parallelism: int, types: Sequence[str] | None = None) -> int:
+    """The key group of a key: a scalar is one column, a tuple is several columns."""
+    values = key if isinstance(key, tuple) else (key,)
+    return spark_xxhash64(values, types) % max_parallelism  # Python's % on a positive modulus is pmod
+
+
+def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
+    """The subtask that owns a key group (Flink's ``computeOperatorIndexForKeyGroup``)."""
+    return key_group * parallelism // max_parallelism
+
+
+@dataclass(frozen=True, order=True)
+class KeyGroupRange:
+    """An inclusive range of key groups ``[start, end]``; ``end < start`` is the empty range."""
+
+    start: int
+    end: int
+
+    @classmethod
+    def of_subtask(cls, max_parallelism: int, parallelism: int, subtask_index: int) -> "KeyGroupRange":
+        """The key groups subtask ``subtask_index`` of ``parallelism`` owns (Flink's formula)."""
+        check_parallelism(parallelism, max_parallelism)
+        if not 0 <= subtask_index < parallelism:
+            raise ConfigurationError(f"subtask index {subtask_index} outside [0, {parallelism})")
+        start = (subtask_index * max_parallelism + parallelism - 1) // parallelism
+        end = ((subtask_index + 1) * max_parallelism - 1) // parallelism
+        return cls(start, end)
+
+    @classmethod
+    def empty(cls) -> "KeyGroupRange":
+        return cls(0, -1)
+
+    def __len__(self) -> int:
+        return max(0, self.end - self.start + 1)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.start, self.end + 1))
+
+    def __contains__(self, key_group: object) -> bool:
+        return isinstance(key_group, int) and self.start <= key_group <= self.end
+
+    def intersection(self, other: "KeyGroupRange") -> "KeyGroupRange":
+        start, end = max(self.start, other.start), min(self.end, other.end)
+        return KeyGroupRange(start, end) if start <= end else KeyGroupRange.empty()
+
+    def intersects(self, other: "KeyGroupRange") -> bool:
+        return len(self.intersection(other)) > 0
+
+    def to_json(self) -> list[int]:
+        return [self.start, self.end]
+
+    @classmethod
+    def from_json(cls, data: Sequence[int]) -> "KeyGroupRange":
+        return cls(int(data[0]), int(data[1]))
+
+    def __str__(self) -> str:
+        return f"[{self.start}, {self.end}]"

@@ -1,0 +1,121 @@
+"""The serializer contract: bytes in, bytes out, plus a snapshot that travels with checkpoints.
+
+A serializer's *snapshot* (identity, version, config) is stored in checkpoint metadata. On
+restore, the serializer registered by the job is asked whether it can read what the snapshot's
+serializer wrote (Flink's ``TypeSerializerSnapshot`` model, reduced to the two outcomes that
+statekit supports: compatible as is, or incompatible).
+"""
+from __future__ import annotations
+
+import enum
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable
+
+from statekit.spi.errors import IncompatibleSerializerError, RestoreError
+
+
+class Compatibility(enum.Enum):
+    COMPATIBLE_AS_IS = "compatible-as-is"
+    INCOMPATIBLE = "incompatible"
+
+
+@dataclass(frozen=True)
+class SerializerSnapshot:
+    """What a checkpoint remembers of a serializer: enough to recreate it and to compare."""
+
+    identity: str  # "module:QualifiedClassName"
+    version: int
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"identity": self.identity, "version": self.version, "config": self.config}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "SerializerSnapshot":
+        return cls(data["identity"], int(data["version"]), dict(data.get("config") or {}))
+
+    @property
+    def short_name(self) -> str:
+        return self.identity.rpartition(":")[2]
+
+    def restore_serializer(self) -> "TypeSerializer":
+        """Recreate the serializer that wrote the snapshot (it must still be importable)."""
+        module_name, _, qualname = self.identity.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError) as exc:
+            raise RestoreError(
+                f"the checkpoint's state was written with serializer {self.identity!r}, which cannot "
+                f"be imported now ({exc}); install the package that provides it") from exc
+        return target.from_config(self.config)
+
+    def __hash__(self) -> int:
+        return hash((self.identity, self.version, repr(sorted(self.config.items()))))
+
+
+class TypeSerializer(ABC):
+    """Turns values of one type into bytes and back.
+
+    Implementations are small, picklable and stateless. ``VERSION`` changes whenever the byte
+    format changes; ``config()`` returns the constructor arguments that affect the format.
+    """
+
+    VERSION: ClassVar[int] = 1
+
+    @abstractmethod
+    def serialize(self, value: Any) -> bytes: ...
+
+    @abstractmethod
+    def deserialize(self, data: bytes) -> Any: ...
+
+    def serialize_many(self, values: Iterable[Any]) -> list[bytes]:
+        """Bulk form used by snapshot writers; override where a vectorized encoding is faster."""
+        serialize = self.serialize
+        return [serialize(v) for v in values]
+
+    def deserialize_many(self, datas: Iterable[bytes]) -> list[Any]:
+        deserialize = self.deserialize
+        return [deserialize(d) for d in datas]
+
+    def config(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "TypeSerializer":
+        return cls(**config)
+
+    def snapshot(self) -> SerializerSnapshot:
+        cls = type(self)
+        return SerializerSnapshot(f"{cls.__module__}:{cls.__qualname__}", cls.VERSION, self.config())
+
+    def resolve_compatibility(self, previous: SerializerSnapshot) -> Compatibility:
+        """Can this serializer read bytes written by ``previous``? Default: same identity,
+        version and config. Override to accept older versions this class still reads."""
+        return Compatibility.COMPATIBLE_AS_IS if previous == self.snapshot() else Compatibility.INCOMPATIBLE
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TypeSerializer) and self.snapshot() == other.snapshot()
+
+    def __hash__(self) -> int:
+        return hash(self.snapshot())
+
+    def __repr__(self) -> str:
+        config = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{type(self).__name__}({config})"
+
+
+def check_compatibility(state_name: str, role: str, new: TypeSerializer,
+                        previous: SerializerSnapshot) -> None:
+    """Raise a clear error unless ``new`` can read what ``previous`` wrote."""
+    if new.resolve_compatibility(previous) is Compatibility.COMPATIBLE_AS_IS:
+        return
+    raise IncompatibleSerializerError(
+        f"state {state_name!r}: the {role} serializer {new.snapshot().identity} "
+        f"(version {new.VERSION}, config {new.config()}) cannot read the restored state, which was "
+        f"written by {previous.identity} (version {previous.version}, config {previous.config}). "
+        f"Register the state with the original serializer, or migrate the state offline "
+        f"(read the savepoint with the old serializer and write a new one).")

@@ -1,0 +1,107 @@
+"""Checkpoint storage contracts: where snapshot bytes go and how they come back.
+
+``CheckpointStorage`` is the picklable factory chosen by configuration (``jobmanager``,
+``filesystem``, a plugin). A task writes through ``CheckpointStreams`` (one per checkpoint and
+subtask); the coordinator uses ``CheckpointStorageAccess`` to commit, resolve and retain.
+"""
+from __future__ import annotations
+
+import enum
+import io
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+from statekit.spi.handles import StreamStateHandle
+
+
+class StateScope(str, enum.Enum):
+    EXCLUSIVE = "exclusive"  # belongs to one checkpoint; deleted with it
+    SHARED = "shared"  # may be referenced by later checkpoints (incremental snapshots)
+
+
+class CheckpointOutputStream(io.RawIOBase, ABC):
+    """A write-once stream that becomes a ``StreamStateHandle`` (size and checksum recorded)."""
+
+    def writable(self) -> bool:
+        return True
+
+    @abstractmethod
+    def tell(self) -> int:
+        """Bytes written so far (the offset of the next write)."""
+
+    @abstractmethod
+    def close_and_get_handle(self) -> StreamStateHandle: ...
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Abandon the stream and remove anything it wrote."""
+
+
+class CheckpointStreams(ABC):
+    """Writing and reading snapshot bytes for one checkpoint of one subtask."""
+
+    @abstractmethod
+    def create_output(self, scope: StateScope = StateScope.EXCLUSIVE,
+                      name: str | None = None) -> CheckpointOutputStream: ...
+
+    @abstractmethod
+    def read(self, handle: StreamStateHandle) -> bytes:
+        """All bytes of a stream, verified against the handle's checksum."""
+
+    @abstractmethod
+    def read_range(self, handle: StreamStateHandle, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset``; a short read raises ``CorruptStateError``. The
+        caller verifies the checksums of the ``ByteRange``s inside (``verify_range``)."""
+
+
+@dataclass(frozen=True)
+class CompletedCheckpointPointer:
+    """Where a completed checkpoint or savepoint lives (external form: a URL or id)."""
+
+    checkpoint_id: int
+    external_pointer: str
+    is_savepoint: bool = False
+
+
+class CheckpointStorageAccess(ABC):
+    """The coordinator's view of one job's checkpoints."""
+
+    @abstractmethod
+    def streams(self, checkpoint_id: int, subtask: str) -> CheckpointStreams:
+        """Streams for one subtask's part of checkpoint ``checkpoint_id``."""
+
+    @abstractmethod
+    def commit(self, checkpoint_id: int, metadata: bytes) -> CompletedCheckpointPointer:
+        """Make the checkpoint complete by writing its metadata last and atomically."""
+
+    @abstractmethod
+    def abort(self, checkpoint_id: int) -> None:
+        """Remove everything an incomplete checkpoint wrote."""
+
+    @abstractmethod
+    def latest_completed(self) -> CompletedCheckpointPointer | None: ...
+
+    @abstractmethod
+    def completed(self) -> list[CompletedCheckpointPointer]:
+        """Every retained completed checkpoint, oldest first."""
+
+    @abstractmethod
+    def restore_streams(self) -> CheckpointStreams:
+        """Streams that read the handles of this job's completed checkpoints."""
+
+    @abstractmethod
+    def read_metadata(self, pointer: CompletedCheckpointPointer) -> bytes: ...
+
+    @abstractmethod
+    def dispose(self, pointer: CompletedCheckpointPointer) -> None:
+        """Delete a completed checkpoint's exclusive files (retention)."""
+
+
+class CheckpointStorage(ABC):
+    """Picklable storage configuration; creates per-job access objects."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def create_access(self, job_id: str) -> CheckpointStorageAccess: ...

@@ -1,0 +1,1 @@
+"""Checkpoint storage implementations: ``jobmanager`` (driver memory) and ``filesystem`` (fsspec)."""

@@ -1,0 +1,106 @@
+"""The ``jobmanager`` storage: snapshot bytes travel inline in handles and stay in driver memory.
+
+As in Flink, it is meant for tests and small state: nothing survives the driver process, and
+each subtask's snapshot is bounded by ``max_state_size`` (default 5 MiB).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from statekit.spi.errors import ConfigurationError, RestoreError, SnapshotError
+from statekit.spi.handles import StreamStateHandle
+from statekit.spi.storage import (
+    CheckpointOutputStream, CheckpointStorage, CheckpointStorageAccess, CheckpointStreams,
+    CompletedCheckpointPointer, StateScope,
+)
+from statekit.storage.inline import InlineOutputStream, InlineStreams
+
+DEFAULT_MAX_STATE_SIZE = 5 * 1024 * 1024
+MAX_STATE_SIZE_SETTING = "spark.statekit.checkpoint.jobmanager.max-state-size"
+
+
+class SizeLimitedInlineStreams(InlineStreams):
+    """Inline streams of one subtask's snapshot, failing once their total exceeds the limit."""
+
+    def __init__(self, subtask: str, max_state_size: int) -> None:
+        self._subtask = subtask
+        self._max = max_state_size
+        self._total = 0
+
+    def create_output(self, scope: StateScope = StateScope.EXCLUSIVE,
+                      name: str | None = None) -> CheckpointOutputStream:
+        return InlineOutputStream(on_close=self._account)
+
+    def _account(self, handle: StreamStateHandle) -> None:
+        self._total += handle.size
+        if self._total > self._max:
+            raise SnapshotError(
+                f"the snapshot of {self._subtask} is {self._total} bytes, over the jobmanager storage's "
+                f"limit of {self._max} bytes per subtask ({MAX_STATE_SIZE_SETTING}); raise the limit or "
+                f"use the filesystem storage (spark.statekit.checkpoint.storage=filesystem)")
+
+
+class JobManagerStorageAccess(CheckpointStorageAccess):
+    def __init__(self, job_id: str, max_state_size: int) -> None:
+        self.job_id = job_id
+        self.max_state_size = max_state_size
+        self._completed: dict[int, bytes] = {}
+
+    def streams(self, checkpoint_id: int, subtask: str) -> CheckpointStreams:
+        return SizeLimitedInlineStreams(subtask, self.max_state_size)
+
+    def commit(self, checkpoint_id: int, metadata: bytes) -> CompletedCheckpointPointer:
+        previous = self._completed.get(checkpoint_id)
+        if previous is not None and previous != metadata:
+            raise SnapshotError(f"checkpoint {checkpoint_id} of job {self.job_id} is already complete "
+                                f"with different content; it is never overwritten")
+        self._completed[checkpoint_id] = metadata
+        return self._pointer(checkpoint_id)
+
+    def abort(self, checkpoint_id: int) -> None:
+        pass  # nothing was stored before commit
+
+    def latest_completed(self) -> CompletedCheckpointPointer | None:
+        return self._pointer(max(self._completed)) if self._completed else None
+
+    def completed(self) -> list[CompletedCheckpointPointer]:
+        return [self._pointer(i) for i in sorted(self._completed)]
+
+    def read_metadata(self, pointer: CompletedCheckpointPointer) -> bytes:
+        try:
+            return self._completed[pointer.checkpoint_id]
+        except KeyError:
+            raise RestoreError(f"checkpoint {pointer.checkpoint_id} of job {self.job_id} is not in driver "
+                               f"memory (jobmanager storage keeps only retained checkpoints of this "
+                               f"driver process)") from None
+
+    def dispose(self, pointer: CompletedCheckpointPointer) -> None:
+        self._completed.pop(pointer.checkpoint_id, None)
+
+    def restore_streams(self) -> CheckpointStreams:
+        return InlineStreams()
+
+    def _pointer(self, checkpoint_id: int) -> CompletedCheckpointPointer:
+        return CompletedCheckpointPointer(checkpoint_id, f"jobmanager://{self.job_id}/chk-{checkpoint_id}")
+
+
+class JobManagerCheckpointStorage(CheckpointStorage):
+    name = "jobmanager"
+
+    def __init__(self, max_state_size: int | str = DEFAULT_MAX_STATE_SIZE) -> None:
+        try:
+            self.max_state_size = int(max_state_size)
+        except (TypeError, ValueError):
+            self.max_state_size = -1
+        if self.max_state_size <= 0:
+            raise ConfigurationError(
+                f"{MAX_STATE_SIZE_SETTING} must be a positive number of bytes, got {max_state_size!r}")
+
+    def create_access(self, job_id: str) -> JobManagerStorageAccess:
+        return JobManagerStorageAccess(job_id, self.max_state_size)
+
+    def __repr__(self) -> str:
+        return f"JobManagerCheckpointStorage(max_state_size={self.max_state_size})"
+
+    def options(self) -> dict[str, Any]:
+        return {"max_state_size": self.max_state_size}
