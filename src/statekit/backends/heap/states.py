@@ -75,8 +75,14 @@ class HeapValueState(HeapState, ValueState):
     def update(self, value: Any) -> None:
         if value is None:
             self.clear()
-        else:
-            self._put(value)
+            return
+        backend, table = self._backend, self._table
+        index = backend._index
+        group = table.groups[index] if table.owned[index] else table.writable(index)
+        entries = group.get(self._namespace)
+        if entries is None:
+            entries = group[self._namespace] = {}
+        entries[backend._key] = value  # the hot path of _put, inlined
 
 
 class HeapListState(HeapState, ListState):

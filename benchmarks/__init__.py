@@ -1,0 +1,1 @@
+"""statekit benchmarks: each compares statekit with a peer in the same run and reports ratios."""

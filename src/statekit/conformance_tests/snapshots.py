@@ -1,0 +1,391 @@
+"""Snapshot/restore level: round trips, async-snapshot isolation, serializer compatibility,
+corruption detection, and the rescale matrix compared with an oracle on every key and value.
+
+Override ``state_backend`` (and optionally ``snapshot_streams`` to write through a storage).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Iterator
+
+import pytest
+
+from statekit.checkpoint.assignment import assign
+from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
+from statekit.conformance_tests.workload import (
+    COUNT, LAST, MAXIMUM, MEAN, SUMS, WorkloadFunction, expected_key_state, make_rows, oracle,
+    read_key_state,
+)
+from statekit.runtime.local_runner import LocalRunner
+from statekit.serializers import Int64Serializer, StringSerializer
+from statekit.spi import (
+    CorruptStateError, IncompatibleSerializerError, InlineStateHandle, KeyedStateBackend,
+    KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, StateBackend,
+    StateHandle, ValueStateDescriptor,
+)
+from statekit.spi.storage import CheckpointStreams
+from statekit.storage.inline import InlineStreams
+
+MAX_P = 128
+RESCALE_MATRIX = [(4, 2), (2, 4), (2, 2), (15, 77), (77, 15)]
+
+
+def _fill(backend: KeyedStateBackend, keys: range, base: int = 0) -> dict[str, Any]:
+    """Write every state kind for ``keys``; return the expected contents."""
+    count, last, sums = backend.get_state(COUNT), backend.get_state(LAST), backend.get_state(SUMS)
+    expected: dict[str, Any] = {}
+    for k in keys:
+        key = f"key-{k}"
+        set_key(backend, key)
+        count.update(base + k)
+        last.update([k, k + 1, base])
+        sums.put_all({"a": k, "b": base})
+        expected[key] = (base + k, [k, k + 1, base], {"a": k, "b": base})
+    return expected
+
+
+def _read_all(backend: KeyedStateBackend) -> dict[str, Any]:
+    count, last, sums = backend.get_state(COUNT), backend.get_state(LAST), backend.get_state(SUMS)
+    found: dict[str, Any] = {}
+    for key in sorted(backend.keys(COUNT.name)):
+        set_key(backend, key)
+        found[key] = (count.value(), last.get(), dict(sums.items()))
+    return found
+
+
+class SnapshotRestoreTests(BackendTestBase):
+    @pytest.fixture
+    def snapshot_streams(self) -> CheckpointStreams:
+        """Where snapshots are written and read; inline bytes by default."""
+        return InlineStreams()
+
+    def _restore(self, state_backend: StateBackend, tmp_path: Any, handles: list[Any],
+                 streams: CheckpointStreams, name: str = "restored", **kwargs: Any) -> KeyedStateBackend:
+        return open_keyed_backend(state_backend, str(tmp_path / name), restore_handles=handles,
+                                  restore_streams=streams, restore_checkpoint_id=1, **kwargs)
+
+    def test_round_trip_every_key_and_value(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        expected = _fill(keyed_backend, range(2000))
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        assert handle is not None, "a backend with state must produce a handle"
+        json.dumps(handle.to_json())  # handles are JSON-serializable
+        handle = StateHandle.from_json(json.loads(json.dumps(handle.to_json())))
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            assert _read_all(restored) == expected
+        finally:
+            restored.dispose()
+
+    def test_empty_backend_snapshot_restores_empty(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        keyed_backend.get_state(COUNT)
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle] if handle else [], snapshot_streams)
+        try:
+            assert list(restored.keys(COUNT.name)) == []
+        finally:
+            restored.dispose()
+
+    def test_cleared_state_is_not_restored(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        _fill(keyed_backend, range(100))
+        for k in range(0, 100, 2):
+            set_key(keyed_backend, f"key-{k}")
+            for descriptor in (COUNT, LAST, SUMS):
+                keyed_backend.get_state(descriptor).clear()
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            assert sorted(restored.keys(COUNT.name)) == sorted(f"key-{k}" for k in range(1, 100, 2))
+            assert sorted(restored.keys(SUMS.name)) == sorted(f"key-{k}" for k in range(1, 100, 2))
+        finally:
+            restored.dispose()
+
+    def test_namespaces_survive_restore(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        state = keyed_backend.get_state(ValueStateDescriptor("windowed"))
+        for k in range(50):
+            set_key(keyed_backend, k)
+            for window in (None, 10, 20):
+                state.set_current_namespace(window)
+                state.update((k, window))
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            state = restored.get_state(ValueStateDescriptor("windowed"))
+            for k in range(50):
+                set_key(restored, k)
+                for window in (None, 10, 20):
+                    state.set_current_namespace(window)
+                    assert state.value() == (k, window)
+            assert sorted(restored.keys("windowed", 20)) == list(range(50))
+        finally:
+            restored.dispose()
+
+    def test_state_not_registered_again_is_carried_forward(self, state_backend, keyed_backend,
+                                                           snapshot_streams, tmp_path):
+        """Restored state the job does not touch in an epoch must survive the next snapshot."""
+        expected = _fill(keyed_backend, range(300))
+        first = keyed_backend.snapshot(1).write(snapshot_streams)
+        middle = self._restore(state_backend, tmp_path, [first], snapshot_streams, name="middle")
+        try:
+            second = middle.snapshot(2).write(snapshot_streams)  # no get_state call at all
+        finally:
+            middle.dispose()
+        restored = self._restore(state_backend, tmp_path, [second], snapshot_streams)
+        try:
+            assert _read_all(restored) == expected
+        finally:
+            restored.dispose()
+
+    # --- async snapshot isolation
+    def test_writes_after_sync_part_do_not_leak(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        expected = _fill(keyed_backend, range(1000))
+        mean = keyed_backend.get_state(MEAN)
+        set_key(keyed_backend, "key-1")
+        mean.add(10)
+        pending = keyed_backend.snapshot(1)
+        _mutate_everything(keyed_backend)
+        handle = pending.write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            assert _read_all(restored) == expected
+            set_key(restored, "key-1")
+            assert restored.get_state(MEAN).get() == 10, "an in-place accumulator update leaked into the snapshot"
+        finally:
+            restored.dispose()
+
+    def test_overlapping_snapshots_each_see_their_own_point(self, state_backend, keyed_backend,
+                                                            snapshot_streams, tmp_path):
+        first_expected = _fill(keyed_backend, range(500))
+        first = keyed_backend.snapshot(1)
+        second_expected = _fill(keyed_backend, range(250, 750), base=10_000)
+        second = keyed_backend.snapshot(2)
+        _mutate_everything(keyed_backend)
+        second_handle = second.write(snapshot_streams)
+        first_handle = first.write(snapshot_streams)
+        want_second = {**first_expected, **second_expected}
+        for name, handle, want in (("one", first_handle, first_expected), ("two", second_handle, want_second)):
+            restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams, name=name)
+            try:
+                assert _read_all(restored) == want, f"snapshot {name} does not hold its own point in time"
+            finally:
+                restored.dispose()
+
+    def test_write_runs_concurrently_with_processing(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        requires(state_backend, "async_snapshots")
+        expected = _fill(keyed_backend, range(3000))
+        pending = keyed_backend.snapshot(1)
+        result: dict[str, Any] = {}
+
+        def write() -> None:
+            try:
+                result["handle"] = pending.write(snapshot_streams)
+            except BaseException as exc:  # surfaced below
+                result["error"] = exc
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        for round_ in range(3):
+            _mutate_everything(keyed_backend, salt=round_)
+        writer.join(timeout=120)
+        assert "error" not in result, f"the asynchronous part failed while processing continued: {result.get('error')!r}"
+        restored = self._restore(state_backend, tmp_path, [result["handle"]], snapshot_streams)
+        try:
+            assert _read_all(restored) == expected
+        finally:
+            restored.dispose()
+
+    # --- serializer compatibility
+    def test_same_serializer_restores(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        descriptor = ValueStateDescriptor("typed", Int64Serializer())
+        set_key(keyed_backend, "k")
+        keyed_backend.get_state(descriptor).update(42)
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            set_key(restored, "k")
+            assert restored.get_state(ValueStateDescriptor("typed", Int64Serializer())).value() == 42
+        finally:
+            restored.dispose()
+
+    @pytest.mark.parametrize("new_descriptor", [
+        ValueStateDescriptor("typed", StringSerializer()),
+        ValueStateDescriptor("typed"),  # the default (pickle) cannot read Int64 bytes
+    ], ids=["string", "pickle"])
+    def test_incompatible_value_serializer_is_a_clear_error(self, state_backend, keyed_backend,
+                                                           snapshot_streams, tmp_path, new_descriptor):
+        set_key(keyed_backend, "k")
+        keyed_backend.get_state(ValueStateDescriptor("typed", Int64Serializer())).update(42)
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            with pytest.raises(IncompatibleSerializerError, match=r"typed.*Int64Serializer"):
+                restored.get_state(new_descriptor)
+        finally:
+            restored.dispose()
+
+    def test_incompatible_map_key_serializer_is_a_clear_error(self, state_backend, keyed_backend,
+                                                              snapshot_streams, tmp_path):
+        set_key(keyed_backend, "k")
+        keyed_backend.get_state(MapStateDescriptor("m", StringSerializer(), Int64Serializer())).put("x", 1)
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            with pytest.raises(IncompatibleSerializerError, match="user key"):
+                restored.get_state(MapStateDescriptor("m", Int64Serializer(), Int64Serializer()))
+        finally:
+            restored.dispose()
+
+    def test_changed_state_kind_is_a_clear_error(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        from statekit.spi import StateAccessError
+        set_key(keyed_backend, "k")
+        keyed_backend.get_state(ValueStateDescriptor("kind")).update(1)
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            with pytest.raises(StateAccessError, match="kind"):
+                restored.get_state(ListStateDescriptor("kind"))
+        finally:
+            restored.dispose()
+
+    # --- corruption
+    def test_flipped_byte_is_a_checksum_error(self, state_backend, keyed_backend, tmp_path):
+        _fill(keyed_backend, range(500))
+        handle = keyed_backend.snapshot(1).write(InlineStreams())
+        assert isinstance(handle, KeyGroupsStateHandle), "canonical snapshots use KeyGroupsStateHandle"
+        some_range = next(iter(handle.key_groups.values()))
+        data = bytearray(handle.stream.data)  # type: ignore[attr-defined]
+        data[some_range.offset + some_range.length // 2] ^= 0xFF
+        corrupt = KeyGroupsStateHandle(handle.key_group_range, InlineStateHandle(bytes(data)), handle.key_groups,
+                                       handle.key_serializer, handle.states, handle.format)
+        with pytest.raises(CorruptStateError, match="checksum"):
+            backend = self._restore(state_backend, tmp_path, [corrupt], InlineStreams())
+            try:  # a lazily restoring backend must fail on first access at the latest
+                _read_all(backend)
+            finally:
+                backend.dispose()
+
+    def test_truncated_stream_is_a_clear_error(self, state_backend, keyed_backend, tmp_path):
+        _fill(keyed_backend, range(500))
+        handle = keyed_backend.snapshot(1).write(InlineStreams())
+        data = handle.stream.data  # type: ignore[attr-defined]
+        truncated = KeyGroupsStateHandle(handle.key_group_range, InlineStateHandle(data[: len(data) // 2]),
+                                         handle.key_groups, handle.key_serializer, handle.states, handle.format)
+        with pytest.raises(CorruptStateError):
+            backend = self._restore(state_backend, tmp_path, [truncated], InlineStreams())
+            try:
+                _read_all(backend)
+            finally:
+                backend.dispose()
+
+    # --- key groups on restore
+    def test_restore_reads_only_own_key_groups(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        _fill(keyed_backend, range(2000))
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        for index in range(3):
+            restored = open_keyed_backend(state_backend, str(tmp_path / f"part-{index}"), subtask_index=index,
+                                          parallelism=3, restore_handles=[handle], restore_streams=snapshot_streams)
+            try:
+                own = KeyGroupRange.of_subtask(MAX_P, 3, index)
+                from statekit.spi import key_group_for_key
+                keys = list(restored.keys(COUNT.name))
+                assert keys, "every third of 2000 keys holds some keys"
+                assert all(key_group_for_key(k, MAX_P) in own for k in keys), \
+                    f"subtask {index} restored keys outside its key groups {own}"
+            finally:
+                restored.dispose()
+
+
+def _mutate_everything(backend: KeyedStateBackend, salt: int = 0) -> None:
+    count, last, sums = backend.get_state(COUNT), backend.get_state(LAST), backend.get_state(SUMS)
+    mean, maximum = backend.get_state(MEAN), backend.get_state(MAXIMUM)
+    for k in range(0, 3000, 3):
+        set_key(backend, f"key-{k}")
+        count.update(-1 - salt)
+        last.add(-7)
+        sums.put("a", -1)
+        sums.remove("b")
+        mean.add(1000 + salt)
+        maximum.add(10 ** 6)
+    for k in range(1, 3000, 3):
+        set_key(backend, f"key-{k}")
+        count.clear()
+        last.clear()
+        sums.clear()
+    for k in range(5000, 5100):
+        set_key(backend, f"key-{k}")
+        count.update(k)
+
+
+class RescaleTests(BackendTestBase):
+    """Checkpoint at one parallelism, continue at another, compare every key with the oracle."""
+
+    @pytest.mark.parametrize("old,new", RESCALE_MATRIX, ids=[f"{a}to{b}" for a, b in RESCALE_MATRIX])
+    def test_rescale_matrix(self, state_backend, tmp_path, old, new):
+        rows_1, rows_2 = make_rows(3000, 800, seed=old), make_rows(2000, 800, seed=new + 1000)
+        runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=old, max_parallelism=MAX_P,
+                             state_backend=state_backend, local_dir=str(tmp_path / "local"))
+        runner.run_epoch(rows_1)
+        runner.rescale(new)
+        outputs = runner.run_epoch(rows_2)
+        expected = oracle(rows_1 + rows_2)
+        assert len(outputs) == len(rows_2)
+        final_counts: dict[str, int] = {}
+        for key, count in outputs:
+            final_counts[key] = max(final_counts.get(key, 0), count)
+        assert final_counts == {k: expected[k]["count"] for k in final_counts}
+        found = _dump(state_backend, runner, new, tmp_path)
+        assert found.keys() == expected.keys(), (
+            f"keys differ after {old}->{new}: missing {sorted(expected.keys() - found.keys())[:5]}, "
+            f"extra {sorted(found.keys() - expected.keys())[:5]}")
+        for key, want in expected.items():
+            assert found[key] == expected_key_state(want), f"state of {key!r} differs after {old}->{new}"
+
+    @pytest.mark.parametrize("old,new", [(4, 2), (2, 3)], ids=["4to2", "2to3"])
+    def test_operator_state_redistribution(self, state_backend, tmp_path, old, new):
+        rows = make_rows(1000, 200, seed=7)
+        runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=old, max_parallelism=MAX_P,
+                             state_backend=state_backend, local_dir=str(tmp_path / "local"))
+        runner.run_epoch(rows)
+        runner.rescale(new)
+        runner.run_epoch([])
+        metadata = runner.latest_metadata()
+        assert metadata is not None
+        restores = [assign(metadata.operator(runner.operator_id), i, new) for i in range(new)]
+        from statekit.spi import OperatorBackendParams, SubtaskInfo
+        seen_rows: list[int] = []
+        for index, restore in enumerate(restores):
+            backend = state_backend.create_operator_backend(OperatorBackendParams(
+                SubtaskInfo(runner.job_id, runner.operator_id, index, new, MAX_P), restore.operator,
+                runner.streams))
+            rows_seen = backend.get_list_state("rows-seen", Int64Serializer()).get()
+            seen_rows.extend(rows_seen)
+            assert set(backend.get_union_list_state("epochs", Int64Serializer()).get()) == {1, 2}, \
+                "union list state must give every subtask every element"
+            assert dict(backend.get_broadcast_state("config").items()) == {"categories": ["a", "b", "c", "d"]}
+            backend.dispose()
+        assert sum(seen_rows) == len(rows), "list state elements were lost or duplicated on redistribution"
+        assert len(seen_rows) == old + new, "every element of list state goes to exactly one subtask"
+
+
+def _dump(state_backend: StateBackend, runner: LocalRunner, parallelism: int, tmp_path: Any) -> dict[str, Any]:
+    """Every key's workload state in the runner's latest checkpoint, read subtask by subtask."""
+    metadata = runner.latest_metadata()
+    assert metadata is not None
+    operator = metadata.operator(runner.operator_id)
+    found: dict[str, Any] = {}
+    for index in range(parallelism):
+        restore = assign(operator, index, parallelism)
+        backend = open_keyed_backend(state_backend, str(tmp_path / f"dump-{index}"), subtask_index=index,
+                                     parallelism=parallelism, max_parallelism=MAX_P,
+                                     restore_handles=restore.keyed, restore_streams=runner.streams,
+                                     job_id=runner.job_id, operator_id=runner.operator_id)
+        try:
+            for key in backend.keys(COUNT.name):
+                assert key not in found, f"key {key!r} restored by two subtasks"
+                set_key(backend, key)
+                found[key] = read_key_state(backend, key)
+        finally:
+            backend.dispose()
+    return found
+
+

@@ -1,0 +1,122 @@
+"""A deterministic keyed workload that uses every state kind, and its pure-Python oracle.
+
+The function keeps, per key: a count (value), the last values (list), sums per category
+(map), a running max (reducing) and a mean (aggregating); per subtask: the number of rows it
+processed (operator list state), the epochs seen (union list state) and a broadcast map. The
+oracle computes the keyed part without any state backend, so comparing the two after
+checkpoints, failures and rescaling checks every key and every value.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Iterator
+
+from statekit.runtime.function import (
+    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext,
+    KeyedProcessFunction,
+)
+from statekit.serializers import Int64Serializer, StringSerializer
+from statekit.spi import (
+    AggregateFunction, AggregatingStateDescriptor, KeyedStateBackend, ListStateDescriptor,
+    MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor,
+)
+
+LAST_N = 3
+CATEGORIES = ("a", "b", "c", "d")
+
+Row = tuple[str, str, int]  # (key, category, amount)
+
+
+class Mean(AggregateFunction):
+    def create_accumulator(self) -> list[int]:
+        return [0, 0]
+
+    def add(self, value: int, accumulator: list[int]) -> list[int]:
+        accumulator[0] += value  # in place on purpose: backends must not leak this into snapshots
+        accumulator[1] += 1
+        return accumulator
+
+    def get_result(self, accumulator: list[int]) -> float:
+        return accumulator[0] / accumulator[1]
+
+
+def _max(a: int, b: int) -> int:
+    return a if a >= b else b
+
+
+COUNT = ValueStateDescriptor("count", Int64Serializer(), default=0)
+LAST = ListStateDescriptor("last", Int64Serializer())
+SUMS = MapStateDescriptor("sums", StringSerializer(), Int64Serializer())
+MAXIMUM = ReducingStateDescriptor("max", _max, Int64Serializer())
+MEAN = AggregatingStateDescriptor("mean", Mean())
+
+
+class WorkloadFunction(KeyedProcessFunction, CheckpointedFunction):
+    def initialize_state(self, ctx: FunctionInitializationContext) -> None:
+        self.rows_seen = ctx.operator_state.get_list_state("rows-seen", Int64Serializer())
+        self.epochs = ctx.operator_state.get_union_list_state("epochs", Int64Serializer())
+        self.config = ctx.operator_state.get_broadcast_state("config")
+        self.restored = ctx.is_restored
+        self.processed = 0
+
+    def open(self, ctx: KeyedContext) -> None:
+        self.epoch = ctx.checkpoint_id
+        self.count = ctx.get_state(COUNT)
+        self.last = ctx.get_state(LAST)
+        self.sums = ctx.get_state(SUMS)
+        self.maximum = ctx.get_state(MAXIMUM)
+        self.mean = ctx.get_state(MEAN)
+        self.config.put("categories", list(CATEGORIES))
+
+    def process(self, row: Row, ctx: KeyedContext) -> Iterator[tuple[str, int]]:
+        _, category, amount = row
+        count = self.count.value() + 1
+        self.count.update(count)
+        last = self.last.get()[-(LAST_N - 1):] + [amount]
+        self.last.update(last)
+        self.sums.put(category, (self.sums.get(category) or 0) + amount)
+        self.maximum.add(amount)
+        self.mean.add(amount)
+        self.processed += 1
+        yield ctx.current_key, count
+
+    def snapshot_state(self, ctx: FunctionSnapshotContext) -> None:
+        self.rows_seen.add(self.processed)
+        self.processed = 0
+        if ctx.checkpoint_id not in self.epochs.get():
+            self.epochs.add(ctx.checkpoint_id)
+
+
+def make_rows(n_rows: int, n_keys: int, seed: int) -> list[Row]:
+    rng = random.Random(seed)
+    return [(f"key-{rng.randrange(n_keys)}", rng.choice(CATEGORIES), rng.randrange(-50, 1000))
+            for _ in range(n_rows)]
+
+
+KeyState = dict[str, Any]
+
+
+def oracle(rows: list[Row], into: dict[str, KeyState] | None = None) -> dict[str, KeyState]:
+    """The keyed state ``WorkloadFunction`` must hold after processing ``rows`` in order."""
+    state = into if into is not None else {}
+    for key, category, amount in rows:
+        s = state.setdefault(key, {"count": 0, "last": [], "sums": {}, "max": None, "mean": [0, 0]})
+        s["count"] += 1
+        s["last"] = (s["last"] + [amount])[-LAST_N:]
+        s["sums"][category] = s["sums"].get(category, 0) + amount
+        s["max"] = amount if s["max"] is None else max(s["max"], amount)
+        s["mean"] = [s["mean"][0] + amount, s["mean"][1] + 1]
+    return state
+
+
+def read_key_state(backend: KeyedStateBackend, key: str) -> KeyState:
+    """The workload's state of one key, read through the backend (the key must be current)."""
+    mean = backend.get_state(MEAN).get()
+    total = backend.get_state(COUNT).value()
+    return {"count": total, "last": backend.get_state(LAST).get(),
+            "sums": dict(backend.get_state(SUMS).items()), "max": backend.get_state(MAXIMUM).get(),
+            "mean": mean}
+
+
+def expected_key_state(s: KeyState) -> KeyState:
+    return {**s, "mean": s["mean"][0] / s["mean"][1]}
