@@ -128,6 +128,9 @@ class LocalRunner:
         return CheckpointMetadata(epoch, self.job_id, {self.operator_id: operator}, is_savepoint=is_savepoint)
 
     def _commit(self, epoch: int, subtasks: list[SubtaskState]) -> None:
+        # a replayed epoch supersedes checkpoints it recomputed (exactly-once rule)
+        for stale in [p for p in self.storage.completed() if p.checkpoint_id >= epoch]:
+            self.storage.dispose(stale)
         self.storage.commit(epoch, self._metadata(epoch, subtasks).to_bytes())
         self._restore_override = None
         completed = self.storage.completed()

@@ -23,8 +23,7 @@ def _bad(kind: str, value: Any, exc: Exception) -> SerializationError:
 class Int64Serializer(TypeSerializer):
     def serialize(self, value: int) -> bytes:
         try:
-            return _I64.pack((value + _SIGN) & 0xFFFFFFFFFFFFFFFF) if -_SIGN <= value < _SIGN \
-                else _I64.pack(value)  # out of range: let struct raise its message
+            return _I64.pack(value + _SIGN)  # ">Q" rejects anything outside the signed 64-bit range
         except (struct.error, TypeError) as exc:
             raise _bad("Int64Serializer", value, exc) from exc
 
