@@ -42,10 +42,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         super().__init__(params)
         self._tables: dict[str, StateTable] = {}
         self._states: dict[str, HeapState] = {}
+        self._num_key_groups = len(self.key_group_range)
         self._key: Any = None
         self._key_group = -1
-        self._index = -1
-        self._num_key_groups = len(self.key_group_range)
+        self._index = self._num_key_groups  # the NO_CURRENT_KEY slot of every StateTable
         if params.restore_handles:
             self._restore(params)
 

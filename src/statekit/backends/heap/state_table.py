@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from statekit.backends.common.registration import RegisteredState
 from statekit.spi.descriptors import StateKind
+from statekit.spi.errors import StateAccessError
 from statekit.spi.key_groups import KeyGroupRange
 
 KeyGroupMap = dict[Any, dict[Any, Any]]  # namespace -> key -> value
@@ -23,12 +24,27 @@ KeyGroupMap = dict[Any, dict[Any, Any]]  # namespace -> key -> value
 _MUTABLE_CONTAINER = {StateKind.LIST: list, StateKind.MAP: dict}
 
 
+class _NoCurrentKey(dict):  # type: ignore[type-arg]
+    """Sits in the slot after the last key group, where the backend points before any
+    ``set_current_key``: state access there fails instead of touching a real key group."""
+
+    def get(self, *args: Any) -> Any:
+        raise StateAccessError("keyed state was accessed with no current key; call set_current_key first "
+                               "(state is only available inside process(), not in open())")
+
+    __getitem__ = __setitem__ = get
+
+
+NO_CURRENT_KEY = _NoCurrentKey()
+
+
 class StateTable:
     def __init__(self, registration: RegisteredState, key_groups: KeyGroupRange) -> None:
         self.registration = registration
-        self.first_key_group = key_groups.start
-        self.groups: list[KeyGroupMap] = [{} for _ in range(len(key_groups))]
-        self.owned: list[bool] = [True] * len(key_groups)
+        self.size = len(key_groups)
+        # one slot per key group, plus NO_CURRENT_KEY at index ``size``
+        self.groups: list[KeyGroupMap] = [{} for _ in range(self.size)] + [NO_CURRENT_KEY]
+        self.owned: list[bool] = [True] * (self.size + 1)
         self._container = _MUTABLE_CONTAINER.get(registration.kind)
 
     def writable(self, index: int) -> KeyGroupMap:
@@ -47,8 +63,8 @@ class StateTable:
 
     def share(self) -> tuple[list[KeyGroupMap], list[bool]]:
         """Synchronous snapshot part: the current key-group maps, now shared with the caller."""
-        view = list(self.groups)
-        self.owned = [False] * len(self.groups)
+        view = self.groups[:self.size]
+        self.owned = [False] * self.size + [True]
         return view, self.owned
 
     def unshare(self, owned_marker: list[bool], view: list[KeyGroupMap]) -> None:
@@ -60,14 +76,11 @@ class StateTable:
                 if groups[i] is g:
                     owned_marker[i] = True
 
-    def namespace_map(self, index: int, namespace: Any) -> dict[Any, Any] | None:
-        return self.groups[index].get(namespace)
-
     def keys(self, namespace: Any) -> Iterator[Any]:
-        for group in list(self.groups):
+        for group in self.groups[:self.size]:
             entries = group.get(namespace)
             if entries:
                 yield from list(entries)
 
     def is_empty(self) -> bool:
-        return not any(self.groups)
+        return not any(self.groups[:self.size])
