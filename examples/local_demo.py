@@ -100,7 +100,7 @@ def main() -> None:
         print(f"  e.g. alert for {sensor}: {message}")
 
     savepoint = runner.savepoint()
-    print(f"savepoint taken from checkpoint {savepoint.checkpoint_id - 1}; restoring it at parallelism 3")
+    print(f"savepoint taken of checkpoint {savepoint.checkpoint_id}; restoring it at parallelism 3")
     resumed = LocalRunner(SensorAlerts(), key_selector=lambda r: r[0], parallelism=3,
                           max_parallelism=runner.max_parallelism, job_id="sensor-alerts-rescaled")
     resumed.restore_from(savepoint, runner.streams)

@@ -47,6 +47,7 @@ def test_retention_keeps_the_last_n():
     runner = _runner(parallelism=2, num_retained=2)
     for seed in range(4):
         runner.run_epoch(make_rows(50, 10, seed))
+    assert [c.checkpoint_id for c in runner.store.completed()] == [3, 4]
     assert [p.checkpoint_id for p in runner.storage.completed()] == [3, 4]
 
 

@@ -10,13 +10,18 @@ from typing import Any, Callable, Iterable, Sequence
 
 from statekit.checkpoint.assignment import assign, check_max_parallelism
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.runtime.function import KeyedProcessFunction
+from statekit.runtime.savepoints import snapshot_as_savepoint
 from statekit.runtime.task import KeyedTask, TaskRestore
 from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.key_groups import (
     check_parallelism, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
 )
-from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess, CheckpointStreams
+from statekit.spi.errors import RestoreError
+from statekit.spi.storage import CheckpointStorage, CheckpointStreams
+from statekit.storage.filesystem import SavepointLocation
+from statekit.storage.inline import InlineStreams
 
 
 class LocalRunner:
@@ -36,10 +41,10 @@ class LocalRunner:
         self.parallelism = parallelism
         self.state_backend = state_backend or HeapStateBackend()
         self.storage = (storage or JobManagerCheckpointStorage()).create_access(job_id)
+        self.store = CheckpointStore(self.storage, num_retained)
         self.job_id = job_id
         self.operator_id = operator_id
         self.key_types = key_types
-        self.num_retained = num_retained
         self.local_dir = local_dir
         self._restore_override: tuple[CheckpointMetadata, CheckpointStreams] | None = None
 
@@ -49,11 +54,14 @@ class LocalRunner:
         check_parallelism(parallelism, self.max_parallelism)
         self.parallelism = parallelism
 
-    def restore_from(self, metadata: CheckpointMetadata, streams: CheckpointStreams) -> None:
+    def restore_from(self, metadata: CheckpointMetadata, streams: CheckpointStreams,
+                     mode: RestoreMode = RestoreMode.NO_CLAIM, pointer: Any = None) -> None:
         """Make the next epoch restore from ``metadata`` (e.g. a savepoint) instead of the latest
-        checkpoint of this runner."""
+        checkpoint of this runner. In no-claim mode its files are never deleted by this job."""
         check_max_parallelism(metadata.operator(self.operator_id), self.max_parallelism)
         self._restore_override = (metadata, streams)
+        restored = CompletedCheckpoint(pointer, metadata)
+        self.store = CheckpointStore(self.storage, self.store.num_retained, restored, mode)
 
     # --- epochs
     def run_epoch(self, records: Iterable[Any], checkpoint_id: int | None = None) -> list[Any]:
@@ -67,23 +75,35 @@ class LocalRunner:
             partitions[operator_index_for_key_group(self.max_parallelism, self.parallelism, key_group)].append(
                 (key, key_group, row))
         outputs: list[Any] = []
-        subtasks = [self._run_subtask(i, epoch, restored, partitions[i], outputs,
-                                      SnapshotOptions(SnapshotType.CHECKPOINT))
-                    for i in range(self.parallelism)]
+        subtasks: list[SubtaskState] = []
+        try:
+            for i in range(self.parallelism):
+                subtasks.append(self._run_subtask(i, epoch, restored, partitions[i], outputs,
+                                                  SnapshotOptions(SnapshotType.CHECKPOINT)))
+        except BaseException:
+            self.store.abort(epoch, subtasks)
+            raise
         self._commit(epoch, subtasks)
         return outputs
 
-    def savepoint(self) -> CheckpointMetadata:
-        """A canonical, self-contained snapshot of the latest completed checkpoint's state."""
-        epoch = self._next_checkpoint_id()
-        restored = self._restore_point(epoch)
-        subtasks = [self._run_subtask(i, epoch, restored, [], [], SnapshotOptions(SnapshotType.SAVEPOINT))
-                    for i in range(self.parallelism)]
-        return self._metadata(epoch, subtasks, is_savepoint=True)
+    def savepoint(self, savepoint_dir: str | None = None) -> CheckpointMetadata:
+        """A canonical, self-contained snapshot of the latest completed checkpoint's state, written
+        to ``<savepoint_dir>/savepoint-<job>-<id>/`` (or kept inline when no directory is given)."""
+        latest = self.store.latest()
+        if latest is None:
+            raise RestoreError(f"job {self.job_id!r} has no completed checkpoint to take a savepoint of")
+        if savepoint_dir is None:
+            return snapshot_as_savepoint(latest.metadata, self.streams, self.state_backend,
+                                         lambda subtask: InlineStreams(), local_dir=self.local_dir)
+        location = SavepointLocation(savepoint_dir, f"{self.job_id}-{latest.checkpoint_id}")
+        metadata = snapshot_as_savepoint(latest.metadata, self.streams, self.state_backend,
+                                         lambda subtask: location.streams, local_dir=self.local_dir)
+        location.commit(metadata.checkpoint_id, metadata.to_bytes())
+        return metadata
 
     def latest_metadata(self) -> CheckpointMetadata | None:
-        pointer = self.storage.latest_completed()
-        return CheckpointMetadata.from_bytes(self.storage.read_metadata(pointer)) if pointer else None
+        latest = self.store.latest()
+        return latest.metadata if latest else None
 
     @property
     def streams(self) -> CheckpointStreams:
@@ -92,17 +112,14 @@ class LocalRunner:
 
     # --- internals
     def _next_checkpoint_id(self) -> int:
-        latest = self.storage.latest_completed()
+        latest = self.store.latest()
         return latest.checkpoint_id + 1 if latest else 1
 
     def _restore_point(self, epoch: int) -> tuple[CheckpointMetadata, CheckpointStreams] | None:
         if self._restore_override is not None:
             return self._restore_override
-        earlier = [p for p in self.storage.completed() if p.checkpoint_id < epoch]
-        if not earlier:
-            return None
-        metadata = CheckpointMetadata.from_bytes(self.storage.read_metadata(earlier[-1]))
-        return metadata, self.storage.restore_streams()
+        earlier = self.store.latest_before(epoch)
+        return (earlier.metadata, self.storage.restore_streams()) if earlier else None
 
     def _run_subtask(self, index: int, epoch: int, restored: tuple[CheckpointMetadata, CheckpointStreams] | None,
                      records: list[tuple[Any, int, Any]], outputs: list[Any],
@@ -123,18 +140,13 @@ class LocalRunner:
         finally:
             task.close()
 
-    def _metadata(self, epoch: int, subtasks: list[SubtaskState], is_savepoint: bool = False) -> CheckpointMetadata:
+    def _metadata(self, epoch: int, subtasks: list[SubtaskState]) -> CheckpointMetadata:
         operator = OperatorState(self.operator_id, self.parallelism, self.max_parallelism, tuple(subtasks))
-        return CheckpointMetadata(epoch, self.job_id, {self.operator_id: operator}, is_savepoint=is_savepoint)
+        return CheckpointMetadata(epoch, self.job_id, {self.operator_id: operator},
+                                  properties={"backend": self.state_backend.name, "incremental": False})
 
     def _commit(self, epoch: int, subtasks: list[SubtaskState]) -> None:
-        # a replayed epoch supersedes checkpoints it recomputed (exactly-once rule)
-        for stale in [p for p in self.storage.completed() if p.checkpoint_id >= epoch]:
-            self.storage.dispose(stale)
-        self.storage.commit(epoch, self._metadata(epoch, subtasks).to_bytes())
+        self.store.add(self._metadata(epoch, subtasks))
         self._restore_override = None
-        completed = self.storage.completed()
-        for pointer in completed[:max(0, len(completed) - self.num_retained)]:
-            self.storage.dispose(pointer)
 
 

@@ -79,6 +79,19 @@ def infer_key_type(value: Any) -> str:
         f"{', '.join(SUPPORTED_KEY_TYPES)}")
 
 
+def _float32_bytes(value: float) -> bytes:
+    """The bytes Spark hashes for a FloatType value: the Python float rounded to float32 as Java's
+    ``(float)`` cast does (overflow gives +-inf, underflow +-0.0), then -0.0 as 0.0 and every NaN
+    as the canonical NaN (``Float.floatToIntBits``)."""
+    if math.isnan(value):
+        return _INT32.pack(0x7FC00000)
+    try:
+        data = _FLOAT32.pack(value)
+    except OverflowError:  # finite, but rounds past the largest float32
+        data = _FLOAT32.pack(math.copysign(math.inf, value))
+    return _INT32.pack(0) if _FLOAT32.unpack(data)[0] == 0.0 else data
+
+
 def _hash_one(value: Any, type_name: str, seed: int) -> int:
     """xxhash64 of one column value, exactly as Spark's ``XxHash64Function`` (unsigned result)."""
     if value is None:  # Spark skips nulls: the running hash is unchanged
@@ -94,9 +107,7 @@ def _hash_one(value: Any, type_name: str, seed: int) -> int:
     elif type_name == "bigint":
         data = _INT64.pack(value)
     elif type_name == "float":
-        data = _INT32.pack(0) if value == 0.0 else _FLOAT32.pack(value)  # Spark normalizes -0.0
-        if math.isnan(value):
-            data = _INT32.pack(0x7FC00000)
+        data = _float32_bytes(value)
     elif type_name == "double":
         data = _INT64.pack(0) if value == 0.0 else _FLOAT64.pack(value)
         if math.isnan(value):

@@ -90,6 +90,13 @@ class CheckpointStorageAccess(ABC):
     def restore_streams(self) -> CheckpointStreams:
         """Streams that read the handles of this job's completed checkpoints."""
 
+    def is_shared(self, handle: StreamStateHandle) -> bool:
+        """True for a stream in shared scope (it may outlive the checkpoint that wrote it)."""
+        return False
+
+    def discard_shared(self, handle: StreamStateHandle) -> None:
+        """Delete a shared stream no retained checkpoint references any more."""
+
     @abstractmethod
     def read_metadata(self, pointer: CompletedCheckpointPointer) -> bytes: ...
 

@@ -1,0 +1,165 @@
+"""Completed checkpoints of one job: commit, retention and the lifetime of shared files.
+
+``CheckpointStore`` is the coordinator's single entry point (Flink's
+``CompletedCheckpointStore`` plus ``SharedStateRegistry``):
+
+* ``add`` commits a checkpoint (its ``_metadata`` last), then keeps the newest
+  ``num_retained`` and disposes the rest;
+* a shared file (incremental snapshots) records the last checkpoint that referenced it and is
+  deleted once it is older than every retained checkpoint;
+* the registry is rebuilt from the retained ``_metadata`` files when a coordinator starts, so it
+  survives restarts;
+* files of a snapshot restored in **no-claim** mode (the default) are never deleted; in
+  **claim** mode that snapshot's shared files are adopted and follow retention.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
+from statekit.spi.errors import ConfigurationError
+from statekit.spi.handles import StreamStateHandle
+from statekit.spi.storage import CheckpointStorageAccess, CompletedCheckpointPointer
+
+log = logging.getLogger(__name__)
+DEFAULT_NUM_RETAINED = 3
+
+
+class RestoreMode(str, enum.Enum):
+    NO_CLAIM = "no-claim"  # never delete the restored snapshot's files
+    CLAIM = "claim"  # the job owns the restored snapshot's files from now on
+
+    @classmethod
+    def parse(cls, value: str) -> "RestoreMode":
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            raise ConfigurationError(f"spark.statekit.restore.mode must be one of "
+                                     f"{[m.value for m in cls]}, got {value!r}") from None
+
+
+@dataclass(frozen=True)
+class CompletedCheckpoint:
+    pointer: CompletedCheckpointPointer
+    metadata: CheckpointMetadata
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.metadata.checkpoint_id
+
+
+def stream_handles(metadata: CheckpointMetadata) -> Iterator[StreamStateHandle]:
+    for operator in metadata.operators.values():
+        yield from subtask_stream_handles(operator.subtasks)
+
+
+def subtask_stream_handles(subtasks: Iterable[SubtaskState]) -> Iterator[StreamStateHandle]:
+    for subtask in subtasks:
+        for handle in subtask.keyed:
+            yield from handle.stream_handles()
+        if subtask.operator is not None:
+            yield from subtask.operator.stream_handles()
+
+
+def _key(handle: StreamStateHandle) -> str:
+    return getattr(handle, "path", None) or handle.checksum
+
+
+class SharedStateRegistry:
+    """Shared file -> the newest checkpoint id that references it."""
+
+    def __init__(self) -> None:
+        self.last_used: dict[str, int] = {}
+        self._handles: dict[str, StreamStateHandle] = {}
+        self.protected: set[str] = set()
+
+    def register(self, checkpoint_id: int, handles: Iterable[StreamStateHandle]) -> None:
+        for handle in handles:
+            key = _key(handle)
+            self._handles[key] = handle
+            if self.last_used.get(key, -1) < checkpoint_id:
+                self.last_used[key] = checkpoint_id
+
+    def unused_before(self, lowest_retained: int) -> list[StreamStateHandle]:
+        """Unregister and return the files no checkpoint from ``lowest_retained`` on uses."""
+        dropped = [k for k, last in self.last_used.items() if last < lowest_retained and k not in self.protected]
+        for key in dropped:
+            del self.last_used[key]
+        return [self._handles.pop(key) for key in dropped]
+
+
+class CheckpointStore:
+    def __init__(self, access: CheckpointStorageAccess, num_retained: int = DEFAULT_NUM_RETAINED,
+                 restored_from: CompletedCheckpoint | None = None,
+                 restore_mode: RestoreMode = RestoreMode.NO_CLAIM) -> None:
+        if not isinstance(num_retained, int) or num_retained < 1:
+            raise ConfigurationError(f"spark.statekit.checkpoint.num-retained must be a positive integer, "
+                                     f"got {num_retained!r}")
+        self.access = access
+        self.num_retained = num_retained
+        self.registry = SharedStateRegistry()
+        self._retained: list[CompletedCheckpoint] = []
+        for pointer in access.completed():
+            self._retained.append(CompletedCheckpoint(
+                pointer, CheckpointMetadata.from_bytes(access.read_metadata(pointer), pointer.external_pointer)))
+        for checkpoint in self._retained:
+            self.registry.register(checkpoint.checkpoint_id, self._shared(checkpoint.metadata))
+        if restored_from is not None:
+            shared = [_key(h) for h in self._shared(restored_from.metadata)]
+            if restore_mode is RestoreMode.CLAIM:
+                self.registry.register(restored_from.checkpoint_id, self._shared(restored_from.metadata))
+            else:
+                self.registry.protected.update(shared)
+
+    # --- queries
+    def completed(self) -> list[CompletedCheckpoint]:
+        return list(self._retained)
+
+    def latest(self) -> CompletedCheckpoint | None:
+        return self._retained[-1] if self._retained else None
+
+    def latest_before(self, checkpoint_id: int) -> CompletedCheckpoint | None:
+        """The restore point of epoch ``checkpoint_id`` (exactly-once rule)."""
+        earlier = [c for c in self._retained if c.checkpoint_id < checkpoint_id]
+        return earlier[-1] if earlier else None
+
+    # --- changes
+    def add(self, metadata: CheckpointMetadata) -> CompletedCheckpoint:
+        """Commit ``metadata``; a replayed epoch first discards the checkpoints it supersedes."""
+        # registered first, so disposing superseded checkpoints never deletes a file this one uses
+        self.registry.register(metadata.checkpoint_id, self._shared(metadata))
+        for stale in [c for c in self._retained if c.checkpoint_id >= metadata.checkpoint_id]:
+            log.warning("checkpoint %d of a replayed epoch supersedes completed checkpoint %d",
+                        metadata.checkpoint_id, stale.checkpoint_id)
+            self._dispose(stale)
+        pointer = self.access.commit(metadata.checkpoint_id, metadata.to_bytes())
+        completed = CompletedCheckpoint(pointer, metadata)
+        self._retained.append(completed)
+        while len(self._retained) > self.num_retained:
+            self._dispose(self._retained[0])
+        return completed
+
+    def abort(self, checkpoint_id: int, acknowledged: Iterable[SubtaskState] = ()) -> None:
+        """Remove what a failed checkpoint wrote: its directory and its unregistered shared files."""
+        self.access.abort(checkpoint_id)
+        for handle in subtask_stream_handles(acknowledged):
+            if self.access.is_shared(handle) and _key(handle) not in self.registry.last_used \
+                    and _key(handle) not in self.registry.protected:
+                self.access.discard_shared(handle)
+
+    def _dispose(self, checkpoint: CompletedCheckpoint) -> None:
+        self._retained.remove(checkpoint)
+        self.access.dispose(checkpoint.pointer)
+        if self._retained:
+            lowest = self._retained[0].checkpoint_id
+        else:
+            # nothing retained: only files registered by later checkpoints would survive
+            lowest = checkpoint.checkpoint_id + 1
+        for handle in self.registry.unused_before(lowest):
+            self.access.discard_shared(handle)
+
+    def _shared(self, metadata: CheckpointMetadata) -> list[StreamStateHandle]:
+        return [h for h in stream_handles(metadata) if self.access.is_shared(h)]

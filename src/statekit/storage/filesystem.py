@@ -1,0 +1,380 @@
+"""The ``filesystem`` storage: checkpoints on any fsspec URL (file://, s3://, memory://, ...).
+
+Layout (Flink's)::
+
+    <dir>/<job-id>/chk-<n>/_metadata    written last, atomically: its presence = complete
+    <dir>/<job-id>/chk-<n>/<file>       exclusive files of checkpoint n
+    <dir>/<job-id>/shared/<file>        files shared by incremental checkpoints
+    <savepoint-dir>/savepoint-<id>/     self-contained: _metadata and its files
+
+Handles record paths relative to the job directory (checkpoints) or the savepoint directory
+(savepoints), so a savepoint can be moved. Streams smaller than ``memory_threshold`` bytes are
+kept inline in the metadata instead of becoming files (Flink's ``fs.memory-threshold``).
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import xxhash
+
+from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, SnapshotError
+from statekit.spi.handles import FileStateHandle, InlineStateHandle, StreamStateHandle, verify_checksum
+from statekit.spi.storage import (
+    CheckpointOutputStream, CheckpointStorage, CheckpointStorageAccess, CheckpointStreams,
+    CompletedCheckpointPointer, StateScope,
+)
+
+METADATA_FILE = "_metadata"
+SHARED_DIR = "shared"
+CHECKPOINT_DIR_PATTERN = re.compile(r"^chk-(\d+)$")
+DEFAULT_MEMORY_THRESHOLD = 20 * 1024
+CHECKPOINT_DIR_SETTING = "spark.statekit.checkpoint.dir"
+#: file systems whose rename is atomic, so _metadata is written to a temporary name first;
+#: object stores get a single PUT, which is atomic by itself
+_RENAMING_PROTOCOLS = {"file", "local", "hdfs", "arrow_hdfs", "webhdfs", "viewfs"}
+
+
+def open_url(url: str, setting: str = CHECKPOINT_DIR_SETTING,
+             storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec file system and path of ``url``, or a ConfigurationError naming ``setting``."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError(f"{setting} must be a directory URL such as file:///data/checkpoints or "
+                                 f"s3://bucket/checkpoints, got {url!r}")
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except (ValueError, ImportError) as exc:
+        raise ConfigurationError(
+            f"{setting}={url!r} cannot be opened: {exc}. Use a URL scheme fsspec knows (file, s3, gs, "
+            f"memory, hdfs, ...) and install its package (e.g. `pip install statekit[s3]` for s3://)") from exc
+    return fs, path.rstrip("/") or "/"
+
+
+def _protocol(fs: fsspec.AbstractFileSystem) -> str:
+    protocol = fs.protocol
+    return protocol[0] if isinstance(protocol, (tuple, list)) else protocol
+
+
+def _join(*parts: str) -> str:
+    return posixpath.join(*parts)
+
+
+class FileSystemOutputStream(CheckpointOutputStream):
+    """Buffers up to the memory threshold, then streams to a file; checksums as it writes."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, relative_path: str, memory_threshold: int) -> None:
+        super().__init__()
+        self._fs = fs
+        self._root = root
+        self._relative = relative_path
+        self._threshold = memory_threshold
+        self._buffer = bytearray()
+        self._file: Any = None
+        self._size = 0
+        self._hasher = xxhash.xxh3_64()
+
+    @property
+    def path(self) -> str:
+        return _join(self._root, self._relative)
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def,override]
+        if self.closed:
+            raise SnapshotError(f"write to closed checkpoint stream {self.path}")
+        n = memoryview(data).nbytes
+        self._hasher.update(data)
+        self._size += n
+        try:
+            if self._file is None:
+                self._buffer += data
+                if len(self._buffer) > self._threshold:
+                    self._open_file()
+            else:
+                self._file.write(data)
+        except OSError as exc:
+            raise SnapshotError(f"cannot write checkpoint file {self.path}: {exc}") from exc
+        return n
+
+    def _open_file(self) -> None:
+        self._fs.makedirs(posixpath.dirname(self.path), exist_ok=True)
+        self._file = self._fs.open(self.path, "wb")
+        self._file.write(bytes(self._buffer))
+        self._buffer = bytearray()
+
+    def tell(self) -> int:
+        return self._size
+
+    def close_and_get_handle(self) -> StreamStateHandle:
+        try:
+            if self._file is None:
+                handle: StreamStateHandle = InlineStateHandle(bytes(self._buffer))
+            else:
+                self._file.close()
+                handle = FileStateHandle(self._relative, self._size, self._hasher.hexdigest())
+        except OSError as exc:
+            self.discard()
+            raise SnapshotError(f"cannot finish checkpoint file {self.path}: {exc}") from exc
+        self._buffer = bytearray()
+        self.close()
+        return handle
+
+    def discard(self) -> None:
+        self._buffer = bytearray()
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            try:
+                self._fs.rm_file(self.path)
+            except (OSError, FileNotFoundError):
+                pass
+            self._file = None
+        self.close()
+
+
+class FileSystemCheckpointStreams(CheckpointStreams):
+    """Reads any handle relative to ``root``; writes exclusive files under ``exclusive_dir``."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, exclusive_dir: str | None = None,
+                 memory_threshold: int = DEFAULT_MEMORY_THRESHOLD) -> None:
+        self.fs = fs
+        self.root = root
+        self.exclusive_dir = exclusive_dir
+        self.memory_threshold = memory_threshold
+
+    def create_output(self, scope: StateScope = StateScope.EXCLUSIVE,
+                      name: str | None = None) -> CheckpointOutputStream:
+        directory = SHARED_DIR if scope is StateScope.SHARED else self.exclusive_dir
+        if directory is None:
+            raise SnapshotError("these checkpoint streams are read-only")
+        file_name = f"{name or 'state'}-{uuid.uuid4().hex}"
+        return FileSystemOutputStream(self.fs, self.root, _join(directory, file_name), self.memory_threshold)
+
+    def read(self, handle: StreamStateHandle) -> bytes:
+        if isinstance(handle, InlineStateHandle):
+            return handle.data
+        path = self._path(handle)
+        data = self._cat(path, None, None)
+        if len(data) != handle.size:
+            raise CorruptStateError(f"checkpoint file {path} is truncated or was changed: {len(data)} bytes, "
+                                    f"its handle records {handle.size}")
+        verify_checksum(data, handle.checksum, f"checkpoint file {path}")
+        return data
+
+    def read_range(self, handle: StreamStateHandle, offset: int, length: int) -> bytes:
+        if isinstance(handle, InlineStateHandle):
+            data = handle.data[offset:offset + length]
+            path = "inline state"
+        else:
+            path = self._path(handle)
+            data = self._cat(path, offset, offset + length)
+        if len(data) != length:
+            raise CorruptStateError(f"{path} is truncated: wanted bytes [{offset}, {offset + length}) but "
+                                    f"got {len(data)}")
+        return data
+
+    def _path(self, handle: StreamStateHandle) -> str:
+        if not isinstance(handle, FileStateHandle):
+            raise RestoreError(f"the filesystem storage cannot read a {type(handle).__name__}")
+        return _join(self.root, handle.path)
+
+    def _cat(self, path: str, start: int | None, end: int | None) -> bytes:
+        try:
+            return self.fs.cat_file(path, start=start, end=end)
+        except FileNotFoundError as exc:
+            raise RestoreError(f"checkpoint file {path} is missing; it was deleted or the checkpoint was "
+                               f"moved (only savepoints are relocatable)") from exc
+        except OSError as exc:
+            raise RestoreError(f"cannot read checkpoint file {path}: {exc}") from exc
+
+
+def write_metadata_atomically(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    """Write ``_metadata`` so readers see all of it or nothing; never replace different content."""
+    try:
+        if fs.exists(path):
+            if fs.cat_file(path) == data:
+                return
+            raise SnapshotError(f"{path} already exists with different content; a completed checkpoint is never "
+                                f"overwritten (discard it explicitly first)")
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        if _protocol(fs) in _RENAMING_PROTOCOLS:
+            temporary = f"{path}.inprogress-{uuid.uuid4().hex}"
+            fs.pipe_file(temporary, data)
+            fs.mv(temporary, path)
+        else:
+            fs.pipe_file(path, data)
+    except OSError as exc:
+        raise SnapshotError(f"cannot write checkpoint metadata {path}: {exc}") from exc
+
+
+class FileSystemStorageAccess(CheckpointStorageAccess):
+    def __init__(self, fs: fsspec.AbstractFileSystem, checkpoint_root: str, job_id: str, memory_threshold: int) -> None:
+        self.fs = fs
+        self.job_root = _join(checkpoint_root, job_id)
+        self.job_id = job_id
+        self.memory_threshold = memory_threshold
+
+    def streams(self, checkpoint_id: int, subtask: str) -> CheckpointStreams:
+        return FileSystemCheckpointStreams(self.fs, self.job_root, f"chk-{checkpoint_id}", self.memory_threshold)
+
+    def restore_streams(self) -> CheckpointStreams:
+        return FileSystemCheckpointStreams(self.fs, self.job_root, None, self.memory_threshold)
+
+    def commit(self, checkpoint_id: int, metadata: bytes) -> CompletedCheckpointPointer:
+        write_metadata_atomically(self.fs, self._metadata_path(checkpoint_id), metadata)
+        return self._pointer(checkpoint_id)
+
+    def abort(self, checkpoint_id: int) -> None:
+        directory = _join(self.job_root, f"chk-{checkpoint_id}")
+        if self.fs.exists(self._metadata_path(checkpoint_id)):
+            raise SnapshotError(f"checkpoint {checkpoint_id} is complete and cannot be aborted")
+        self._rm_tree(directory)
+
+    def completed(self) -> list[CompletedCheckpointPointer]:
+        try:
+            entries = self.fs.ls(self.job_root, detail=False)
+        except FileNotFoundError:
+            return []
+        ids = sorted(int(m.group(1)) for entry in entries
+                     if (m := CHECKPOINT_DIR_PATTERN.match(posixpath.basename(entry.rstrip("/")))))
+        return [self._pointer(i) for i in ids if self.fs.exists(self._metadata_path(i))]
+
+    def latest_completed(self) -> CompletedCheckpointPointer | None:
+        completed = self.completed()
+        return completed[-1] if completed else None
+
+    def read_metadata(self, pointer: CompletedCheckpointPointer) -> bytes:
+        path = self._metadata_path(pointer.checkpoint_id)
+        try:
+            return self.fs.cat_file(path)
+        except FileNotFoundError:
+            raise RestoreError(f"{path} does not exist: checkpoint {pointer.checkpoint_id} is not complete") from None
+
+    def dispose(self, pointer: CompletedCheckpointPointer) -> None:
+        # _metadata goes first: a half-deleted checkpoint must never look complete
+        try:
+            self.fs.rm_file(self._metadata_path(pointer.checkpoint_id))
+        except FileNotFoundError:
+            pass
+        self._rm_tree(_join(self.job_root, f"chk-{pointer.checkpoint_id}"))
+
+    def is_shared(self, handle: StreamStateHandle) -> bool:
+        return isinstance(handle, FileStateHandle) and handle.path.startswith(SHARED_DIR + "/")
+
+    def discard_shared(self, handle: StreamStateHandle) -> None:
+        if self.is_shared(handle):
+            try:
+                self.fs.rm_file(_join(self.job_root, handle.path))  # type: ignore[attr-defined]
+            except FileNotFoundError:
+                pass
+
+    def _rm_tree(self, directory: str) -> None:
+        try:
+            self.fs.rm(directory, recursive=True)
+        except FileNotFoundError:
+            pass
+
+    def _metadata_path(self, checkpoint_id: int) -> str:
+        return _join(self.job_root, f"chk-{checkpoint_id}", METADATA_FILE)
+
+    def _pointer(self, checkpoint_id: int) -> CompletedCheckpointPointer:
+        return CompletedCheckpointPointer(checkpoint_id, self.fs.unstrip_protocol(
+            _join(self.job_root, f"chk-{checkpoint_id}")))
+
+
+class FileSystemCheckpointStorage(CheckpointStorage):
+    name = "filesystem"
+
+    def __init__(self, checkpoint_dir: str, memory_threshold: int | str = DEFAULT_MEMORY_THRESHOLD,
+                 storage_options: dict[str, Any] | None = None) -> None:
+        self.checkpoint_dir = checkpoint_dir
+        self.storage_options = dict(storage_options or {})
+        try:
+            self.memory_threshold = int(memory_threshold)
+        except (TypeError, ValueError):
+            self.memory_threshold = -1
+        if self.memory_threshold < 0:
+            raise ConfigurationError(f"spark.statekit.checkpoint.filesystem.memory-threshold must be a "
+                                     f"non-negative number of bytes, got {memory_threshold!r}")
+        open_url(checkpoint_dir, CHECKPOINT_DIR_SETTING, self.storage_options)  # fail early on a bad URL
+
+    def create_access(self, job_id: str) -> FileSystemStorageAccess:
+        fs, root = open_url(self.checkpoint_dir, CHECKPOINT_DIR_SETTING, self.storage_options)
+        check_writable(fs, _join(root, job_id), CHECKPOINT_DIR_SETTING, self.checkpoint_dir)
+        return FileSystemStorageAccess(fs, root, job_id, self.memory_threshold)
+
+    def __repr__(self) -> str:
+        return f"FileSystemCheckpointStorage({self.checkpoint_dir!r})"
+
+
+def check_writable(fs: fsspec.AbstractFileSystem, directory: str, setting: str, url: str) -> None:
+    """Create ``directory`` and write and delete a probe file in it, or fail naming the setting."""
+    probe = _join(directory, f".statekit-probe-{uuid.uuid4().hex}")
+    try:
+        fs.makedirs(directory, exist_ok=True)
+        fs.pipe_file(probe, b"")
+        fs.rm_file(probe)
+    except (OSError, PermissionError) as exc:
+        raise ConfigurationError(f"{setting}={url!r} is not writable ({type(exc).__name__}: {exc}); choose a "
+                                 f"directory this process may write, or fix its permissions") from exc
+
+
+# ---------------------------------------------------------------------------- savepoints and pointers
+
+
+@dataclass(frozen=True)
+class ResolvedSnapshot:
+    """A completed checkpoint or savepoint found by URL: its metadata bytes and its streams."""
+
+    pointer: CompletedCheckpointPointer
+    metadata: bytes
+    streams: CheckpointStreams
+
+
+class SavepointLocation:
+    """Where one savepoint is written: ``<savepoint-dir>/savepoint-<id>/``."""
+
+    def __init__(self, savepoint_dir: str, savepoint_id: str, storage_options: dict[str, Any] | None = None,
+                 memory_threshold: int = DEFAULT_MEMORY_THRESHOLD) -> None:
+        fs, root = open_url(savepoint_dir, "spark.statekit.savepoint.dir", storage_options)
+        self.fs = fs
+        self.directory = _join(root, f"savepoint-{savepoint_id}")
+        check_writable(fs, self.directory, "spark.statekit.savepoint.dir", savepoint_dir)
+        # a savepoint's files are all exclusive and live beside its _metadata
+        self.streams = FileSystemCheckpointStreams(fs, self.directory, ".", memory_threshold)
+
+    def commit(self, checkpoint_id: int, metadata: bytes) -> CompletedCheckpointPointer:
+        write_metadata_atomically(self.fs, _join(self.directory, METADATA_FILE), metadata)
+        return CompletedCheckpointPointer(checkpoint_id, self.fs.unstrip_protocol(self.directory), is_savepoint=True)
+
+
+def resolve(url: str, storage_options: dict[str, Any] | None = None,
+            setting: str = "spark.statekit.restore.path") -> ResolvedSnapshot:
+    """Find a completed snapshot by URL: a ``_metadata`` file, a ``chk-<n>`` or ``savepoint-<id>``
+    directory, or a job directory (its latest completed checkpoint)."""
+    fs, path = open_url(url, setting, storage_options)
+    if posixpath.basename(path) == METADATA_FILE:
+        path = posixpath.dirname(path)
+    metadata_path = _join(path, METADATA_FILE)
+    if not fs.exists(metadata_path):
+        match = CHECKPOINT_DIR_PATTERN.match(posixpath.basename(path))
+        if match or not fs.exists(path):
+            raise RestoreError(f"{setting}={url!r} is not a completed checkpoint or savepoint: {metadata_path} "
+                               f"does not exist (a checkpoint without _metadata never completed)")
+        access = FileSystemStorageAccess(fs, posixpath.dirname(path), posixpath.basename(path), DEFAULT_MEMORY_THRESHOLD)
+        latest = access.latest_completed()
+        if latest is None:
+            raise RestoreError(f"{setting}={url!r} holds no completed checkpoint (no chk-<n>/_metadata)")
+        path = _join(path, f"chk-{latest.checkpoint_id}")
+        metadata_path = _join(path, METADATA_FILE)
+    data = fs.cat_file(metadata_path)
+    # checkpoint handles are relative to the job directory, savepoint handles to their own
+    match = CHECKPOINT_DIR_PATTERN.match(posixpath.basename(path))
+    root = posixpath.dirname(path) if match else path
+    checkpoint_id = int(match.group(1)) if match else -1
+    pointer = CompletedCheckpointPointer(checkpoint_id, fs.unstrip_protocol(path), is_savepoint=not match)
+    return ResolvedSnapshot(pointer, data, FileSystemCheckpointStreams(fs, root))
