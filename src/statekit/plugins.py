@@ -18,6 +18,7 @@ BACKEND_GROUP = "statekit.backends"
 STORAGE_GROUP = "statekit.storages"
 BUILTIN_BACKENDS = {
     "heap": "statekit.backends.heap:HeapStateBackend",
+    "rocksdb": "statekit.backends.rocksdb:RocksDBStateBackend",
 }
 BUILTIN_STORAGES = {
     "jobmanager": "statekit.storage.memory:JobManagerCheckpointStorage",

@@ -93,6 +93,9 @@ class KeyedBackendParams:
     restore_checkpoint_id: int | None = None
     #: executor-local working directory for backends that keep files
     local_dir: str | None = None
+    #: may the next checkpoint reference files of the restored snapshot? False when restoring in
+    #: no-claim mode, whose first checkpoint must not depend on the snapshot restored from
+    share_restored_files: bool = True
 
     @property
     def key_group_range(self) -> KeyGroupRange:

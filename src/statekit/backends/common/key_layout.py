@@ -1,0 +1,96 @@
+"""The byte layout of keyed state in ordered key-value stores (DESIGN.md §3).
+
+    key_group (2 bytes, big-endian) | varint len(key) | key | varint len(ns) | ns [| user_key]
+
+Length prefixes make the layout prefix-free: no (key group, key, namespace) prefix is a prefix
+of another, so one key group, one key and one (key, namespace) are each a contiguous byte
+range. Rescaling and map iteration are therefore range scans; the user key (map state) is the
+last part and needs no prefix.
+"""
+from __future__ import annotations
+
+from statekit.spi.errors import ConfigurationError
+from statekit.spi.key_groups import KeyGroupRange
+
+KEY_GROUP_PREFIX_BYTES = 2
+_VARINT_CACHE = [bytes([n]) for n in range(128)]
+
+
+def varint(n: int) -> bytes:
+    """Unsigned LEB128."""
+    if n < 128:
+        return _VARINT_CACHE[n]
+    out = bytearray()
+    while n >= 128:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the position after it."""
+    shift = result = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 128:
+            return result, pos
+        shift += 7
+
+
+def key_group_prefix(key_group: int) -> bytes:
+    if not 0 <= key_group < 1 << 16:
+        raise ConfigurationError(f"key group {key_group} does not fit the 2-byte key-group prefix")
+    return key_group.to_bytes(KEY_GROUP_PREFIX_BYTES, "big")
+
+
+def key_prefix(key_group: int, key: bytes) -> bytes:
+    """The prefix shared by every cell of one key (all namespaces, all user keys)."""
+    return key_group_prefix(key_group) + varint(len(key)) + key
+
+
+def cell_prefix(key_prefix_bytes: bytes, namespace: bytes) -> bytes:
+    """The full key of a value/list/reducing/aggregating cell, and the prefix of a map's entries."""
+    return key_prefix_bytes + varint(len(namespace)) + namespace
+
+
+def key_group_bounds(key_groups: KeyGroupRange) -> tuple[bytes, bytes]:
+    """``[lower, upper)`` byte bounds of every cell in ``key_groups``."""
+    return (key_groups.start.to_bytes(2, "big"), (key_groups.end + 1).to_bytes(3, "big")[1:]
+            if key_groups.end + 1 < 1 << 16 else b"\xff\xff\xff")
+
+
+def prefix_upper_bound(prefix: bytes) -> bytes:
+    """The smallest byte string greater than every string that starts with ``prefix``."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return b"\xff" * (len(prefix) + 1)
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def split_cell_key(data: bytes) -> tuple[int, bytes, bytes, bytes]:
+    """``(key_group, key, namespace, user_key)`` of a stored key (user key empty if none)."""
+    key_group = int.from_bytes(data[:2], "big")
+    key_len, pos = read_varint(data, 2)
+    key = data[pos:pos + key_len]
+    pos += key_len
+    ns_len, pos = read_varint(data, pos)
+    namespace = data[pos:pos + ns_len]
+    return key_group, key, namespace, data[pos + ns_len:]
+
+
+def encode_list(elements: list[bytes]) -> bytes:
+    """List state as one value: each element length-prefixed (rocksdict has no merge operator)."""
+    return b"".join(varint(len(e)) + e for e in elements)
+
+
+def decode_list(data: bytes) -> list[bytes]:
+    out = []
+    pos, end = 0, len(data)
+    while pos < end:
+        n, pos = read_varint(data, pos)
+        out.append(data[pos:pos + n])
+        pos += n
+    return out

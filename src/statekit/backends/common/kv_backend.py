@@ -1,0 +1,245 @@
+"""A keyed state backend over any ordered byte key-value store.
+
+Subclasses provide the store (``_table``, ``_view``, ``dispose``); this class provides the state
+kinds, the key layout, key iteration, and full snapshots and restores in the canonical format.
+The RocksDB and LMDB backends are built on it, and so can a plugin's.
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any, Iterator, Sequence
+
+from statekit.backends.common.canonical import CanonicalSnapshotWriter, read_key_groups
+from statekit.backends.common.key_layout import (
+    decode_list, encode_list, key_group_bounds, key_group_prefix, split_cell_key, varint,
+)
+from statekit.backends.common.kv_states import (
+    KVAggregatingState, KVListState, KVMapState, KVReducingState, KVState, KVValueState,
+)
+from statekit.backends.common.kv_store import KVTable, KVView
+from statekit.backends.common.namespaces import encode_namespace
+from statekit.backends.common.registration import RegisteredState, default_value, register
+from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions
+from statekit.spi.descriptors import StateDescriptor, StateKind
+from statekit.spi.errors import RestoreError, StateAccessError
+from statekit.spi.handles import KeyGroupsStateHandle, StateHandle, StateMetaInfo
+from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
+from statekit.spi.state import State, VOID_NAMESPACE
+from statekit.spi.storage import CheckpointStreams
+
+_STATE_CLASSES = {StateKind.VALUE: KVValueState, StateKind.LIST: KVListState, StateKind.MAP: KVMapState,
+                  StateKind.REDUCING: KVReducingState, StateKind.AGGREGATING: KVAggregatingState}
+
+
+class KVKeyedStateBackend(KeyedStateBackend):
+    #: the backend's name in error messages
+    backend_name = "kv"
+    supports_ttl = False
+
+    def __init__(self, params: KeyedBackendParams) -> None:
+        super().__init__(params)
+        self._registrations: dict[str, RegisteredState] = {}
+        self._states: dict[str, KVState] = {}
+        self._key: Any = None
+        self._key_group = -1
+        self._prefix: bytes | None = None
+        start = self.key_group_range.start
+        self._kg_prefixes = [key_group_prefix(start + i) for i in range(len(self.key_group_range))]
+
+    # --- the store, provided by subclasses
+    @abstractmethod
+    def _table(self, name: str) -> KVTable:
+        """The table of state ``name``, created if missing."""
+
+    @abstractmethod
+    def _view(self) -> KVView:
+        """A consistent view of all tables (the synchronous part of a full snapshot)."""
+
+    # --- current key
+    def set_current_key(self, key: Any, key_group: int) -> None:
+        index = key_group - self.key_group_range.start
+        if not 0 <= index < len(self._kg_prefixes):
+            raise StateAccessError(
+                f"key {key!r} is in key group {key_group}, outside this backend's range "
+                f"{self.key_group_range}; the key group must be computed with the job's max parallelism")
+        self._key, self._key_group, self._prefix = key, key_group, None
+
+    def current_key_prefix(self) -> bytes:
+        """The stored-key prefix of the current key, serialized once per key change."""
+        prefix = self._prefix
+        if prefix is None:
+            if self._key_group < 0:
+                raise StateAccessError("keyed state was accessed with no current key; call set_current_key first")
+            key_bytes = self.key_serializer.serialize(self._key)
+            prefix = self._prefix = (self._kg_prefixes[self._key_group - self.key_group_range.start]
+                                     + varint(len(key_bytes)) + key_bytes)
+        return prefix
+
+    @property
+    def current_key(self) -> Any:
+        return self._key
+
+    @property
+    def current_key_group(self) -> int:
+        return self._key_group
+
+    # --- states
+    def get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> State:
+        registration = register(self._registrations.get(descriptor.name), descriptor, namespace_serializer,
+                                self.supports_ttl, self.backend_name)
+        self._registrations[descriptor.name] = registration
+        state = self._states.get(descriptor.name)
+        if state is None:
+            table = self._table(descriptor.name)
+            cls = _STATE_CLASSES[descriptor.kind]
+            if descriptor.kind is StateKind.VALUE:
+                state = KVValueState(self, table, registration, default_value(descriptor))
+            elif descriptor.kind is StateKind.REDUCING:
+                state = KVReducingState(self, table, registration, descriptor.reduce_function)  # type: ignore[attr-defined]
+            elif descriptor.kind is StateKind.AGGREGATING:
+                state = KVAggregatingState(self, table, registration, descriptor.aggregate_function)  # type: ignore[attr-defined]
+            else:
+                state = cls(self, table, registration)
+            self._states[descriptor.name] = state
+        return state
+
+    def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
+        registration = self._registrations.get(state_name)
+        if registration is None:
+            return iter(())
+        wanted = encode_namespace(namespace, registration.namespace_serializer)
+        lower, upper = key_group_bounds(self.key_group_range)
+        return self._distinct_keys(self._table(state_name).items(lower, upper), wanted)
+
+    def _distinct_keys(self, entries: Iterator[tuple[bytes, bytes]], namespace: bytes) -> Iterator[Any]:
+        previous = None
+        deserialize = self.key_serializer.deserialize
+        for stored, _ in entries:
+            _, key, ns, _ = split_cell_key(stored)
+            if ns == namespace and key != previous:
+                previous = key
+                yield deserialize(key)
+
+    def state_names(self) -> list[str]:
+        return sorted(self._registrations)
+
+    def state_metas(self) -> list[StateMetaInfo]:
+        return [self._registrations[name].meta() for name in sorted(self._registrations)]
+
+    # --- full snapshots (canonical format)
+    def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
+        return CanonicalKVSnapshot(self._view(), self.key_group_range, self.key_serializer, self.state_metas())
+
+    # --- restore from canonical snapshots
+    def restore_canonical(self, handles: Sequence[StateHandle], streams: CheckpointStreams | None) -> None:
+        for handle in handles:
+            if not isinstance(handle, KeyGroupsStateHandle):
+                raise RestoreError(f"the {self.backend_name} backend cannot restore a {type(handle).__name__} here")
+            if streams is None:
+                raise RestoreError("restore handles were given without the streams to read them")
+            self.adopt_state_metas(handle.states, handle.key_serializer)
+            target = handle.restore_key_groups(self.key_group_range)
+            for key_group, batch in read_key_groups(handle, streams, target):
+                self._load_batch(key_group, batch)
+
+    def adopt_state_metas(self, metas: Sequence[StateMetaInfo], key_serializer: dict[str, Any]) -> None:
+        """Know the restored states (kind, serializers) before the job registers them again."""
+        check_compatibility("<keys>", "key", self.key_serializer, SerializerSnapshot.from_json(key_serializer))
+        for meta in metas:
+            if meta.name not in self._registrations:
+                self._registrations[meta.name] = RegisteredState.from_meta(meta)
+
+    def _load_batch(self, key_group: int, batch: Any) -> None:
+        columns = batch.to_pydict()
+        kg = key_group_prefix(key_group)
+        states, keys, namespaces, user_keys, values = (columns["state"], columns["key"], columns["namespace"],
+                                                       columns["user_key"], columns["value"])
+        n = len(states)
+        start = 0
+        while start < n:
+            name = states[start]
+            end = start
+            while end < n and states[end] == name:
+                end += 1
+            registration = self._registrations.get(name)
+            if registration is None:
+                raise RestoreError(f"snapshot rows for state {name!r}, which its handle does not describe")
+            entries: list[tuple[bytes, bytes]] = []
+            is_list = registration.kind is StateKind.LIST
+            pending_cell, pending_elements = None, []  # list elements of one cell are adjacent
+            for i in range(start, end):
+                key = keys[i]
+                namespace = namespaces[i]
+                cell = kg + varint(len(key)) + key + varint(len(namespace)) + namespace
+                if is_list:
+                    if cell != pending_cell and pending_cell is not None:
+                        entries.append((pending_cell, encode_list(pending_elements)))
+                        pending_elements = []
+                    pending_cell = cell
+                    pending_elements.append(values[i])
+                else:
+                    entries.append((cell + (user_keys[i] or b""), values[i]))
+            if pending_cell is not None:
+                entries.append((pending_cell, encode_list(pending_elements)))
+            self._table(name).put_many(entries)
+            start = end
+
+
+class CanonicalKVSnapshot(PendingSnapshot):
+    """Writes a ``KVView`` in the canonical format, key group by key group."""
+
+    def __init__(self, view: KVView, key_groups: KeyGroupRange, key_serializer: TypeSerializer,
+                 metas: list[StateMetaInfo]) -> None:
+        self._view = view
+        self._key_groups = key_groups
+        self._key_serializer = key_serializer
+        self._metas = metas
+
+    def write(self, streams: CheckpointStreams) -> StateHandle | None:
+        if not self._metas:
+            self.release()
+            return None
+        writer = CanonicalSnapshotWriter(streams.create_output(name="keyed"))
+        kinds = {m.name: StateKind(m.kind) for m in self._metas}
+        try:
+            for key_group in self._key_groups:
+                lower, upper = key_group_bounds(KeyGroupRange(key_group, key_group))
+                for name, kind in kinds.items():
+                    _write_key_group(writer, key_group, name, kind, self._view.items(name, lower, upper))
+            return writer.finish(self._key_groups, self._key_serializer.snapshot(), self._metas)
+        except BaseException:
+            writer.abort()
+            raise
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if self._view is not None:
+            self._view.release()
+            self._view = None  # type: ignore[assignment]
+
+
+def _write_key_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, kind: StateKind,
+                     entries: Iterator[tuple[bytes, bytes]]) -> None:
+    keys: list[bytes] = []
+    namespaces: list[bytes] = []
+    user_keys: list[bytes | None] = []
+    values: list[bytes] = []
+    for stored, value in entries:
+        _, key, namespace, user_key = split_cell_key(stored)
+        if kind is StateKind.LIST:
+            elements = decode_list(value)
+            keys.extend([key] * len(elements))
+            namespaces.extend([namespace] * len(elements))
+            user_keys.extend([None] * len(elements))
+            values.extend(elements)
+        else:
+            keys.append(key)
+            namespaces.append(namespace)
+            user_keys.append(user_key if kind is StateKind.MAP else None)
+            values.append(value)
+    if keys:
+        writer.add_rows(key_group, name, keys, namespaces, user_keys, values)
+
+

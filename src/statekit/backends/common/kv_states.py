@@ -1,0 +1,174 @@
+"""The five keyed state kinds over a ``KVTable``, laid out as in ``key_layout``."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+
+from statekit.backends.common.key_layout import decode_list, encode_list, prefix_upper_bound, varint
+from statekit.backends.common.namespaces import encode_namespace
+from statekit.backends.common.registration import RegisteredState
+from statekit.spi.errors import StateAccessError
+from statekit.spi.state import (
+    AggregatingState, ListState, MapState, ReducingState, State, ValueState, VOID_NAMESPACE,
+)
+
+if TYPE_CHECKING:
+    from statekit.backends.common.kv_backend import KVKeyedStateBackend
+    from statekit.backends.common.kv_store import KVTable
+
+_VOID_NAMESPACE_PART = varint(0)
+
+
+class KVState(State):
+    def __init__(self, backend: "KVKeyedStateBackend", table: "KVTable", registration: RegisteredState) -> None:
+        self._backend = backend
+        self._table = table
+        self._registration = registration
+        self._serializer = registration.value_serializer
+        self._namespace_part = _VOID_NAMESPACE_PART
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        if namespace is VOID_NAMESPACE:
+            self._namespace_part = _VOID_NAMESPACE_PART
+        else:
+            encoded = encode_namespace(namespace, self._registration.namespace_serializer)
+            self._namespace_part = varint(len(encoded)) + encoded
+
+    def _cell(self) -> bytes:
+        return self._backend.current_key_prefix() + self._namespace_part
+
+    def clear(self) -> None:
+        self._table.delete(self._cell())
+
+
+class KVValueState(KVState, ValueState):
+    def __init__(self, backend: "KVKeyedStateBackend", table: "KVTable", registration: RegisteredState,
+                 default: Any) -> None:
+        super().__init__(backend, table, registration)
+        self._default = default
+        self._default_bytes = None if default is None else self._serializer.serialize(default)
+
+    def value(self) -> Any:
+        data = self._table.get(self._cell())
+        if data is None:  # a fresh copy of the default each time, as Flink does
+            return None if self._default_bytes is None else self._serializer.deserialize(self._default_bytes)
+        return self._serializer.deserialize(data)
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self.clear()
+        else:
+            self._table.put(self._cell(), self._serializer.serialize(value))
+
+
+class KVListState(KVState, ListState):
+    """One value per list, elements length-prefixed: ``add`` is read-append-write."""
+
+    def get(self) -> list[Any]:
+        data = self._table.get(self._cell())
+        return self._serializer.deserialize_many(decode_list(data)) if data else []
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise StateAccessError("ListState.add(None): list state elements cannot be None")
+        cell = self._cell()
+        element = self._serializer.serialize(value)
+        existing = self._table.get(cell)
+        self._table.put(cell, (existing or b"") + varint(len(element)) + element)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        new = _checked(values)
+        if new:
+            cell = self._cell()
+            existing = self._table.get(cell)
+            self._table.put(cell, (existing or b"") + encode_list(self._serializer.serialize_many(new)))
+
+    def update(self, values: Iterable[Any] | None) -> None:
+        new = _checked(values or ())
+        if new:
+            self._table.put(self._cell(), encode_list(self._serializer.serialize_many(new)))
+        else:
+            self.clear()
+
+
+def _checked(values: Iterable[Any]) -> list[Any]:
+    new = list(values)
+    if any(v is None for v in new):
+        raise StateAccessError("list state elements cannot be None; nothing was changed")
+    return new
+
+
+class KVMapState(KVState, MapState):
+    """One entry per map entry: key = cell | serialized user key."""
+
+    def __init__(self, backend: "KVKeyedStateBackend", table: "KVTable", registration: RegisteredState) -> None:
+        super().__init__(backend, table, registration)
+        self._user_key_serializer = registration.user_key_serializer
+
+    def get(self, user_key: Any) -> Any:
+        data = self._table.get(self._cell() + self._user_key_serializer.serialize(user_key))
+        return None if data is None else self._serializer.deserialize(data)
+
+    def put(self, user_key: Any, value: Any) -> None:
+        self._table.put(self._cell() + self._user_key_serializer.serialize(user_key), self._serializer.serialize(value))
+
+    def put_all(self, entries: Mapping[Any, Any]) -> None:
+        cell = self._cell()
+        uk, val = self._user_key_serializer.serialize, self._serializer.serialize
+        for user_key, value in entries.items():
+            self._table.put(cell + uk(user_key), val(value))
+
+    def remove(self, user_key: Any) -> None:
+        self._table.delete(self._cell() + self._user_key_serializer.serialize(user_key))
+
+    def contains(self, user_key: Any) -> bool:
+        return self._table.get(self._cell() + self._user_key_serializer.serialize(user_key)) is not None
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        cell = self._cell()
+        start = len(cell)
+        uk, val = self._user_key_serializer.deserialize, self._serializer.deserialize
+        return ((uk(k[start:]), val(v)) for k, v in self._table.items(cell, prefix_upper_bound(cell)))
+
+    def is_empty(self) -> bool:
+        cell = self._cell()
+        return next(iter(self._table.items(cell, prefix_upper_bound(cell))), None) is None
+
+    def clear(self) -> None:
+        cell = self._cell()
+        self._table.delete_range(cell, prefix_upper_bound(cell))
+
+
+class KVReducingState(KVState, ReducingState):
+    def __init__(self, backend: "KVKeyedStateBackend", table: "KVTable", registration: RegisteredState,
+                 reduce_function: Any) -> None:
+        super().__init__(backend, table, registration)
+        self._reduce = reduce_function
+
+    def get(self) -> Any:
+        data = self._table.get(self._cell())
+        return None if data is None else self._serializer.deserialize(data)
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise StateAccessError("ReducingState.add(None): reducing state cannot add None")
+        cell = self._cell()
+        data = self._table.get(cell)
+        result = value if data is None else self._reduce(self._serializer.deserialize(data), value)
+        self._table.put(cell, self._serializer.serialize(result))
+
+
+class KVAggregatingState(KVState, AggregatingState):
+    def __init__(self, backend: "KVKeyedStateBackend", table: "KVTable", registration: RegisteredState,
+                 aggregate_function: Any) -> None:
+        super().__init__(backend, table, registration)
+        self._fn = aggregate_function
+
+    def get(self) -> Any:
+        data = self._table.get(self._cell())
+        return None if data is None else self._fn.get_result(self._serializer.deserialize(data))
+
+    def add(self, value: Any) -> None:
+        cell = self._cell()
+        data = self._table.get(cell)
+        accumulator = self._fn.create_accumulator() if data is None else self._serializer.deserialize(data)
+        self._table.put(cell, self._serializer.serialize(self._fn.add(value, accumulator)))

@@ -1,0 +1,44 @@
+"""The minimal ordered key-value contract that ``KVKeyedStateBackend`` is built on.
+
+A store holds one ``KVTable`` per state (a RocksDB column family, an LMDB named database, a
+SQLite table, ...). Keys and values are bytes; tables are ordered bytewise.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Iterable, Iterator
+
+
+class KVTable(ABC):
+    @abstractmethod
+    def get(self, key: bytes) -> bytes | None: ...
+
+    @abstractmethod
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    @abstractmethod
+    def delete(self, key: bytes) -> None: ...
+
+    @abstractmethod
+    def items(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``lower <= key < upper`` in key order, as of when the call was made:
+        writes during the iteration must not affect it."""
+
+    @abstractmethod
+    def delete_range(self, lower: bytes, upper: bytes) -> None:
+        """Delete every entry with ``lower <= key < upper``."""
+
+    def put_many(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        """Bulk load (restore); override with a batched write where the store has one."""
+        for key, value in entries:
+            self.put(key, value)
+
+
+class KVView(ABC):
+    """A consistent read-only view of all tables, taken at one instant (snapshot sync part)."""
+
+    @abstractmethod
+    def items(self, table: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]: ...
+
+    def release(self) -> None:
+        """Free the view's resources; called once the snapshot is written or dropped."""

@@ -1,0 +1,272 @@
+"""The RocksDB keyed state backend (rocksdict in raw mode): state on local disk, out of core.
+
+One column family per state; keys laid out by ``key_layout``. Snapshots are either full (the
+canonical format, for savepoints and ``incremental=false``) or incremental: the synchronous part
+takes a native RocksDB checkpoint (hard links), the asynchronous part uploads only the SST files
+not confirmed by a completed checkpoint and always the private files (Flink's strategy).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from typing import Any, Iterator
+
+from rocksdict import Checkpoint, Rdict
+
+from statekit.backends.common.key_layout import key_group_bounds
+from statekit.backends.common.kv_backend import KVKeyedStateBackend
+from statekit.backends.common.operator_state import DefaultOperatorStateBackend
+from statekit.backends.rocksdb.handle import IncrementalRocksDBStateHandle
+from statekit.backends.rocksdb.options import RocksDBOptions
+from statekit.backends.rocksdb.table import CheckpointView, ColumnFamilyTable, bounded_items
+from statekit.spi.backend import (
+    Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot,
+    SnapshotOptions, SnapshotType, StateBackend,
+)
+from statekit.spi.errors import RestoreError, SnapshotError, StatekitError
+from statekit.spi.handles import KeyGroupsStateHandle, StateHandle, StreamStateHandle
+from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.storage import CheckpointStreams, StateScope
+
+DEFAULT_COLUMN_FAMILY = "default"
+
+
+class RocksDBStateBackend(StateBackend):
+    """Keyed state in RocksDB on executor-local disk; incremental checkpoints share SST files."""
+
+    name = "rocksdb"
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False, out_of_core=True)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.rocksdb_options = RocksDBOptions.parse(options)
+        self.local_dir = options.get("local-dir") or options.get("local_dir")
+
+    def create_keyed_backend(self, params: KeyedBackendParams) -> "RocksDBKeyedStateBackend":
+        return RocksDBKeyedStateBackend(params, self.rocksdb_options, self.local_dir)
+
+    def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
+        return DefaultOperatorStateBackend(params)
+
+
+class RocksDBKeyedStateBackend(KVKeyedStateBackend):
+    backend_name = "rocksdb"
+
+    def __init__(self, params: KeyedBackendParams, options: RocksDBOptions, local_dir: str | None = None) -> None:
+        super().__init__(params)
+        self._options = options
+        subtask = params.subtask
+        base = params.local_dir or local_dir or os.path.join(tempfile.gettempdir(), "statekit-rocksdb")
+        self.backend_id = uuid.uuid4().hex
+        self.instance_dir = os.path.join(base, _safe(subtask.job_id), _safe(subtask.operator_id),
+                                         f"{subtask.subtask_index}-{self.backend_id[:12]}")
+        self.db_dir = os.path.join(self.instance_dir, "db")
+        self._db: Any = None
+        self._column_families: dict[str, Any] = {}
+        self._tables: dict[str, ColumnFamilyTable] = {}
+        #: SST name -> handle, for files a completed checkpoint holds (reusable by the next one)
+        self._confirmed: dict[str, StreamStateHandle] = {}
+        #: checkpoint id -> SST name -> handle, uploaded by checkpoints not yet confirmed
+        self._pending: dict[int, dict[str, StreamStateHandle]] = {}
+        os.makedirs(self.instance_dir, exist_ok=True)
+        try:
+            self._restore(params)
+            if self._db is None:
+                self._open(self.db_dir, [])
+        except BaseException:
+            self.dispose()
+            raise
+
+    # --- the store
+    def _open(self, path: str, column_families: list[str]) -> None:
+        try:
+            self._db = Rdict(path, self._options.db_options(),
+                             column_families={n: self._options.column_family_options() for n in column_families
+                                              if n != DEFAULT_COLUMN_FAMILY})
+        except Exception as exc:  # rocksdict raises a plain Exception for IO errors such as the LOCK
+            if "lock" in str(exc).lower():
+                raise StatekitError(f"the RocksDB instance at {path} is already open in another process or "
+                                    f"backend (its LOCK is held); each subtask's working state must be used by one "
+                                    f"process only: {exc}") from exc
+            raise
+        for name in column_families:
+            if name != DEFAULT_COLUMN_FAMILY:
+                self._column_families[name] = self._db.get_column_family(name)
+
+    def _table(self, name: str) -> ColumnFamilyTable:
+        table = self._tables.get(name)
+        if table is None:
+            cf = self._column_families.get(name)
+            if cf is None:
+                cf = self._db.create_column_family(name, self._options.column_family_options())
+                self._column_families[name] = cf
+            table = self._tables[name] = ColumnFamilyTable(self._db, cf, self._db.get_column_family_handle(name))
+        return table
+
+    def _view(self) -> CheckpointView:
+        return CheckpointView(self._native_checkpoint("full"), self._options.db_options(),
+                              self._options.column_family_options())
+
+    def _native_checkpoint(self, label: str) -> str:
+        """Hard-link the current database into a new directory: a consistent, cheap copy."""
+        directory = os.path.join(self.instance_dir, f"{label}-{uuid.uuid4().hex[:12]}")
+        self._db.flush()
+        Checkpoint(self._db).create_checkpoint(directory)
+        return directory
+
+    # --- snapshots
+    def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
+        if options.snapshot_type is SnapshotType.SAVEPOINT or not options.incremental:
+            return super().snapshot(checkpoint_id, options)
+        checkpoint_dir = self._native_checkpoint(f"chk-{checkpoint_id}")
+        return _IncrementalSnapshot(self, checkpoint_id, checkpoint_dir, dict(self._confirmed))
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        uploaded = self._pending.pop(checkpoint_id, None)
+        if uploaded is not None:
+            self._confirmed = dict(uploaded)  # exactly the files of the newest completed checkpoint
+        for older in [c for c in self._pending if c < checkpoint_id]:
+            del self._pending[older]
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._pending.pop(checkpoint_id, None)
+
+    # --- restore and rescale
+    def _restore(self, params: KeyedBackendParams) -> None:
+        handles = list(params.restore_handles)
+        incremental = [h for h in handles if isinstance(h, IncrementalRocksDBStateHandle)]
+        canonical = [h for h in handles if not isinstance(h, IncrementalRocksDBStateHandle)]
+        unknown = [h for h in canonical if not isinstance(h, KeyGroupsStateHandle)]
+        if unknown:
+            raise RestoreError(f"the rocksdb backend cannot restore {type(unknown[0]).__name__}; take a savepoint "
+                               f"with the backend that wrote it and restore from the savepoint")
+        if incremental:
+            if params.restore_streams is None:
+                raise RestoreError("restore handles were given without the streams to read them")
+            self._restore_incremental(incremental, params.restore_streams)
+        if canonical:
+            if self._db is None:
+                self._open(self.db_dir, [])
+            self.restore_canonical(canonical, params.restore_streams)
+
+    def _restore_incremental(self, handles: list[IncrementalRocksDBStateHandle], streams: CheckpointStreams) -> None:
+        target = self.key_group_range
+        for handle in handles:
+            self.adopt_state_metas(handle.states, handle.key_serializer)
+        # the base: the handle overlapping most; its files become this instance's database
+        base = max(handles, key=lambda h: len(h.key_group_range.intersection(target)))
+        _download(base, streams, self.db_dir)
+        self._open(self.db_dir, Rdict.list_cf(self.db_dir, self._options.db_options()))
+        exact = base.key_group_range == target
+        if exact and len(handles) == 1:
+            if self.params.share_restored_files:
+                self._confirmed = dict(base.shared)  # the next checkpoint may reference them
+            return
+        self._clip(target)
+        for other in handles:
+            if other is not base:
+                self._merge_from(other, streams, target)
+
+    def _clip(self, keep: KeyGroupRange) -> None:
+        """Delete every key group outside ``keep`` (cheap range tombstones)."""
+        lower, upper = key_group_bounds(keep)
+        for name in self._column_families:
+            table = self._table(name)
+            table.delete_range(b"", lower)
+            table.delete_range(upper, b"\xff" * 4)
+
+    def _merge_from(self, handle: IncrementalRocksDBStateHandle, streams: CheckpointStreams,
+                    target: KeyGroupRange) -> None:
+        """Copy the key groups of ``target`` from another old instance into this one."""
+        overlap = handle.key_group_range.intersection(target)
+        if not len(overlap):
+            return
+        temporary = os.path.join(self.instance_dir, f"merge-{uuid.uuid4().hex[:8]}")
+        try:
+            _download(handle, streams, temporary)
+            names = Rdict.list_cf(temporary, self._options.db_options())
+            source = Rdict(temporary, self._options.db_options(),
+                           column_families={n: self._options.column_family_options() for n in names
+                                            if n != DEFAULT_COLUMN_FAMILY})
+            try:
+                lower, upper = key_group_bounds(overlap)
+                for name in names:
+                    if name == DEFAULT_COLUMN_FAMILY:
+                        continue
+                    entries = bounded_items(source.get_column_family(name), lower, upper)
+                    self._table(name).put_many(entries)
+            finally:
+                source.close()
+        finally:
+            shutil.rmtree(temporary, ignore_errors=True)
+
+    # --- lifecycle
+    def dispose(self) -> None:
+        self._tables.clear()
+        self._column_families.clear()
+        if self._db is not None:
+            try:
+                self._db.close()  # flushes and releases the LOCK
+            finally:
+                self._db = None
+        shutil.rmtree(self.instance_dir, ignore_errors=True)
+
+
+def _download(handle: IncrementalRocksDBStateHandle, streams: CheckpointStreams, directory: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+    for name, stream in {**handle.shared, **handle.private}.items():
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(streams.read(stream))
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+class _IncrementalSnapshot(PendingSnapshot):
+    def __init__(self, backend: RocksDBKeyedStateBackend, checkpoint_id: int, checkpoint_dir: str,
+                 confirmed: dict[str, StreamStateHandle]) -> None:
+        self._backend = backend
+        self._checkpoint_id = checkpoint_id
+        self._dir = checkpoint_dir
+        self._confirmed = confirmed
+        self._metas = backend.state_metas()
+        self._key_serializer = backend.key_serializer.snapshot().to_json()
+
+    def write(self, streams: CheckpointStreams) -> StateHandle | None:
+        try:
+            shared: dict[str, StreamStateHandle] = {}
+            private: dict[str, StreamStateHandle] = {}
+            for name in sorted(os.listdir(self._dir)):
+                if name.endswith(".sst"):
+                    reused = self._confirmed.get(name)
+                    shared[name] = reused if reused is not None else _upload(self._dir, name, streams, StateScope.SHARED)
+                else:
+                    private[name] = _upload(self._dir, name, streams, StateScope.EXCLUSIVE)
+            self._backend._pending[self._checkpoint_id] = shared
+            return IncrementalRocksDBStateHandle(self._backend.key_group_range, self._checkpoint_id,
+                                                 self._backend.backend_id, shared, private, self._key_serializer,
+                                                 tuple(self._metas))
+        except OSError as exc:
+            raise SnapshotError(f"cannot read RocksDB checkpoint files in {self._dir}: {exc}") from exc
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _upload(directory: str, name: str, streams: CheckpointStreams, scope: StateScope) -> StreamStateHandle:
+    out = streams.create_output(scope, name=name)
+    try:
+        with open(os.path.join(directory, name), "rb") as f:
+            while chunk := f.read(4 << 20):
+                out.write(chunk)
+        return out.close_and_get_handle()
+    except BaseException:
+        out.discard()
+        raise
+
+

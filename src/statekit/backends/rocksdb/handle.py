@@ -1,0 +1,42 @@
+"""The handle of an incremental RocksDB snapshot: SST files shared across checkpoints plus the
+files private to this one (MANIFEST, CURRENT, OPTIONS)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from statekit.spi.handles import KeyedStateHandle, StateHandle, StateMetaInfo, StreamStateHandle, register_handle
+from statekit.spi.key_groups import KeyGroupRange
+
+
+@register_handle("rocksdb-incremental")
+@dataclass(frozen=True)
+class IncrementalRocksDBStateHandle(KeyedStateHandle):
+    key_group_range: KeyGroupRange
+    checkpoint_id: int
+    backend_id: str  # the RocksDB instance that wrote it: SST names are unique only per instance
+    shared: dict[str, StreamStateHandle]  # SST file name -> stream
+    private: dict[str, StreamStateHandle]  # other file name -> stream
+    key_serializer: dict[str, Any]
+    states: tuple[StateMetaInfo, ...]
+
+    def stream_handles(self) -> Iterator[StreamStateHandle]:
+        yield from self.shared.values()
+        yield from self.private.values()
+
+    def _fields_json(self) -> dict[str, Any]:
+        return {
+            "key_group_range": self.key_group_range.to_json(), "checkpoint_id": self.checkpoint_id,
+            "backend_id": self.backend_id,
+            "shared": {n: h.to_json() for n, h in sorted(self.shared.items())},
+            "private": {n: h.to_json() for n, h in sorted(self.private.items())},
+            "key_serializer": self.key_serializer, "states": [s.to_json() for s in self.states],
+        }
+
+    @classmethod
+    def _from_fields(cls, data: dict[str, Any]) -> "IncrementalRocksDBStateHandle":
+        def streams(d: dict[str, Any]) -> dict[str, StreamStateHandle]:
+            return {n: StateHandle.from_json(h) for n, h in d.items()}  # type: ignore[misc]
+        return cls(KeyGroupRange.from_json(data["key_group_range"]), int(data["checkpoint_id"]), data["backend_id"],
+                   streams(data["shared"]), streams(data["private"]), dict(data["key_serializer"]),
+                   tuple(StateMetaInfo.from_json(s) for s in data["states"]))

@@ -1,0 +1,95 @@
+"""A RocksDB column family as a ``KVTable``, and per-column-family snapshots as a ``KVView``."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+import shutil
+from rocksdict import AccessType, Rdict, ReadOptions, WriteBatch
+
+from statekit.backends.common.kv_store import KVTable, KVView
+
+
+def bounded_items(source: Any, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """``lower <= key < upper`` of a column family or snapshot.
+
+    rocksdict's ``items`` starts at the first key despite an iterate lower bound, so the start is
+    given as ``from_key``; and its iterator does not keep the ``ReadOptions`` (which own the
+    bounds) alive, so this generator holds them until the iteration ends.
+    """
+    options = ReadOptions()
+    options.set_iterate_lower_bound(lower)
+    options.set_iterate_upper_bound(upper)
+    try:
+        yield from source.items(from_key=lower, read_opt=options)
+    finally:
+        del options
+
+
+class ColumnFamilyTable(KVTable):
+    def __init__(self, db: Any, column_family: Any, handle: Any) -> None:
+        self._db = db
+        self._cf = column_family
+        self._handle = handle
+        self.get = column_family.get  # type: ignore[method-assign]  # hot paths: bound C methods
+        self.put = column_family.put  # type: ignore[method-assign]
+        self.delete = column_family.delete  # type: ignore[method-assign]
+
+    def get(self, key: bytes) -> bytes | None:  # replaced per instance
+        return self._cf.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._cf.put(key, value)
+
+    def delete(self, key: bytes) -> None:
+        self._cf.delete(key)
+
+    def items(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        # a RocksDB iterator reads the implicit snapshot taken when it is created
+        return bounded_items(self._cf, lower, upper)
+
+    def delete_range(self, lower: bytes, upper: bytes) -> None:
+        self._cf.delete_range(lower, upper)
+
+    def put_many(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        batch = WriteBatch(raw_mode=True)
+        batch.set_default_column_family(self._handle)
+        count = 0
+        for key, value in entries:
+            batch.put(key, value)
+            count += 1
+            if count % 50_000 == 0:
+                self._db.write(batch)
+                batch = WriteBatch(raw_mode=True)
+                batch.set_default_column_family(self._handle)
+        if not batch.is_empty():
+            self._db.write(batch)
+
+
+class CheckpointView(KVView):
+    """A native RocksDB checkpoint (hard links, taken in the synchronous part), opened read-only
+    when the asynchronous part first reads it. rocksdict's own snapshots are not used: their
+    reads are not isolated from later writes."""
+
+    def __init__(self, directory: str, options: Any, column_family_options: Any) -> None:
+        self._directory = directory
+        self._options = options
+        self._cf_options = column_family_options
+        self._db: Any = None
+        self._column_families: dict[str, Any] = {}
+
+    def items(self, table: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        if self._db is None:
+            names = Rdict.list_cf(self._directory, self._options)
+            self._db = Rdict(self._directory, self._options,
+                             column_families={n: self._cf_options for n in names if n != "default"},
+                             access_type=AccessType.read_only())
+            self._column_families = {n: self._db.get_column_family(n) for n in names if n != "default"}
+        column_family = self._column_families.get(table)
+        return bounded_items(column_family, lower, upper) if column_family is not None else iter(())
+
+    def release(self) -> None:
+        if self._db is not None:
+            self._column_families.clear()
+            self._db.close()
+            self._db = None
+        shutil.rmtree(self._directory, ignore_errors=True)
