@@ -6,6 +6,10 @@ The assignment is decided and must stay exact (DESIGN.md §3):
   ``pmod(xxhash64(cols...), maxP)`` so the engine can compute it in the JVM;
 * subtask i of p owns ``[(i*maxP + p - 1) // p, ((i+1)*maxP - 1) // p]`` (Flink's formula);
 * key group kg belongs to subtask ``kg * p // maxP``.
+
+Under Spark the key group is computed in the JVM; this Python reference serves the local runner
+and tests. A ``datetime`` without a time zone is taken as UTC here, whereas PySpark converts it
+with the session time zone: use aware datetimes (or a UTC session) for timestamp keys.
 """
 from __future__ import annotations
 

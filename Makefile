@@ -1,0 +1,41 @@
+# statekit developer tasks. `make demo` and `make test` create .venv on first use.
+
+PYTHON ?= python3
+VENV ?= .venv
+VENV_PY := $(VENV)/bin/python
+STAMP := $(VENV)/.statekit-installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv demo test clean distclean
+
+help:
+	@echo "make demo       run examples/local_demo.py (creates $(VENV) on first run)"
+	@echo "make test       run the test suite; extra pytest arguments via PYTEST_ARGS='...'"
+	@echo "make clean      remove build artifacts and caches (keeps $(VENV))"
+	@echo "make distclean  clean, and remove $(VENV) too"
+
+$(VENV_PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstalls only when pyproject.toml changes (or the virtual environment is new).
+$(STAMP): pyproject.toml | $(VENV_PY)
+	$(VENV_PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(VENV_PY) -m pip install -q --disable-pip-version-check -e '.[test,s3]'
+	@touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV_PY) examples/local_demo.py
+
+test: $(STAMP)
+	$(VENV_PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf build dist .pytest_cache .hypothesis spark-warehouse metastore_db derby.log bench-results.json
+	find . -path ./$(VENV) -prune -o -name '*.egg-info' -type d -prune -exec rm -rf {} +
+	find . -path ./$(VENV) -prune -o -name '__pycache__' -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)
