@@ -20,7 +20,7 @@ from statekit.conformance_tests.workload import (
 from statekit.runtime.local_runner import LocalRunner
 from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import (
-    CorruptStateError, IncompatibleSerializerError, InlineStateHandle, KeyedStateBackend,
+    SnapshotOptions, CorruptStateError, IncompatibleSerializerError, InlineStateHandle, KeyedStateBackend,
     KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, StateBackend,
     StateHandle, ValueStateDescriptor,
 )
@@ -54,7 +54,22 @@ def _read_all(backend: KeyedStateBackend) -> dict[str, Any]:
     return found
 
 
+SNAPSHOT_MODES = ["full", "incremental"]
+
+
+def snapshot_options_for(mode: str, state_backend: StateBackend) -> SnapshotOptions:
+    """Options of a snapshot mode; incremental needs the capability (else the test skips)."""
+    if mode == "incremental":
+        requires(state_backend, "incremental_snapshots")
+    return SnapshotOptions(incremental=mode == "incremental")
+
+
 class SnapshotRestoreTests(BackendTestBase):
+    @pytest.fixture(params=SNAPSHOT_MODES)
+    def snapshot_options(self, request: Any, state_backend: StateBackend) -> SnapshotOptions:
+        """Every round trip runs with full and (where declared) incremental snapshots."""
+        return snapshot_options_for(request.param, state_backend)
+
     @pytest.fixture
     def snapshot_streams(self) -> CheckpointStreams:
         """Where snapshots are written and read; inline bytes by default."""
@@ -65,9 +80,9 @@ class SnapshotRestoreTests(BackendTestBase):
         return open_keyed_backend(state_backend, str(tmp_path / name), restore_handles=handles,
                                   restore_streams=streams, restore_checkpoint_id=1, **kwargs)
 
-    def test_round_trip_every_key_and_value(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+    def test_round_trip_every_key_and_value(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         expected = _fill(keyed_backend, range(2000))
-        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
         assert handle is not None, "a backend with state must produce a handle"
         json.dumps(handle.to_json())  # handles are JSON-serializable
         handle = StateHandle.from_json(json.loads(json.dumps(handle.to_json())))
@@ -77,22 +92,22 @@ class SnapshotRestoreTests(BackendTestBase):
         finally:
             restored.dispose()
 
-    def test_empty_backend_snapshot_restores_empty(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+    def test_empty_backend_snapshot_restores_empty(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         keyed_backend.get_state(COUNT)
-        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
         restored = self._restore(state_backend, tmp_path, [handle] if handle else [], snapshot_streams)
         try:
             assert list(restored.keys(COUNT.name)) == []
         finally:
             restored.dispose()
 
-    def test_cleared_state_is_not_restored(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+    def test_cleared_state_is_not_restored(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         _fill(keyed_backend, range(100))
         for k in range(0, 100, 2):
             set_key(keyed_backend, f"key-{k}")
             for descriptor in (COUNT, LAST, SUMS):
                 keyed_backend.get_state(descriptor).clear()
-        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
         restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
         try:
             assert sorted(restored.keys(COUNT.name)) == sorted(f"key-{k}" for k in range(1, 100, 2))
@@ -100,14 +115,14 @@ class SnapshotRestoreTests(BackendTestBase):
         finally:
             restored.dispose()
 
-    def test_namespaces_survive_restore(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+    def test_namespaces_survive_restore(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         state = keyed_backend.get_state(ValueStateDescriptor("windowed"))
         for k in range(50):
             set_key(keyed_backend, k)
             for window in (None, 10, 20):
                 state.set_current_namespace(window)
                 state.update((k, window))
-        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
         restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
         try:
             state = restored.get_state(ValueStateDescriptor("windowed"))
@@ -121,13 +136,13 @@ class SnapshotRestoreTests(BackendTestBase):
             restored.dispose()
 
     def test_state_not_registered_again_is_carried_forward(self, state_backend, keyed_backend,
-                                                           snapshot_streams, tmp_path):
+                                                           snapshot_streams, snapshot_options, tmp_path):
         """Restored state the job does not touch in an epoch must survive the next snapshot."""
         expected = _fill(keyed_backend, range(300))
-        first = keyed_backend.snapshot(1).write(snapshot_streams)
+        first = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
         middle = self._restore(state_backend, tmp_path, [first], snapshot_streams, name="middle")
         try:
-            second = middle.snapshot(2).write(snapshot_streams)  # no get_state call at all
+            second = middle.snapshot(2, snapshot_options).write(snapshot_streams)  # no get_state call at all
         finally:
             middle.dispose()
         restored = self._restore(state_backend, tmp_path, [second], snapshot_streams)
@@ -137,12 +152,12 @@ class SnapshotRestoreTests(BackendTestBase):
             restored.dispose()
 
     # --- async snapshot isolation
-    def test_writes_after_sync_part_do_not_leak(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+    def test_writes_after_sync_part_do_not_leak(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         expected = _fill(keyed_backend, range(1000))
         mean = keyed_backend.get_state(MEAN)
         set_key(keyed_backend, "key-1")
         mean.add(10)
-        pending = keyed_backend.snapshot(1)
+        pending = keyed_backend.snapshot(1, snapshot_options)
         _mutate_everything(keyed_backend)
         handle = pending.write(snapshot_streams)
         restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
@@ -154,11 +169,11 @@ class SnapshotRestoreTests(BackendTestBase):
             restored.dispose()
 
     def test_overlapping_snapshots_each_see_their_own_point(self, state_backend, keyed_backend,
-                                                            snapshot_streams, tmp_path):
+                                                            snapshot_streams, snapshot_options, tmp_path):
         first_expected = _fill(keyed_backend, range(500))
-        first = keyed_backend.snapshot(1)
+        first = keyed_backend.snapshot(1, snapshot_options)
         second_expected = _fill(keyed_backend, range(250, 750), base=10_000)
-        second = keyed_backend.snapshot(2)
+        second = keyed_backend.snapshot(2, snapshot_options)
         _mutate_everything(keyed_backend)
         second_handle = second.write(snapshot_streams)
         first_handle = first.write(snapshot_streams)
@@ -170,10 +185,10 @@ class SnapshotRestoreTests(BackendTestBase):
             finally:
                 restored.dispose()
 
-    def test_write_runs_concurrently_with_processing(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+    def test_write_runs_concurrently_with_processing(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         requires(state_backend, "async_snapshots")
         expected = _fill(keyed_backend, range(3000))
-        pending = keyed_backend.snapshot(1)
+        pending = keyed_backend.snapshot(1, snapshot_options)
         result: dict[str, Any] = {}
 
         def write() -> None:
@@ -195,11 +210,11 @@ class SnapshotRestoreTests(BackendTestBase):
             restored.dispose()
 
     # --- serializer compatibility
-    def test_same_serializer_restores(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+    def test_same_serializer_restores(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         descriptor = ValueStateDescriptor("typed", Int64Serializer())
         set_key(keyed_backend, "k")
         keyed_backend.get_state(descriptor).update(42)
-        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
         restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
         try:
             set_key(restored, "k")
@@ -212,10 +227,10 @@ class SnapshotRestoreTests(BackendTestBase):
         ValueStateDescriptor("typed"),  # the default (pickle) cannot read Int64 bytes
     ], ids=["string", "pickle"])
     def test_incompatible_value_serializer_is_a_clear_error(self, state_backend, keyed_backend,
-                                                           snapshot_streams, tmp_path, new_descriptor):
+                                                           snapshot_streams, snapshot_options, tmp_path, new_descriptor):
         set_key(keyed_backend, "k")
         keyed_backend.get_state(ValueStateDescriptor("typed", Int64Serializer())).update(42)
-        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
         restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
         try:
             with pytest.raises(IncompatibleSerializerError, match=r"typed.*Int64Serializer"):
@@ -224,10 +239,10 @@ class SnapshotRestoreTests(BackendTestBase):
             restored.dispose()
 
     def test_incompatible_map_key_serializer_is_a_clear_error(self, state_backend, keyed_backend,
-                                                              snapshot_streams, tmp_path):
+                                                              snapshot_streams, snapshot_options, tmp_path):
         set_key(keyed_backend, "k")
         keyed_backend.get_state(MapStateDescriptor("m", StringSerializer(), Int64Serializer())).put("x", 1)
-        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
         restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
         try:
             with pytest.raises(IncompatibleSerializerError, match="user key"):
@@ -235,11 +250,11 @@ class SnapshotRestoreTests(BackendTestBase):
         finally:
             restored.dispose()
 
-    def test_changed_state_kind_is_a_clear_error(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+    def test_changed_state_kind_is_a_clear_error(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         from statekit.spi import StateAccessError
         set_key(keyed_backend, "k")
         keyed_backend.get_state(ValueStateDescriptor("kind")).update(1)
-        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
         restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
         try:
             with pytest.raises(StateAccessError, match="kind"):
@@ -278,9 +293,9 @@ class SnapshotRestoreTests(BackendTestBase):
                 backend.dispose()
 
     # --- key groups on restore
-    def test_restore_reads_only_own_key_groups(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+    def test_restore_reads_only_own_key_groups(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         _fill(keyed_backend, range(2000))
-        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
         for index in range(3):
             restored = open_keyed_backend(state_backend, str(tmp_path / f"part-{index}"), subtask_index=index,
                                           parallelism=3, restore_handles=[handle], restore_streams=snapshot_streams)
@@ -319,11 +334,13 @@ def _mutate_everything(backend: KeyedStateBackend, salt: int = 0) -> None:
 class RescaleTests(BackendTestBase):
     """Checkpoint at one parallelism, continue at another, compare every key with the oracle."""
 
+    @pytest.mark.parametrize("mode", SNAPSHOT_MODES)
     @pytest.mark.parametrize("old,new", RESCALE_MATRIX, ids=[f"{a}to{b}" for a, b in RESCALE_MATRIX])
-    def test_rescale_matrix(self, state_backend, tmp_path, old, new):
+    def test_rescale_matrix(self, state_backend, tmp_path, old, new, mode):
         rows_1, rows_2 = make_rows(3000, 800, seed=old), make_rows(2000, 800, seed=new + 1000)
         runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=old, max_parallelism=MAX_P,
-                             state_backend=state_backend, local_dir=str(tmp_path / "local"))
+                             state_backend=state_backend, local_dir=str(tmp_path / "local"),
+                             incremental=snapshot_options_for(mode, state_backend).incremental)
         runner.run_epoch(rows_1)
         runner.rescale(new)
         outputs = runner.run_epoch(rows_2)

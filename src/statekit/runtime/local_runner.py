@@ -30,7 +30,7 @@ class LocalRunner:
                  state_backend: StateBackend | None = None, storage: CheckpointStorage | None = None,
                  job_id: str = "local-job", operator_id: str = "keyed-process",
                  key_types: Sequence[str] | None = None, num_retained: int = 3,
-                 local_dir: str | None = None) -> None:
+                 local_dir: str | None = None, incremental: bool = False) -> None:
         from statekit.backends.heap import HeapStateBackend
         from statekit.storage.memory import JobManagerCheckpointStorage
 
@@ -46,6 +46,7 @@ class LocalRunner:
         self.operator_id = operator_id
         self.key_types = key_types
         self.local_dir = local_dir
+        self.incremental = incremental and self.state_backend.capabilities.incremental_snapshots
         self._restore_override: tuple[CheckpointMetadata, CheckpointStreams] | None = None
 
     # --- configuration between epochs
@@ -79,7 +80,7 @@ class LocalRunner:
         try:
             for i in range(self.parallelism):
                 subtasks.append(self._run_subtask(i, epoch, restored, partitions[i], outputs,
-                                                  SnapshotOptions(SnapshotType.CHECKPOINT)))
+                                                  SnapshotOptions(SnapshotType.CHECKPOINT, self.incremental)))
         except BaseException:
             self.store.abort(epoch, subtasks)
             raise
@@ -143,7 +144,7 @@ class LocalRunner:
     def _metadata(self, epoch: int, subtasks: list[SubtaskState]) -> CheckpointMetadata:
         operator = OperatorState(self.operator_id, self.parallelism, self.max_parallelism, tuple(subtasks))
         return CheckpointMetadata(epoch, self.job_id, {self.operator_id: operator},
-                                  properties={"backend": self.state_backend.name, "incremental": False})
+                                  properties={"backend": self.state_backend.name, "incremental": self.incremental})
 
     def _commit(self, epoch: int, subtasks: list[SubtaskState]) -> None:
         self.store.add(self._metadata(epoch, subtasks))

@@ -1,0 +1,181 @@
+"""RocksDB specifics: incremental checkpoints upload only new SST files, retention deletes
+unreferenced shared files and never a referenced one, options are validated, the LOCK is exclusive."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from statekit.backends.rocksdb import IncrementalRocksDBStateHandle, RocksDBStateBackend
+from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.store import CheckpointStore
+from statekit.conformance_tests.base import open_keyed_backend, set_key
+from statekit.serializers import BytesSerializer
+from statekit.spi import ConfigurationError, SnapshotOptions, StatekitError, ValueStateDescriptor
+from statekit.storage.filesystem import FileSystemCheckpointStorage
+
+INCREMENTAL = SnapshotOptions(incremental=True)
+VALUE = ValueStateDescriptor("value", BytesSerializer())
+
+
+def _write_keys(backend, keys, version):
+    state = backend.get_state(VALUE)
+    for k in keys:
+        set_key(backend, f"key-{k:08d}")
+        state.update(os.urandom(60) + version.to_bytes(4, "big"))
+
+
+class Checkpointer:
+    """Drives checkpoints of one backend through the filesystem storage and a CheckpointStore."""
+
+    def __init__(self, backend, tmp_path, num_retained):
+        storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"))
+        self.access = storage.create_access("job")
+        self.store = CheckpointStore(self.access, num_retained)
+        self.backend = backend
+
+    def checkpoint(self, checkpoint_id):
+        streams = self.access.streams(checkpoint_id, "op-0")
+        handle = self.backend.snapshot(checkpoint_id, INCREMENTAL).write(streams)
+        assert isinstance(handle, IncrementalRocksDBStateHandle)
+        operator = OperatorState("op", 1, 128, (SubtaskState((handle,)),))
+        self.store.add(CheckpointMetadata(checkpoint_id, "job", {"op": operator}))
+        self.backend.notify_checkpoint_complete(checkpoint_id)
+        return handle
+
+    def shared_files_on_disk(self):
+        directory = os.path.join(self.access.job_root, "shared")
+        return set(os.listdir(directory)) if os.path.isdir(directory) else set()
+
+    def shared_files_referenced(self):
+        return {os.path.basename(h.path) for c in self.store.completed()
+                for s in c.metadata.operators["op"].subtasks for k in s.keyed for h in k.shared.values()}
+
+
+def _uploaded_bytes(handle, previous):
+    reused_paths = {h.path for h in previous.shared.values()} if previous else set()
+    return sum(h.size for h in handle.shared.values() if h.path not in reused_paths) + \
+        sum(h.size for h in handle.private.values())
+
+
+@pytest.fixture
+def rocksdb(tmp_path):
+    backend = open_keyed_backend(RocksDBStateBackend(**{"write-buffer-size": "8m"}), str(tmp_path / "local"))
+    yield backend
+    backend.dispose()
+
+
+def test_one_percent_churn_uploads_a_small_fraction(rocksdb, tmp_path):
+    n = 100_000
+    checkpointer = Checkpointer(rocksdb, tmp_path, num_retained=3)
+    _write_keys(rocksdb, range(n), 1)
+    first = checkpointer.checkpoint(1)
+    first_bytes = _uploaded_bytes(first, None)
+    assert first_bytes > n * 60, f"the first checkpoint must hold all state, uploaded {first_bytes} bytes"
+    _write_keys(rocksdb, range(0, n, 100), 2)  # 1% of the keys
+    second = checkpointer.checkpoint(2)
+    second_bytes = _uploaded_bytes(second, first)
+    assert second_bytes < 0.05 * first_bytes, (
+        f"1% churn uploaded {second_bytes} bytes, {second_bytes / first_bytes:.1%} of the first checkpoint's "
+        f"{first_bytes}: SST files confirmed by checkpoint 1 must be referenced, not uploaded again")
+    reused = set(first.shared) & set(second.shared)
+    assert reused and all(first.shared[name] == second.shared[name] for name in reused)
+
+
+def test_unconfirmed_files_are_uploaded_again(rocksdb, tmp_path):
+    """A checkpoint that never completed confirms nothing: the next one re-uploads its files."""
+    checkpointer = Checkpointer(rocksdb, tmp_path, num_retained=3)
+    _write_keys(rocksdb, range(20_000), 1)
+    streams = checkpointer.access.streams(1, "op-0")
+    aborted = rocksdb.snapshot(1, INCREMENTAL).write(streams)
+    rocksdb.notify_checkpoint_aborted(1)
+    second = checkpointer.checkpoint(2)
+    assert not {h.path for h in aborted.shared.values()} & {h.path for h in second.shared.values()}
+
+
+def test_retention_deletes_unreferenced_sst_files_only(rocksdb, tmp_path):
+    checkpointer = Checkpointer(rocksdb, tmp_path, num_retained=2)
+    n = 30_000
+    _write_keys(rocksdb, range(n), 0)
+    for checkpoint_id in range(1, 8):
+        _write_keys(rocksdb, range(checkpoint_id, n, 7), checkpoint_id)
+        if checkpoint_id % 3 == 0:
+            rocksdb._db.compact_range(None, None)  # compaction makes old SST files unreferenced
+        checkpointer.checkpoint(checkpoint_id)
+        on_disk = checkpointer.shared_files_on_disk()
+        referenced = checkpointer.shared_files_referenced()
+        assert referenced <= on_disk, f"checkpoint {checkpoint_id}: referenced shared files were deleted: " \
+                                      f"{sorted(referenced - on_disk)[:3]}"
+        assert on_disk == referenced, f"checkpoint {checkpoint_id}: unreferenced shared files were kept: " \
+                                      f"{sorted(on_disk - referenced)[:3]}"
+    assert [c.checkpoint_id for c in checkpointer.store.completed()] == [6, 7]
+    # a coordinator restart rebuilds the registry from the retained _metadata and keeps deleting correctly
+    restarted = CheckpointStore(checkpointer.access, 2)
+    checkpointer.store = restarted
+    _write_keys(rocksdb, range(n), 99)
+    rocksdb._db.compact_range(None, None)
+    checkpointer.checkpoint(8)
+    checkpointer.checkpoint(9)
+    assert checkpointer.shared_files_on_disk() == checkpointer.shared_files_referenced()
+
+
+def test_incremental_restore_reads_back_every_key(rocksdb, tmp_path):
+    checkpointer = Checkpointer(rocksdb, tmp_path, num_retained=2)
+    _write_keys(rocksdb, range(5000), 1)
+    checkpointer.checkpoint(1)
+    state = rocksdb.get_state(VALUE)
+    expected = {}
+    for k in range(0, 5000, 10):
+        set_key(rocksdb, f"key-{k:08d}")
+        state.update(b"new-%d" % k)
+    for k in range(5000):
+        set_key(rocksdb, f"key-{k:08d}")
+        expected[f"key-{k:08d}"] = state.value()
+    handle = checkpointer.checkpoint(2)
+    restored = open_keyed_backend(RocksDBStateBackend(), str(tmp_path / "restored"), restore_handles=[handle],
+                                  restore_streams=checkpointer.access.restore_streams())
+    try:
+        state = restored.get_state(VALUE)
+        got = {}
+        for key in restored.keys("value"):
+            set_key(restored, key)
+            got[key] = state.value()
+        assert got == expected
+    finally:
+        restored.dispose()
+
+
+@pytest.mark.parametrize("options,setting", [
+    ({"block-cache-size": "lots"}, "block-cache-size"),
+    ({"compression": "brotli"}, "compression"),
+    ({"max-write-buffer-number": "0"}, "max-write-buffer-number"),
+    ({"no-such-option": "1"}, "no-such-option"),
+])
+def test_bad_options_name_the_setting(options, setting):
+    with pytest.raises(ConfigurationError, match=f"spark.statekit.backend.rocksdb.{setting}"):
+        RocksDBStateBackend(**options)
+
+
+def test_second_opener_gets_a_clear_error(rocksdb):
+    """RocksDB's LOCK is exclusive: another process opening the same instance is refused."""
+    code = ("import sys; from rocksdict import Rdict, Options; "
+            "o = Options(raw_mode=True); o.create_if_missing(True)\n"
+            "try:\n    Rdict(sys.argv[1], o)\nexcept Exception as e:\n    print('refused', e); sys.exit(3)\n")
+    result = subprocess.run([sys.executable, "-c", code, rocksdb.db_dir], capture_output=True, text=True)
+    assert result.returncode == 3 and "lock" in result.stdout.lower(), result.stdout + result.stderr
+    with pytest.raises(StatekitError, match="LOCK is held"):
+        rocksdb._open(rocksdb.db_dir, [])
+
+
+def test_dispose_releases_the_lock_and_files(tmp_path):
+    backend = open_keyed_backend(RocksDBStateBackend(), str(tmp_path / "local"))
+    _write_keys(backend, range(100), 1)
+    instance = backend.instance_dir
+    backend.dispose()
+    assert not os.path.exists(instance)
+
+
+def test_block_cache_is_shared_per_process():
+    a = RocksDBStateBackend(**{"block-cache-size": "32m"}).rocksdb_options
+    b = RocksDBStateBackend(**{"block-cache-size": "32m"}).rocksdb_options
+    assert a.shared_cache() is b.shared_cache()
