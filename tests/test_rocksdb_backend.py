@@ -179,3 +179,27 @@ def test_block_cache_is_shared_per_process():
     a = RocksDBStateBackend(**{"block-cache-size": "32m"}).rocksdb_options
     b = RocksDBStateBackend(**{"block-cache-size": "32m"}).rocksdb_options
     assert a.shared_cache() is b.shared_cache()
+
+
+def test_no_claim_restore_makes_the_first_checkpoint_independent(tmp_path):
+    """After restoring another job's incremental checkpoint, the new job's first checkpoint
+    references none of its files, so the source can be deleted."""
+    from statekit.conformance_tests.workload import WorkloadFunction, make_rows
+    from statekit.runtime import LocalRunner
+    storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"))
+    backend = RocksDBStateBackend(**{"local-dir": str(tmp_path / "local")})
+    source = LocalRunner(WorkloadFunction(), lambda r: r[0], parallelism=2, max_parallelism=128,
+                         state_backend=backend, storage=storage, job_id="source", incremental=True)
+    source.run_epoch(make_rows(2000, 300, 1))
+    source_paths = {h.path for s in source.latest_metadata().operators[source.operator_id].subtasks
+                    for k in s.keyed for h in k.stream_handles() if hasattr(h, "path")}
+    assert source_paths, "the source checkpoint must have files (SSTs above the inline threshold)"
+    target = LocalRunner(WorkloadFunction(), lambda r: r[0], parallelism=2, max_parallelism=128,
+                         state_backend=backend, storage=storage, job_id="target", incremental=True)
+    target.restore_from(source.latest_metadata(), source.streams)
+    target.run_epoch(make_rows(100, 300, 2))
+    target_handles = [h for s in target.latest_metadata().operators[target.operator_id].subtasks
+                      for k in s.keyed for h in k.stream_handles()]
+    assert target_handles and not source_paths & {getattr(h, 'path', None) for h in target_handles}
+    assert all(os.path.exists(os.path.join(target.storage.job_root, h.path)) for h in target_handles
+               if hasattr(h, "path"))

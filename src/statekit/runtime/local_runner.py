@@ -130,7 +130,10 @@ class LocalRunner:
         if restored is not None:
             metadata, streams = restored
             assigned = assign(metadata.operator(self.operator_id), index, self.parallelism)
-            restore = TaskRestore(metadata.checkpoint_id, assigned.keyed, assigned.operator, streams)
+            # handle paths are relative to the job directory that wrote them: only the runner's own
+            # checkpoints may be referenced by new ones; an external snapshot never is
+            share = self._restore_override is None
+            restore = TaskRestore(metadata.checkpoint_id, assigned.keyed, assigned.operator, streams, share)
         task = KeyedTask(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
                          restore=restore, local_dir=self.local_dir)
         try:

@@ -29,6 +29,8 @@ class TaskRestore:
     keyed: Sequence[KeyedStateHandle]
     operator: Sequence[OperatorStateHandle | None]
     streams: CheckpointStreams
+    #: False for a no-claim restore: the new checkpoints must not reference the restored files
+    share_files: bool = True
 
 
 class PendingTaskSnapshot:
@@ -61,7 +63,7 @@ class KeyedTask:
             restore_handles=tuple(restore.keyed) if restore else (),
             restore_streams=restore.streams if restore else None,
             restore_checkpoint_id=restore.checkpoint_id if restore else None,
-            local_dir=local_dir))
+            local_dir=local_dir, share_restored_files=restore.share_files if restore else True))
         self.operator_backend = state_backend.create_operator_backend(OperatorBackendParams(
             subtask=subtask, restore_handles=tuple(restore.operator) if restore else (),
             restore_streams=restore.streams if restore else None))
