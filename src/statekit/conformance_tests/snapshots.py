@@ -24,7 +24,7 @@ from statekit.spi import (
     KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, StateBackend,
     StateHandle, ValueStateDescriptor,
 )
-from statekit.spi.storage import CheckpointStreams
+from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.inline import InlineStreams
 
 MAX_P = 128
@@ -334,12 +334,18 @@ def _mutate_everything(backend: KeyedStateBackend, salt: int = 0) -> None:
 class RescaleTests(BackendTestBase):
     """Checkpoint at one parallelism, continue at another, compare every key with the oracle."""
 
+    @pytest.fixture
+    def checkpoint_storage(self) -> CheckpointStorage | None:
+        """The storage the rescaled jobs checkpoint to; None = the ``jobmanager`` storage."""
+        return None
+
     @pytest.mark.parametrize("mode", SNAPSHOT_MODES)
     @pytest.mark.parametrize("old,new", RESCALE_MATRIX, ids=[f"{a}to{b}" for a, b in RESCALE_MATRIX])
-    def test_rescale_matrix(self, state_backend, tmp_path, old, new, mode):
+    def test_rescale_matrix(self, state_backend, checkpoint_storage, tmp_path, old, new, mode):
         rows_1, rows_2 = make_rows(3000, 800, seed=old), make_rows(2000, 800, seed=new + 1000)
         runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=old, max_parallelism=MAX_P,
                              state_backend=state_backend, local_dir=str(tmp_path / "local"),
+                             storage=checkpoint_storage, job_id=f"rescale-{old}-{new}-{mode}",
                              incremental=snapshot_options_for(mode, state_backend).incremental)
         runner.run_epoch(rows_1)
         runner.rescale(new)
@@ -358,10 +364,11 @@ class RescaleTests(BackendTestBase):
             assert found[key] == expected_key_state(want), f"state of {key!r} differs after {old}->{new}"
 
     @pytest.mark.parametrize("old,new", [(4, 2), (2, 3)], ids=["4to2", "2to3"])
-    def test_operator_state_redistribution(self, state_backend, tmp_path, old, new):
+    def test_operator_state_redistribution(self, state_backend, checkpoint_storage, tmp_path, old, new):
         rows = make_rows(1000, 200, seed=7)
         runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=old, max_parallelism=MAX_P,
-                             state_backend=state_backend, local_dir=str(tmp_path / "local"))
+                             state_backend=state_backend, local_dir=str(tmp_path / "local"),
+                             storage=checkpoint_storage, job_id=f"redistribute-{old}-{new}")
         runner.run_epoch(rows)
         runner.rescale(new)
         runner.run_epoch([])
