@@ -1,0 +1,688 @@
+"""The ``statekit`` command line: inspect checkpoints and savepoints, turn checkpoints into savepoints.
+
+Usage::
+
+    statekit checkpoints list <dir>          checkpoints of every job under <dir> (or of one job directory)
+    statekit checkpoints describe <path>     one checkpoint or savepoint in detail
+    statekit savepoint create --from <checkpoint> --to <savepoint-dir> [--backend NAME]
+
+Every path is an fsspec URL: a local path, ``file://``, ``s3://``, ``memory://``, ... Options of
+every command:
+
+``--json``
+    machine-readable output on stdout (one JSON document, keys documented below) instead of text.
+``-o KEY=VALUE`` / ``--storage-option KEY=VALUE``
+    an fsspec storage option (repeatable); VALUE is parsed as JSON when it is valid JSON, e.g.
+    ``-o anon=false -o 'client_kwargs={"endpoint_url": "http://127.0.0.1:5000"}'``.
+
+Exit status: 0 on success; 2 on any error (unknown path, not a checkpoint, corrupt metadata,
+unknown backend, bad arguments), with one line on stderr starting with ``statekit: error:``.
+
+Paths
+-----
+``checkpoints list <dir>`` accepts a checkpoint directory holding job directories
+(``<dir>/<job-id>/chk-<n>/_metadata``), a single job directory, or a savepoint directory
+(``<dir>/savepoint-<id>/_metadata``). ``checkpoints describe`` and ``savepoint create --from``
+accept a ``_metadata`` file, a ``chk-<n>`` or ``savepoint-<id>`` directory, or a job directory
+(its latest completed checkpoint).
+
+JSON output (stable keys)
+-------------------------
+Sizes are in bytes. A *state size* is the sum of the sizes of the streams (files and inline
+bytes) a snapshot references, each file counted once even when several handles share it; *files*
+counts those distinct files (inline state is not a file). Times are ``timestamp`` (seconds since
+the epoch, from the metadata) and ``time`` (the same instant, ISO 8601 UTC).
+
+``checkpoints list``::
+
+    {"path": URL of <dir>,
+     "jobs": [{"job_id": str, "path": URL,
+               "checkpoints": [ENTRY, ...]}],           # sorted by checkpoint id
+     "savepoints": [ENTRY, ...]}                        # savepoint-* directories directly in <dir>
+
+    ENTRY = {"name": "chk-<n>" or "savepoint-<id>", "path": URL,
+             "checkpoint_id": int or null,              # null for an unreadable savepoint
+             "status": "completed" | "incomplete" | "corrupt",
+             "job_id": str or null, "timestamp": float or null, "time": str or null,
+             "state_size": int or null, "files": int or null,
+             "incremental": bool or null, "savepoint": bool or null,
+             "backend": str or null,
+             "error": str or null}                      # why a "corrupt" entry cannot be read
+
+    "incomplete": no ``_metadata`` (the checkpoint never completed); the other fields are null.
+    "corrupt": ``_metadata`` cannot be read; listed with its error, the exit status stays 0.
+
+``checkpoints describe``::
+
+    {"path": URL, "checkpoint_id": int, "job_id": str, "savepoint": bool,
+     "timestamp": float, "time": str, "backend": str or null, "incremental": bool,
+     "source_checkpoint": int or null,                  # savepoints: the checkpoint they came from
+     "properties": {...},                               # every metadata property, as recorded
+     "state_size": int, "files": int,
+     "operators": [{"operator_id": str, "parallelism": int, "max_parallelism": int,
+                    "state_size": int,
+                    "key_serializer": SERIALIZER or null,
+                    "states": [{"name": str, "kind": str, "ttl_seconds": float or null,
+                                "serializers": {role: SERIALIZER}}],
+                    "operator_states": [{"name": str, "mode": str, "size": int,
+                                         "serializers": {role: SERIALIZER}}],
+                    "subtasks": [{"index": int, "key_group_range": [first, last],
+                                  "state_size": int, "keyed_state_size": int,
+                                  "operator_state_size": int}]}],
+     "shared_files": FILES,                             # files under shared/ (incremental)
+     "exclusive_files": FILES,                          # every other file
+     "inline": {"count": int, "bytes": int}}            # state kept inside the metadata
+
+    SERIALIZER = {"class": short class name, "identity": "module:Class", "version": int,
+                  "config": {...}}
+    FILES = {"count": int, "bytes": int, "files": [{"path": str, "size": int}]}   # sorted by path
+
+    File paths are relative to the job directory (checkpoints) or the savepoint directory.
+
+``savepoint create``::
+
+    {"path": URL of the savepoint directory, "job_id": str, "checkpoint_id": int,
+     "source": URL of the checkpoint converted, "backend": str, "state_size": int, "files": int}
+
+``savepoint create`` restores every subtask of the checkpoint (full or incremental) with the
+backend that wrote it (``--backend``, default the metadata's ``backend`` property, else
+``heap``) and writes a canonical, self-contained savepoint to
+``<savepoint-dir>/savepoint-<job-id>-<checkpoint-id>/``. It never overwrites a savepoint.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import posixpath
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Sequence
+
+from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.store import stream_handles, subtask_stream_handles
+from statekit.spi.errors import CorruptStateError, StatekitError
+from statekit.spi.handles import OperatorStateHandle, StreamStateHandle
+from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.serializer import SerializerSnapshot
+from statekit.storage.filesystem import (
+    CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR, open_url, resolve,
+)
+
+PROG = "statekit"
+EXIT_OK = 0
+EXIT_ERROR = 2
+
+
+class CliError(StatekitError):
+    """A problem with what the command line asked for (bad path, existing savepoint, ...)."""
+
+
+# ---------------------------------------------------------------------------- reading metadata
+
+
+_handle_types_loaded = False
+
+
+def _load_handle_types() -> None:
+    """Import every known backend, so metadata holding their handle types can be parsed."""
+    global _handle_types_loaded
+    if _handle_types_loaded:
+        return
+    _handle_types_loaded = True
+    from statekit.plugins import available_backends, backend_class
+    for name in available_backends():
+        try:
+            backend_class(name)
+        except Exception:  # a broken or missing plugin only matters if its handles are needed
+            pass
+
+
+def parse_metadata(data: bytes, source: str) -> CheckpointMetadata:
+    """``CheckpointMetadata`` from bytes; anything malformed is a ``CorruptStateError``."""
+    _load_handle_types()
+    try:
+        return CheckpointMetadata.from_bytes(data, source)
+    except StatekitError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        detail = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise CorruptStateError(f"{source} is corrupt: {detail}") from exc
+
+
+@dataclass
+class StreamSummary:
+    """The streams a snapshot (or a part of it) references, each file once."""
+
+    shared: dict[str, int] = field(default_factory=dict)  # relative path -> size
+    exclusive: dict[str, int] = field(default_factory=dict)
+    inline_count: int = 0
+    inline_bytes: int = 0
+
+    @classmethod
+    def of(cls, handles: Iterable[StreamStateHandle]) -> "StreamSummary":
+        summary = cls()
+        for handle in handles:
+            path = getattr(handle, "path", None)
+            if isinstance(path, str) and path:
+                target = summary.shared if path.startswith(SHARED_DIR + "/") else summary.exclusive
+                target[path] = int(handle.size)
+            else:
+                summary.inline_count += 1
+                summary.inline_bytes += int(handle.size)
+        return summary
+
+    @property
+    def files(self) -> int:
+        return len(self.shared) + len(self.exclusive)
+
+    @property
+    def state_size(self) -> int:
+        return sum(self.shared.values()) + sum(self.exclusive.values()) + self.inline_bytes
+
+
+def _time(timestamp: float | None) -> str | None:
+    if timestamp is None:
+        return None
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
+
+
+def _human_time(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{size} B" if unit == "B" else f"{size} B ({value:.1f} {unit})"
+        value /= 1024
+    return f"{size} B"  # pragma: no cover
+
+
+def _serializer(data: Any) -> dict[str, Any]:
+    try:
+        snapshot = SerializerSnapshot.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return {"class": str(data), "identity": str(data), "version": None, "config": {}}
+    return {"class": snapshot.short_name, "identity": snapshot.identity, "version": snapshot.version,
+            "config": snapshot.config}
+
+
+def _serializer_text(info: dict[str, Any]) -> str:
+    text = info["class"]
+    return text if info.get("version") is None else f"{text} v{info['version']}"
+
+
+# ---------------------------------------------------------------------------- checkpoints list
+
+
+def _children(fs: Any, path: str) -> dict[str, str]:
+    """Entry name -> type ("directory", "file", ...) of a directory."""
+    try:
+        entries = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        return {}
+    own = fs._strip_protocol(path).rstrip("/")
+    found = {}
+    for entry in entries:
+        full = fs._strip_protocol(str(entry.get("name", ""))).rstrip("/")
+        if full and full != own:  # some file systems list a directory itself
+            found[posixpath.basename(full)] = str(entry.get("type", ""))
+    return found
+
+
+def _is_job_dir(children: dict[str, str]) -> bool:
+    return any(CHECKPOINT_DIR_PATTERN.match(name) for name in children) or children.get(SHARED_DIR) == "directory"
+
+
+def _entry(fs: Any, directory: str, checkpoint_id: int | None) -> dict[str, Any]:
+    url = fs.unstrip_protocol(directory)
+    entry: dict[str, Any] = {
+        "name": posixpath.basename(directory), "path": url, "checkpoint_id": checkpoint_id,
+        "status": "incomplete", "job_id": None, "timestamp": None, "time": None, "state_size": None,
+        "files": None, "incremental": None, "savepoint": None, "backend": None, "error": None}
+    metadata_path = posixpath.join(directory, METADATA_FILE)
+    if not fs.exists(metadata_path):
+        return entry
+    try:
+        metadata = parse_metadata(fs.cat_file(metadata_path), fs.unstrip_protocol(metadata_path))
+    except (StatekitError, OSError) as exc:
+        entry.update(status="corrupt", error=_one_line(exc))
+        return entry
+    summary = StreamSummary.of(stream_handles(metadata))
+    entry.update(status="completed", checkpoint_id=metadata.checkpoint_id if checkpoint_id is None else checkpoint_id,
+                 job_id=metadata.job_id, timestamp=metadata.timestamp, time=_time(metadata.timestamp),
+                 state_size=summary.state_size, files=summary.files,
+                 incremental=bool(metadata.properties.get("incremental", False)),
+                 savepoint=metadata.is_savepoint, backend=metadata.properties.get("backend"))
+    return entry
+
+
+def _job(fs: Any, directory: str, children: dict[str, str]) -> dict[str, Any]:
+    ids = sorted(int(m.group(1)) for name in children if (m := CHECKPOINT_DIR_PATTERN.match(name)))
+    return {"job_id": posixpath.basename(directory), "path": fs.unstrip_protocol(directory),
+            "checkpoints": [_entry(fs, posixpath.join(directory, f"chk-{i}"), i) for i in ids]}
+
+
+def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The document ``checkpoints list --json`` prints."""
+    fs, root = open_url(url, "directory", storage_options)
+    if posixpath.basename(root) == METADATA_FILE and fs.isfile(root):
+        root = posixpath.dirname(root)
+    if not fs.exists(root):
+        raise CliError(f"{url!r} does not exist")
+    if not fs.isdir(root):
+        raise CliError(f"{url!r} is not a directory (give a checkpoint directory, a job directory or a "
+                       f"savepoint directory)")
+    jobs: list[dict[str, Any]] = []
+    savepoints: list[dict[str, Any]] = []
+    children = _children(fs, root)
+    name = posixpath.basename(root)
+    match = CHECKPOINT_DIR_PATTERN.match(name)
+    if match:  # one checkpoint directory: list it within its job
+        job_dir = posixpath.dirname(root)
+        jobs.append({"job_id": posixpath.basename(job_dir), "path": fs.unstrip_protocol(job_dir),
+                     "checkpoints": [_entry(fs, root, int(match.group(1)))]})
+    elif METADATA_FILE in children:  # one savepoint directory
+        savepoints.append(_entry(fs, root, None))
+    elif _is_job_dir(children):
+        jobs.append(_job(fs, root, children))
+    else:
+        for child, kind in sorted(children.items()):
+            if kind != "directory":
+                continue
+            path = posixpath.join(root, child)
+            if child.startswith("savepoint-"):
+                savepoints.append(_entry(fs, path, None))
+                continue
+            grandchildren = _children(fs, path)
+            if _is_job_dir(grandchildren):
+                jobs.append(_job(fs, path, grandchildren))
+    return {"path": fs.unstrip_protocol(root), "jobs": jobs, "savepoints": savepoints}
+
+
+def _table(rows: list[list[str]], right: Sequence[int] = ()) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]) for i, cell in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def _dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _entry_row(entry: dict[str, Any], first: str) -> list[str]:
+    completed = entry["status"] == "completed"
+    return [first, entry["status"], _human_time(entry["timestamp"]), _dash(entry["state_size"]),
+            _dash(entry["files"]),
+            ("incremental" if entry["incremental"] else "full") if completed else "-",
+            ("savepoint" if entry["savepoint"] else "checkpoint") if completed else "-",
+            _dash(entry["backend"])]
+
+
+HEADER = ["STATUS", "TIME", "SIZE (BYTES)", "FILES", "FORMAT", "TYPE", "BACKEND"]
+
+
+def _print_list(doc: dict[str, Any], out: Callable[[str], None]) -> None:
+    if not doc["jobs"] and not doc["savepoints"]:
+        out(f"no checkpoints or savepoints under {doc['path']}")
+        return
+    for job in doc["jobs"]:
+        entries = job["checkpoints"]
+        counts = {s: sum(1 for e in entries if e["status"] == s) for s in ("completed", "incomplete", "corrupt")}
+        summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no checkpoints"
+        out(f"job {job['job_id']} ({job['path']}): {summary}")
+        if entries:
+            rows = [["ID", *HEADER]] + [_entry_row(e, str(e["checkpoint_id"])) for e in entries]
+            for line in _table(rows, right=(0, 3, 4)):
+                out("  " + line)
+        for e in entries:
+            if e["error"]:
+                out(f"  {e['name']}: {e['error']}")
+    if doc["savepoints"]:
+        if doc["jobs"]:
+            out("")
+        out(f"savepoints in {doc['path']}: {len(doc['savepoints'])}")
+        rows = [["NAME", "JOB", "ID", *HEADER]] + [
+            [e["name"], _dash(e["job_id"]), *_entry_row(e, _dash(e["checkpoint_id"]))] for e in doc["savepoints"]]
+        for line in _table(rows, right=(2, 5, 6)):
+            out("  " + line)
+        for e in doc["savepoints"]:
+            if e["error"]:
+                out(f"  {e['name']}: {e['error']}")
+
+
+# ---------------------------------------------------------------------------- checkpoints describe
+
+
+def _subtask_range(operator: OperatorState, index: int, subtask: SubtaskState) -> KeyGroupRange:
+    ranges = [h.key_group_range for h in subtask.keyed if len(h.key_group_range)]
+    if ranges:
+        return KeyGroupRange(min(r.start for r in ranges), max(r.end for r in ranges))
+    return KeyGroupRange.of_subtask(operator.max_parallelism, operator.parallelism, index)
+
+
+def _operator_doc(operator: OperatorState) -> dict[str, Any]:
+    key_serializer = next((h.key_serializer for s in operator.subtasks for h in s.keyed  # type: ignore[attr-defined]
+                           if getattr(h, "key_serializer", None)), None)
+    states = [{"name": meta.name, "kind": meta.kind, "ttl_seconds": meta.ttl_seconds,
+               "serializers": {role: _serializer(s) for role, s in sorted(meta.serializers.items())}}
+              for _, meta in sorted(operator.states().items())]
+    operator_states: dict[str, dict[str, Any]] = {}
+    for subtask in operator.subtasks:
+        handle = subtask.operator
+        if not isinstance(handle, OperatorStateHandle):
+            continue
+        for name, (mode, byte_range) in handle.states.items():
+            info = operator_states.setdefault(name, {
+                "name": name, "mode": mode, "size": 0,
+                "serializers": {role: _serializer(s) for role, s in sorted(handle.serializers.get(name, {}).items())}})
+            info["size"] += byte_range.length
+    subtasks = []
+    for index, subtask in enumerate(operator.subtasks):
+        keyed_size = sum(h.state_size for h in subtask.keyed)
+        operator_size = subtask.operator.state_size if subtask.operator is not None else 0
+        subtasks.append({"index": index, "key_group_range": _subtask_range(operator, index, subtask).to_json(),
+                         "state_size": keyed_size + operator_size, "keyed_state_size": keyed_size,
+                         "operator_state_size": operator_size})
+    return {"operator_id": operator.operator_id, "parallelism": operator.parallelism,
+            "max_parallelism": operator.max_parallelism,
+            "state_size": StreamSummary.of(subtask_stream_handles(operator.subtasks)).state_size,
+            "key_serializer": _serializer(key_serializer) if key_serializer else None,
+            "states": states, "operator_states": [operator_states[n] for n in sorted(operator_states)],
+            "subtasks": subtasks}
+
+
+def _files_doc(files: dict[str, int]) -> dict[str, Any]:
+    return {"count": len(files), "bytes": sum(files.values()),
+            "files": [{"path": p, "size": s} for p, s in sorted(files.items())]}
+
+
+def describe_metadata(metadata: CheckpointMetadata, url: str) -> dict[str, Any]:
+    summary = StreamSummary.of(stream_handles(metadata))
+    source = metadata.properties.get("source_checkpoint")
+    return {
+        "path": url, "checkpoint_id": metadata.checkpoint_id, "job_id": metadata.job_id,
+        "savepoint": metadata.is_savepoint, "timestamp": metadata.timestamp, "time": _time(metadata.timestamp),
+        "backend": metadata.properties.get("backend"),
+        "incremental": bool(metadata.properties.get("incremental", False)),
+        "source_checkpoint": source if isinstance(source, int) else None,
+        "properties": metadata.properties,
+        "state_size": summary.state_size, "files": summary.files,
+        "operators": [_operator_doc(op) for _, op in sorted(metadata.operators.items())],
+        "shared_files": _files_doc(summary.shared), "exclusive_files": _files_doc(summary.exclusive),
+        "inline": {"count": summary.inline_count, "bytes": summary.inline_bytes},
+    }
+
+
+def _resolve(url: str, storage_options: dict[str, Any] | None, setting: str) -> Any:
+    fs, path = open_url(url, setting, storage_options)
+    if not fs.exists(path):
+        raise CliError(f"{url!r} does not exist")
+    return resolve(url, storage_options, setting=setting)
+
+
+def describe(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The document ``checkpoints describe --json`` prints."""
+    resolved = _resolve(url, storage_options, "path")
+    metadata = parse_metadata(resolved.metadata, f"{resolved.pointer.external_pointer}/{METADATA_FILE}")
+    return describe_metadata(metadata, resolved.pointer.external_pointer)
+
+
+def _print_files(title: str, files: dict[str, Any], out: Callable[[str], None]) -> None:
+    out(f"{title}: {files['count']}, {_human_size(files['bytes'])}")
+    if files["files"]:
+        rows = [[f["path"], str(f["size"])] for f in files["files"]]
+        for line in _table(rows, right=(1,)):
+            out("  " + line)
+
+
+def _print_describe(doc: dict[str, Any], out: Callable[[str], None]) -> None:
+    kind = "savepoint" if doc["savepoint"] else "checkpoint"
+    out(f"{kind} {doc['checkpoint_id']} of job {doc['job_id']}")
+    fields = [("path", doc["path"]),
+              ("type", f"{kind}, {'incremental' if doc['incremental'] else 'full'}"),
+              ("time", f"{_human_time(doc['timestamp'])} (timestamp {doc['timestamp']:.3f})"),
+              ("backend", _dash(doc["backend"]))]
+    if doc["source_checkpoint"] is not None:
+        fields.append(("source", f"checkpoint {doc['source_checkpoint']}"))
+    fields.append(("state size", f"{_human_size(doc['state_size'])}: {doc['files']} files, "
+                                 f"{doc['inline']['count']} inline streams of {doc['inline']['bytes']} B"))
+    width = max(len(name) for name, _ in fields) + 1
+    for name, value in fields:
+        out(f"  {(name + ':').ljust(width)} {value}")
+    for op in doc["operators"]:
+        out("")
+        out(f"operator {op['operator_id']}: parallelism {op['parallelism']}, max parallelism "
+            f"{op['max_parallelism']}, state size {_human_size(op['state_size'])}")
+        if op["key_serializer"]:
+            out(f"  key serializer: {_serializer_text(op['key_serializer'])}")
+        out(f"  keyed states: {len(op['states'])}")
+        if op["states"]:
+            rows = [["NAME", "KIND", "SERIALIZERS"]]
+            for state in op["states"]:
+                serializers = ", ".join(f"{role}={_serializer_text(s)}" for role, s in state["serializers"].items())
+                if state["ttl_seconds"] is not None:
+                    serializers += f"; ttl {state['ttl_seconds']}s"
+                rows.append([state["name"], state["kind"], serializers])
+            for line in _table(rows):
+                out("    " + line)
+        if op["operator_states"]:
+            out(f"  operator states: {len(op['operator_states'])}")
+            rows = [["NAME", "MODE", "SIZE (BYTES)", "SERIALIZERS"]]
+            for state in op["operator_states"]:
+                serializers = ", ".join(f"{role}={_serializer_text(s)}" for role, s in state["serializers"].items())
+                rows.append([state["name"], state["mode"], str(state["size"]), serializers])
+            for line in _table(rows, right=(2,)):
+                out("    " + line)
+        out("  subtasks:")
+        rows = [["SUBTASK", "KEY GROUPS", "SIZE (BYTES)", "KEYED", "OPERATOR"]]
+        for sub in op["subtasks"]:
+            first, last = sub["key_group_range"]
+            rows.append([str(sub["index"]), f"{first}-{last}" if last >= first else "empty",
+                         str(sub["state_size"]), str(sub["keyed_state_size"]), str(sub["operator_state_size"])])
+        for line in _table(rows, right=(0, 2, 3, 4)):
+            out("    " + line)
+    out("")
+    _print_files("shared files", doc["shared_files"], out)
+    _print_files("exclusive files", doc["exclusive_files"], out)
+    out(f"inline state: {doc['inline']['count']} streams, {_human_size(doc['inline']['bytes'])}")
+
+
+# ---------------------------------------------------------------------------- savepoint create
+
+
+def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | None = None,
+                     storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Convert a completed checkpoint to a canonical savepoint; the document ``--json`` prints."""
+    from statekit.plugins import backend_class
+    from statekit.runtime.savepoints import snapshot_as_savepoint
+    from statekit.storage.filesystem import SavepointLocation
+
+    resolved = _resolve(source_url, storage_options, "--from")
+    metadata = parse_metadata(resolved.metadata, f"{resolved.pointer.external_pointer}/{METADATA_FILE}")
+    name = backend_name or metadata.properties.get("backend") or "heap"
+    cls = backend_class(name, setting="--backend")
+    try:
+        state_backend = cls()
+    except StatekitError:
+        raise
+    except Exception as exc:
+        raise CliError(f"--backend={name!r}: {cls.__name__}() cannot be created: {exc}") from exc
+    savepoint_id = f"{metadata.job_id}-{metadata.checkpoint_id}"
+    fs, root = open_url(savepoint_dir, "--to", storage_options)
+    directory = posixpath.join(root, f"savepoint-{savepoint_id}")
+    if fs.exists(posixpath.join(directory, METADATA_FILE)):
+        raise CliError(f"savepoint {fs.unstrip_protocol(directory)} already exists; delete it or choose another --to")
+    existed = fs.exists(directory)
+    location = SavepointLocation(savepoint_dir, savepoint_id, storage_options)
+    try:
+        with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir:
+            savepoint = snapshot_as_savepoint(metadata, resolved.streams, state_backend,
+                                              lambda subtask: location.streams, local_dir=local_dir)
+        pointer = location.commit(savepoint.checkpoint_id, savepoint.to_bytes())
+    except BaseException:
+        if not existed:  # leave nothing half-written behind
+            try:
+                fs.rm(directory, recursive=True)
+            except (OSError, FileNotFoundError):
+                pass
+        raise
+    summary = StreamSummary.of(stream_handles(savepoint))
+    return {"path": pointer.external_pointer, "job_id": savepoint.job_id, "checkpoint_id": savepoint.checkpoint_id,
+            "source": resolved.pointer.external_pointer, "backend": name, "state_size": summary.state_size,
+            "files": summary.files}
+
+
+def _print_created(doc: dict[str, Any], out: Callable[[str], None]) -> None:
+    out(f"savepoint of checkpoint {doc['checkpoint_id']} of job {doc['job_id']} written to {doc['path']}")
+    out(f"  from {doc['source']} with backend {doc['backend']}; "
+        f"{_human_size(doc['state_size'])}, {doc['files']} files")
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    given = [*(getattr(args, "global_storage_options", None) or ()), *(getattr(args, "storage_options", None) or ())]
+    for item in given:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--storage-option expects KEY=VALUE, got {item!r}")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        options[key] = value
+    return options
+
+
+Printer = Callable[[dict[str, Any], Callable[[str], None]], None]
+
+
+def _emit(args: argparse.Namespace, doc: dict[str, Any], printer: Printer) -> None:
+    if args.json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        printer(doc, print)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    _emit(args, list_checkpoints(args.dir, _storage_options(args)), _print_list)
+    return EXIT_OK
+
+
+def _cmd_describe(args: argparse.Namespace) -> int:
+    _emit(args, describe(args.path, _storage_options(args)), _print_describe)
+    return EXIT_OK
+
+
+def _cmd_create(args: argparse.Namespace) -> int:
+    _emit(args, create_savepoint(args.source, args.target, args.backend, _storage_options(args)), _print_created)
+    return EXIT_OK
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """Usage errors end in the same ``statekit: error:`` line as every other error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{PROG}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print one JSON document (keys documented in `pydoc statekit.cli`)")
+    common.add_argument("-o", "--storage-option", dest="storage_options", action="append", metavar="KEY=VALUE",
+                        default=argparse.SUPPRESS, help="an fsspec storage option (repeatable; VALUE may be JSON)")
+
+    parser = _ArgumentParser(
+        prog=PROG, description="Inspect statekit checkpoints and savepoints; convert checkpoints to savepoints.",
+        epilog="Paths are fsspec URLs (local paths, file://, s3://, memory://, ...).")
+    parser.add_argument("--json", action="store_true", default=False, help=argparse.SUPPRESS)
+    parser.add_argument("-o", "--storage-option", dest="global_storage_options", action="append",
+                        metavar="KEY=VALUE", default=[], help="an fsspec storage option (repeatable)")
+    groups = parser.add_subparsers(dest="group", metavar="COMMAND", required=True)
+
+    checkpoints = groups.add_parser("checkpoints", help="list and describe checkpoints and savepoints")
+    checkpoint_commands = checkpoints.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)
+    listing = checkpoint_commands.add_parser(
+        "list", parents=[common], help="the checkpoints of every job in a directory",
+        description="List the completed and incomplete checkpoints of every job under DIR (a checkpoint "
+                    "directory holding job directories, one job directory, or a savepoint directory).")
+    listing.add_argument("dir", help="checkpoint, job or savepoint directory URL")
+    listing.set_defaults(handler=_cmd_list)
+    describing = checkpoint_commands.add_parser(
+        "describe", parents=[common], help="one checkpoint or savepoint in detail",
+        description="Describe one completed checkpoint or savepoint: operators, states, serializers, "
+                    "key groups, sizes and files.")
+    describing.add_argument("path", help="a _metadata file, a chk-<n> or savepoint-<id> directory, or a job "
+                                         "directory (its latest completed checkpoint)")
+    describing.set_defaults(handler=_cmd_describe)
+
+    savepoint = groups.add_parser("savepoint", help="create savepoints offline")
+    savepoint_commands = savepoint.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)
+    create = savepoint_commands.add_parser(
+        "create", parents=[common], help="convert a completed checkpoint to a canonical savepoint",
+        description="Convert a completed checkpoint (full or incremental, any backend) to a canonical, "
+                    "self-contained savepoint in <savepoint-dir>/savepoint-<job-id>-<checkpoint-id>/.")
+    create.add_argument("--from", dest="source", required=True, metavar="CHECKPOINT",
+                        help="a _metadata file, a chk-<n> directory or a job directory (latest completed)")
+    create.add_argument("--to", dest="target", required=True, metavar="SAVEPOINT_DIR",
+                        help="the savepoint directory URL")
+    create.add_argument("--backend", default=None, metavar="NAME",
+                        help="the state backend able to read the checkpoint (default: the one recorded in its "
+                             "metadata, else heap); a built-in name, an entry point or module:Class")
+    create.set_defaults(handler=_cmd_create)
+    return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"{exc.filename}: no such file or directory"
+    if not isinstance(exc, StatekitError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text
+
+
+def _error(exc: BaseException) -> int:
+    print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0, or 2 on error)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error, already printed by argparse (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+    try:
+        return args.handler(args)
+    except BrokenPipeError:  # e.g. `statekit checkpoints list dir | head`
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except (StatekitError, OSError) as exc:
+        return _error(exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
