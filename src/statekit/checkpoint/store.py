@@ -107,6 +107,9 @@ class CheckpointStore:
                 pointer, CheckpointMetadata.from_bytes(access.read_metadata(pointer), pointer.external_pointer)))
         for checkpoint in self._retained:
             self.registry.register(checkpoint.checkpoint_id, self._shared(checkpoint.metadata))
+        #: a snapshot restored in no-claim mode: if it is one of this job's own checkpoints, it is never disposed
+        self._unclaimed = (restored_from.metadata if restored_from is not None
+                           and restore_mode is RestoreMode.NO_CLAIM else None)
         if restored_from is not None:
             shared = [_key(h) for h in self._shared(restored_from.metadata)]
             if restore_mode is RestoreMode.CLAIM:
@@ -152,7 +155,10 @@ class CheckpointStore:
 
     def _dispose(self, checkpoint: CompletedCheckpoint) -> None:
         self._retained.remove(checkpoint)
-        self.access.dispose(checkpoint.pointer)
+        if checkpoint.metadata == self._unclaimed:
+            log.info("keeping checkpoint %d: it was restored from in no-claim mode", checkpoint.checkpoint_id)
+        else:
+            self.access.dispose(checkpoint.pointer)
         if self._retained:
             lowest = self._retained[0].checkpoint_id
         else:

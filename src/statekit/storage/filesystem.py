@@ -171,7 +171,8 @@ class FileSystemCheckpointStreams(CheckpointStreams):
             path = "inline state"
         else:
             path = self._path(handle)
-            data = self._cat(path, offset, offset + length)
+            # an empty range is b"": object stores answer start == end with the whole object
+            data = self._cat(path, offset, offset + length) if length > 0 else b""
         if len(data) != length:
             raise CorruptStateError(f"{path} is truncated: wanted bytes [{offset}, {offset + length}) but "
                                     f"got {len(data)}")
@@ -189,7 +190,18 @@ class FileSystemCheckpointStreams(CheckpointStreams):
             raise RestoreError(f"checkpoint file {path} is missing; it was deleted or the checkpoint was "
                                f"moved (only savepoints are relocatable)") from exc
         except OSError as exc:
+            # object stores refuse a range past the end (S3: InvalidRange) instead of a short read
+            size = self._size(path) if end is not None else None
+            if size is not None and size < end:  # type: ignore[operator]
+                raise CorruptStateError(f"checkpoint file {path} is truncated: wanted bytes [{start}, {end}) but "
+                                        f"it has {size}") from exc
             raise RestoreError(f"cannot read checkpoint file {path}: {exc}") from exc
+
+    def _size(self, path: str) -> int | None:
+        try:
+            return int(self.fs.size(path))
+        except (OSError, TypeError, ValueError):
+            return None
 
 
 def write_metadata_atomically(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
@@ -345,7 +357,7 @@ class SavepointLocation:
         self.directory = _join(root, f"savepoint-{savepoint_id}")
         check_writable(fs, self.directory, "spark.statekit.savepoint.dir", savepoint_dir)
         # a savepoint's files are all exclusive and live beside its _metadata
-        self.streams = FileSystemCheckpointStreams(fs, self.directory, ".", memory_threshold)
+        self.streams = FileSystemCheckpointStreams(fs, self.directory, "", memory_threshold)
 
     def commit(self, checkpoint_id: int, metadata: bytes) -> CompletedCheckpointPointer:
         write_metadata_atomically(self.fs, _join(self.directory, METADATA_FILE), metadata)

@@ -1,0 +1,690 @@
+"""Storage level of the conformance suite: commit, retention, corrupt files, IO errors.
+
+A checkpoint storage plugin reuses it fsspec-style: subclass ``StorageTests`` (or one of the
+mixins) in a test module and override the ``checkpoint_storage`` fixture to return a
+``CheckpointStorage`` writing to a fresh, empty location for every test::
+
+    class TestMyStorage(StorageTests):
+        @pytest.fixture
+        def checkpoint_storage(self, tmp_path):
+            return MyCheckpointStorage(...)
+
+Knobs (class attributes) a subclass may set:
+
+* ``writes_files``: ``True`` when a stream of ``file_payload_size`` bytes must become a file
+  (the file-level tests then fail instead of skipping if it stays inline), ``False`` when the
+  storage keeps every byte inline (they skip), ``None`` to decide per written handle;
+* ``shared_files``: the same for streams written with ``StateScope.SHARED`` (``True``: they
+  must be ``access.is_shared()``; ``False``: the shared-file tests skip);
+* ``durable``: whether a second ``create_access(job)`` sees the checkpoints committed through
+  the first (``False`` for driver-memory storages such as ``jobmanager``);
+* ``file_payload_size``: bytes written where a test needs a file (must exceed the storage's
+  memory threshold); ``large_payload_size``: the "large stream" round trip (> 1 MiB).
+
+File-level tests damage stored bytes through ``locate``/``corrupt``/``truncate``/``delete``,
+which work for ``FileSystemCheckpointStorage`` (any fsspec URL). A storage with another layout
+overrides ``locate`` (returning an fsspec file system and path) or the three helpers.
+
+Shared-file tests need a keyed handle that references several streams; this module registers
+the test-only handle type ``conformance-multi`` (``MultiStreamKeyedHandle``) for that. It is
+JSON round-tripped through ``_metadata`` like any plugin handle.
+
+Assertions carry their own messages: pytest does not rewrite asserts in installed packages.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import fsspec
+import pytest
+
+from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint, RestoreMode
+from statekit.conformance_tests.workload import WorkloadFunction, make_rows
+from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, SnapshotError
+from statekit.spi.handles import (
+    FileStateHandle, InlineStateHandle, KeyedStateHandle, KeyGroupsStateHandle, StateHandle,
+    StreamStateHandle, checksum, register_handle,
+)
+from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.storage import (
+    CheckpointStorage, CheckpointStorageAccess, CheckpointStreams, CompletedCheckpointPointer, StateScope,
+)
+from statekit.storage.filesystem import FileSystemCheckpointStorage, FileSystemStorageAccess, open_url
+
+KiB = 1024
+MiB = 1024 * KiB
+MAX_PARALLELISM = 128
+OPERATOR = "conformance-op"
+SUBTASK = "conformance-op-0"
+
+
+# ---------------------------------------------------------------------------- test-only handle
+
+
+@register_handle("conformance-multi")
+@dataclass(frozen=True)
+class MultiStreamKeyedHandle(KeyedStateHandle):
+    """Test-only keyed handle referencing several streams (like an incremental snapshot that
+    reuses shared files of earlier checkpoints). Used by the shared-file retention tests."""
+
+    key_group_range: KeyGroupRange
+    streams: tuple[StreamStateHandle, ...]
+
+    def stream_handles(self) -> Iterator[StreamStateHandle]:
+        yield from self.streams
+
+    def _fields_json(self) -> dict[str, Any]:
+        return {"key_group_range": self.key_group_range.to_json(), "streams": [s.to_json() for s in self.streams]}
+
+    @classmethod
+    def _from_fields(cls, data: dict[str, Any]) -> "MultiStreamKeyedHandle":
+        streams = tuple(StateHandle.from_json(s) for s in data["streams"])
+        return cls(KeyGroupRange.from_json(data["key_group_range"]), streams)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def payload(size: int, seed: int = 0) -> bytes:
+    """``size`` deterministic pseudo-random bytes."""
+    return random.Random(seed).randbytes(size)
+
+
+def write_stream(streams: CheckpointStreams, data: bytes, scope: StateScope = StateScope.EXCLUSIVE,
+                 name: str | None = None, chunk: int = 64 * KiB) -> StreamStateHandle:
+    """Write ``data`` in chunks through a new output stream; check ``tell``, size and checksum."""
+    out = streams.create_output(scope, name)
+    for start in range(0, len(data), chunk):
+        out.write(data[start:start + chunk])
+        expected = min(start + chunk, len(data))
+        assert out.tell() == expected, f"tell() is {out.tell()} after writing {expected} bytes"
+    handle = out.close_and_get_handle()
+    assert handle.size == len(data), f"the handle records {handle.size} bytes, {len(data)} were written"
+    assert handle.checksum == checksum(data), (
+        f"the handle records checksum {handle.checksum}, the bytes written have {checksum(data)}")
+    return handle
+
+
+def json_round_trip(handle: StateHandle) -> StateHandle:
+    """The handle as it comes back out of ``_metadata``."""
+    return StateHandle.from_json(json.loads(json.dumps(handle.to_json())))
+
+
+def make_metadata(checkpoint_id: int, streams: Sequence[StreamStateHandle],
+                  job_id: str = "conformance-job") -> CheckpointMetadata:
+    """Metadata of one subtask whose keyed state references ``streams`` (fixed timestamp, so
+    the same arguments always give the same bytes)."""
+    handle = MultiStreamKeyedHandle(KeyGroupRange(0, MAX_PARALLELISM - 1), tuple(streams))
+    operator = OperatorState(OPERATOR, 1, MAX_PARALLELISM, (SubtaskState((handle,)),))
+    return CheckpointMetadata(checkpoint_id, job_id, {OPERATOR: operator}, timestamp=0.0)
+
+
+def ids(pointers: Sequence[CompletedCheckpointPointer]) -> list[int]:
+    return [p.checkpoint_id for p in pointers]
+
+
+def store_ids(store: CheckpointStore) -> list[int]:
+    return [c.checkpoint_id for c in store.completed()]
+
+
+def is_readable(access: CheckpointStorageAccess, handle: StreamStateHandle) -> bool:
+    """Whether the stream can still be read: ``False`` when it is gone (``RestoreError``); a
+    stream that exists but reads back corrupt fails the test."""
+    try:
+        access.restore_streams().read(handle)
+    except CorruptStateError as exc:
+        raise AssertionError(f"{handle} should be intact or gone, but reads back corrupt: {exc}") from exc
+    except RestoreError:
+        return False
+    return True
+
+
+def _describe(handle: StreamStateHandle) -> str:
+    return getattr(handle, "path", None) or f"{type(handle).__name__}({handle.size} bytes)"
+
+
+# ---------------------------------------------------------------------------- base
+
+
+class StorageTestBase:
+    """Base of every storage mixin: override ``checkpoint_storage`` in the subclass."""
+
+    job_id = "conformance-job"
+    writes_files: bool | None = None
+    shared_files: bool | None = None
+    durable: bool = True
+    file_payload_size = 64 * KiB
+    large_payload_size = MiB + 4321
+
+    @pytest.fixture
+    def checkpoint_storage(self) -> CheckpointStorage:
+        raise NotImplementedError("override the `checkpoint_storage` fixture to return your CheckpointStorage "
+                                  "(a fresh, empty location per test)")
+
+    @pytest.fixture
+    def access(self, checkpoint_storage: CheckpointStorage) -> CheckpointStorageAccess:
+        return checkpoint_storage.create_access(self.job_id)
+
+    # --- requirements
+    def require_durable(self, checkpoint_storage: CheckpointStorage) -> None:
+        if not self.durable:
+            pytest.skip(f"{type(checkpoint_storage).__name__} is not durable: a new access starts empty")
+
+    def require_file(self, handle: StreamStateHandle) -> None:
+        """Skip (or fail, when ``writes_files`` is True) unless ``handle`` is not inline."""
+        if isinstance(handle, InlineStateHandle):
+            if self.writes_files:
+                raise AssertionError(f"a stream of {handle.size} bytes stayed inline, but writes_files=True "
+                                     f"says it must become a file (raise file_payload_size above the memory "
+                                     f"threshold, or set writes_files=None)")
+            pytest.skip(f"the storage kept a {handle.size}-byte stream inline: no file to damage")
+
+    def write_file(self, access: CheckpointStorageAccess, checkpoint_id: int, seed: int = 0,
+                   size: int | None = None) -> tuple[StreamStateHandle, bytes]:
+        """An exclusive stream that must be a file (skips the test when the storage keeps it inline)."""
+        if self.writes_files is False:
+            pytest.skip("the storage keeps every byte inline (writes_files=False): no file to damage")
+        data = payload(size or self.file_payload_size, seed)
+        handle = write_stream(access.streams(checkpoint_id, SUBTASK), data)
+        self.require_file(handle)
+        return handle, data
+
+    def write_shared(self, access: CheckpointStorageAccess, checkpoint_id: int, seed: int) -> StreamStateHandle:
+        """A stream in shared scope that ``access.is_shared`` recognizes (or skip the test)."""
+        if self.shared_files is False:
+            pytest.skip("the storage keeps no shared files (shared_files=False)")
+        handle = write_stream(access.streams(checkpoint_id, SUBTASK), payload(self.file_payload_size, seed),
+                              StateScope.SHARED, name=f"shared-{seed}")
+        if not access.is_shared(handle):
+            if self.shared_files:
+                raise AssertionError(f"a stream written with StateScope.SHARED ({_describe(handle)}) is not "
+                                     f"is_shared(), but shared_files=True says it must be")
+            pytest.skip(f"{type(access).__name__}.is_shared() is False for a SHARED-scope stream "
+                        f"({type(handle).__name__}): the storage has no shared files")
+        return handle
+
+    # --- damaging stored bytes (override for storages that are not fsspec file systems)
+    def locate(self, access: CheckpointStorageAccess,
+               handle: StreamStateHandle) -> tuple[fsspec.AbstractFileSystem, str]:
+        """The fsspec file system and path holding ``handle``'s bytes."""
+        if isinstance(access, FileSystemStorageAccess) and isinstance(handle, FileStateHandle):
+            return access.fs, posixpath.join(access.job_root, handle.path)
+        pytest.skip(f"override locate() (or corrupt/truncate/delete) to damage a {type(handle).__name__} "
+                    f"of {type(access).__name__}")
+
+    def corrupt(self, access: CheckpointStorageAccess, handle: StreamStateHandle, offset: int | None = None) -> str:
+        """Flip one byte (the middle one by default); return the file's path."""
+        fs, path = self.locate(access, handle)
+        data = bytearray(fs.cat_file(path))
+        data[len(data) // 2 if offset is None else offset] ^= 0xFF
+        fs.pipe_file(path, bytes(data))
+        return path
+
+    def truncate(self, access: CheckpointStorageAccess, handle: StreamStateHandle) -> str:
+        """Cut the file to half its size; return its path."""
+        fs, path = self.locate(access, handle)
+        data = fs.cat_file(path)
+        fs.pipe_file(path, data[: len(data) // 2])
+        return path
+
+    def delete(self, access: CheckpointStorageAccess, handle: StreamStateHandle) -> str:
+        """Remove the file; return its path."""
+        fs, path = self.locate(access, handle)
+        fs.rm_file(path)
+        return path
+
+
+def _names_file(message: str, path: str) -> bool:
+    """Whether an error message names the file ``path`` (its full path or its unique base name)."""
+    return path in message or posixpath.basename(path) in message
+
+
+# ---------------------------------------------------------------------------- commit
+
+
+class StorageCommitTests(StorageTestBase):
+    """Streams, commit, visibility of completed checkpoints, abort and dispose."""
+
+    def test_small_stream_round_trip(self, access):
+        data = b"small state \x00\xff" * 7
+        handle = write_stream(access.streams(1, SUBTASK), data)
+        assert access.streams(1, SUBTASK).read(handle) == data, "a small stream reads back different bytes"
+        again = json_round_trip(handle)
+        assert access.restore_streams().read(again) == data, \
+            "a small stream reads back different bytes after its handle went through JSON"
+
+    def test_empty_stream_round_trip(self, access):
+        handle = write_stream(access.streams(1, SUBTASK), b"")
+        assert access.restore_streams().read(handle) == b"", "an empty stream does not read back empty"
+
+    def test_large_stream_round_trip(self, access):
+        data = payload(self.large_payload_size, seed=1)
+        handle = write_stream(access.streams(1, SUBTASK), data)
+        if self.writes_files:
+            assert not isinstance(handle, InlineStateHandle), \
+                f"a {len(data)}-byte stream stayed inline, but writes_files=True"
+        again = json_round_trip(handle)
+        read = access.restore_streams().read(again)
+        assert read == data, f"a {len(data)}-byte stream reads back different bytes ({len(read)} bytes)"
+
+    def test_read_range(self, access):
+        data = payload(self.large_payload_size, seed=2)
+        handle = write_stream(access.streams(1, SUBTASK), data)
+        streams = access.restore_streams()
+        n = len(data)
+        for offset, length in ((0, 10), (n // 2, 4096), (n - 100, 100), (12345, 0)):
+            got = streams.read_range(handle, offset, length)
+            assert got == data[offset:offset + length], f"read_range({offset}, {length}) returned wrong bytes"
+        with pytest.raises(CorruptStateError):
+            streams.read_range(handle, n - 10, 20)  # past the end: a short read is corruption
+
+    def test_commit_makes_checkpoint_visible(self, access):
+        assert access.completed() == [], f"a new job has completed checkpoints: {access.completed()}"
+        assert access.latest_completed() is None, "a new job has a latest completed checkpoint"
+        handle = write_stream(access.streams(1, SUBTASK), payload(self.file_payload_size, 3))
+        metadata = make_metadata(1, [handle]).to_bytes()
+        pointer = access.commit(1, metadata)
+        assert pointer.checkpoint_id == 1, f"commit(1) returned a pointer to checkpoint {pointer.checkpoint_id}"
+        assert ids(access.completed()) == [1], f"completed() after commit(1) is {ids(access.completed())}"
+        latest = access.latest_completed()
+        assert latest is not None and latest.checkpoint_id == 1, f"latest_completed() after commit(1) is {latest}"
+        assert access.read_metadata(latest) == metadata, "read_metadata returns other bytes than were committed"
+        restored = CheckpointMetadata.from_bytes(access.read_metadata(latest))
+        assert restored == make_metadata(1, [handle]), "committed metadata does not parse back to itself"
+
+    def test_committed_checkpoint_is_seen_by_a_new_access(self, checkpoint_storage, access):
+        self.require_durable(checkpoint_storage)
+        data = payload(self.file_payload_size, 7)
+        handle = write_stream(access.streams(1, SUBTASK), data)
+        metadata = make_metadata(1, [handle]).to_bytes()
+        access.commit(1, metadata)
+        fresh = checkpoint_storage.create_access(self.job_id)
+        assert ids(fresh.completed()) == [1], f"a new access sees completed checkpoints {ids(fresh.completed())}"
+        latest = fresh.latest_completed()
+        assert latest is not None and fresh.read_metadata(latest) == metadata, \
+            "a new access reads other metadata for checkpoint 1"
+        assert fresh.restore_streams().read(handle) == data, "a new access reads other bytes"
+
+    def test_files_without_metadata_are_never_completed(self, checkpoint_storage, access):
+        first = write_stream(access.streams(1, SUBTASK), payload(self.file_payload_size, 4))
+        access.commit(1, make_metadata(1, [first]).to_bytes())
+        # checkpoint 2: every file written, then the coordinator dies before _metadata
+        write_stream(access.streams(2, SUBTASK), payload(self.file_payload_size, 5))
+        write_stream(access.streams(2, "conformance-op-1"), payload(100, 6))
+        access.streams(3, SUBTASK).create_output().write(b"a stream never closed")
+        assert ids(access.completed()) == [1], f"completed() lists a checkpoint without _metadata: " \
+                                               f"{ids(access.completed())}"
+        latest = access.latest_completed()
+        assert latest is not None and latest.checkpoint_id == 1, \
+            f"latest_completed() is {latest}, but checkpoint 2 never committed its _metadata"
+        store = CheckpointStore(access)
+        before = store.latest_before(3)
+        assert before is not None and before.checkpoint_id == 1, \
+            f"the restore point of epoch 3 is {before}, expected checkpoint 1"
+        if self.durable:
+            fresh = CheckpointStore(checkpoint_storage.create_access(self.job_id))
+            assert store_ids(fresh) == [1], f"a restarted coordinator sees {store_ids(fresh)}, expected [1]"
+
+    def test_repeated_commit_with_same_bytes_is_idempotent(self, access):
+        metadata = make_metadata(1, [write_stream(access.streams(1, SUBTASK), b"x" * 10)]).to_bytes()
+        first = access.commit(1, metadata)
+        second = access.commit(1, metadata)
+        assert first == second, f"a repeated commit returned another pointer: {first} != {second}"
+        assert ids(access.completed()) == [1], f"a repeated commit changed completed(): {ids(access.completed())}"
+        assert access.read_metadata(second) == metadata, "a repeated commit changed the metadata"
+
+    def test_commit_with_different_bytes_is_refused(self, access):
+        metadata = make_metadata(1, [write_stream(access.streams(1, SUBTASK), b"x" * 10)]).to_bytes()
+        pointer = access.commit(1, metadata)
+        other = make_metadata(1, [write_stream(access.streams(1, SUBTASK), b"y" * 10)]).to_bytes()
+        with pytest.raises(SnapshotError):
+            access.commit(1, other)
+        assert access.read_metadata(pointer) == metadata, \
+            "a refused commit with different bytes still replaced the completed checkpoint's metadata"
+
+    def test_concurrent_checkpoints_commit_out_of_order(self, access):
+        streams_5, streams_6 = access.streams(5, SUBTASK), access.streams(6, SUBTASK)
+        data_5, data_6 = payload(self.file_payload_size, 5), payload(self.file_payload_size, 6)
+        out_5, out_6 = streams_5.create_output(), streams_6.create_output()
+        chunk = 4 * KiB
+        for start in range(0, len(data_5), chunk):  # interleaved writes of two open checkpoints
+            out_5.write(data_5[start:start + chunk])
+            out_6.write(data_6[start:start + chunk])
+        handle_5, handle_6 = out_5.close_and_get_handle(), out_6.close_and_get_handle()
+        meta_5, meta_6 = make_metadata(5, [handle_5]).to_bytes(), make_metadata(6, [handle_6]).to_bytes()
+        pointer_6 = access.commit(6, meta_6)
+        pointer_5 = access.commit(5, meta_5)
+        assert ids(access.completed()) == [5, 6], f"completed() is {ids(access.completed())}, expected [5, 6]"
+        assert pointer_5 != pointer_6 and pointer_5.external_pointer != pointer_6.external_pointer, \
+            f"checkpoints 5 and 6 share a pointer: {pointer_5} / {pointer_6}"
+        assert access.read_metadata(pointer_5) == meta_5, "checkpoint 5's metadata is not what it committed"
+        assert access.read_metadata(pointer_6) == meta_6, "checkpoint 6's metadata is not what it committed"
+        streams = access.restore_streams()
+        assert streams.read(handle_5) == data_5, "checkpoint 5's stream reads back other bytes"
+        assert streams.read(handle_6) == data_6, "checkpoint 6's stream reads back other bytes"
+        latest = access.latest_completed()
+        assert latest is not None and latest.checkpoint_id == 6, f"latest_completed() is {latest}, expected 6"
+
+    def test_abort_removes_an_uncommitted_checkpoint(self, access):
+        kept_data = payload(self.file_payload_size, 1)
+        kept = write_stream(access.streams(1, SUBTASK), kept_data)
+        access.commit(1, make_metadata(1, [kept]).to_bytes())
+        aborted = write_stream(access.streams(2, SUBTASK), payload(self.file_payload_size, 2))
+        access.abort(2)
+        assert ids(access.completed()) == [1], f"completed() after abort(2) is {ids(access.completed())}"
+        if not isinstance(aborted, InlineStateHandle):
+            assert not is_readable(access, aborted), f"abort(2) left checkpoint 2's file {_describe(aborted)}"
+        assert access.restore_streams().read(kept) == kept_data, "abort(2) damaged completed checkpoint 1"
+
+    def test_abort_never_removes_a_completed_checkpoint(self, access):
+        handle = write_stream(access.streams(1, SUBTASK), payload(self.file_payload_size, 1))
+        metadata = make_metadata(1, [handle]).to_bytes()
+        pointer = access.commit(1, metadata)
+        try:
+            access.abort(1)
+        except SnapshotError:
+            pass  # refusing is fine; removing is not
+        assert ids(access.completed()) == [1], f"abort of a completed checkpoint removed it: {ids(access.completed())}"
+        assert access.read_metadata(pointer) == metadata, "abort of a completed checkpoint changed its metadata"
+        assert is_readable(access, handle), f"abort of a completed checkpoint removed {_describe(handle)}"
+
+    def test_dispose_removes_a_completed_checkpoint(self, access):
+        first = write_stream(access.streams(1, SUBTASK), payload(self.file_payload_size, 1))
+        second = write_stream(access.streams(2, SUBTASK), payload(self.file_payload_size, 2))
+        pointer_1 = access.commit(1, make_metadata(1, [first]).to_bytes())
+        access.commit(2, make_metadata(2, [second]).to_bytes())
+        access.dispose(pointer_1)
+        assert ids(access.completed()) == [2], f"completed() after dispose(1) is {ids(access.completed())}"
+        with pytest.raises(RestoreError):
+            access.read_metadata(pointer_1)
+        if not isinstance(first, InlineStateHandle):
+            assert not is_readable(access, first), f"dispose(1) left checkpoint 1's file {_describe(first)}"
+        assert is_readable(access, second), "dispose(1) removed a file of checkpoint 2"
+
+    def test_restore_streams_read_completed_checkpoints(self, checkpoint_storage, access):
+        written: list[tuple[StreamStateHandle, bytes]] = []
+        for checkpoint_id in (1, 2):
+            for index, size in enumerate((50, self.file_payload_size)):
+                data = payload(size, seed=checkpoint_id * 10 + index)
+                streams = access.streams(checkpoint_id, f"conformance-op-{index}")
+                written.append((write_stream(streams, data), data))
+            access.commit(checkpoint_id, make_metadata(checkpoint_id, [h for h, _ in written]).to_bytes())
+        readers = [access.restore_streams()]
+        if self.durable:
+            readers.append(checkpoint_storage.create_access(self.job_id).restore_streams())
+        for reader in readers:
+            for handle, data in written:
+                assert reader.read(handle) == data, f"restore_streams() reads other bytes for {_describe(handle)}"
+                assert reader.read_range(handle, 10, 20) == data[10:30], \
+                    f"restore_streams().read_range reads other bytes for {_describe(handle)}"
+
+
+# ---------------------------------------------------------------------------- retention
+
+
+class StorageRetentionTests(StorageTestBase):
+    """``CheckpointStore`` on the storage: retention, restart, shared-file lifetime, restore modes."""
+
+    def _add(self, store: CheckpointStore, checkpoint_id: int, shared: Sequence[StreamStateHandle] = ()
+             ) -> tuple[CompletedCheckpoint, StreamStateHandle]:
+        """Commit a checkpoint referencing ``shared`` plus one new exclusive stream of its own."""
+        own = write_stream(store.access.streams(checkpoint_id, SUBTASK),
+                           payload(self.file_payload_size, 1000 + checkpoint_id))
+        completed = store.add(make_metadata(checkpoint_id, [*shared, own], self.job_id))
+        return completed, own
+
+    def _alive(self, access: CheckpointStorageAccess, **files: StreamStateHandle) -> dict[str, bool]:
+        return {name: is_readable(access, handle) for name, handle in files.items()}
+
+    def test_keeps_the_last_num_retained(self, access):
+        store = CheckpointStore(access, num_retained=2)
+        added = {i: self._add(store, i) for i in range(1, 5)}
+        assert store_ids(store) == [3, 4], f"the store retains {store_ids(store)}, expected [3, 4]"
+        assert ids(access.completed()) == [3, 4], f"the storage lists {ids(access.completed())}, expected [3, 4]"
+        for i in (1, 2):
+            completed, own = added[i]
+            with pytest.raises(RestoreError):
+                access.read_metadata(completed.pointer)
+            if not isinstance(own, InlineStateHandle):
+                assert not is_readable(access, own), f"disposed checkpoint {i} left {_describe(own)}"
+        for i in (3, 4):
+            completed, own = added[i]
+            assert access.read_metadata(completed.pointer) == completed.metadata.to_bytes(), \
+                f"retained checkpoint {i} reads back other metadata"
+            assert is_readable(access, own), f"retained checkpoint {i} lost {_describe(own)}"
+
+    def test_restarted_store_rebuilds_its_list(self, checkpoint_storage, access):
+        store = CheckpointStore(access, num_retained=3)
+        for i in range(1, 4):
+            self._add(store, i)
+        accesses = [access] + ([checkpoint_storage.create_access(self.job_id)] if self.durable else [])
+        for other in accesses:
+            restarted = CheckpointStore(other, num_retained=3)
+            assert store_ids(restarted) == [1, 2, 3], f"a restarted store holds {store_ids(restarted)}"
+            for before, after in zip(store.completed(), restarted.completed()):
+                assert before.metadata == after.metadata, \
+                    f"checkpoint {before.checkpoint_id} reads back other metadata after a restart"
+            point = restarted.latest_before(3)
+            assert point is not None and point.checkpoint_id == 2, f"latest_before(3) after a restart is {point}"
+        restarted = CheckpointStore(accesses[-1], num_retained=2)
+        self._add(restarted, 4)
+        assert store_ids(restarted) == [3, 4], f"retention after a restart kept {store_ids(restarted)}"
+        assert ids(accesses[-1].completed()) == [3, 4], \
+            f"the storage lists {ids(accesses[-1].completed())} after retention in a restarted store"
+
+    def test_shared_files_are_deleted_once_unreferenced(self, access):
+        s1, s2, s3 = (self.write_shared(access, 1, seed) for seed in (1, 2, 3))
+        store = CheckpointStore(access, num_retained=1)
+        self._add(store, 1, [s1, s2])
+        assert self._alive(access, s1=s1, s2=s2) == {"s1": True, "s2": True}, "chk-1 uses S1, S2"
+        self._add(store, 2, [s2, s3])
+        assert self._alive(access, s1=s1, s2=s2, s3=s3) == {"s1": False, "s2": True, "s3": True}, \
+            "after chk-2 (S2, S3) with num_retained=1: S1 must be deleted, S2 and S3 kept"
+        self._add(store, 3, [s3])
+        assert self._alive(access, s1=s1, s2=s2, s3=s3) == {"s1": False, "s2": False, "s3": True}, \
+            "after chk-3 (S3) with num_retained=1: S1 and S2 must be deleted, S3 kept"
+
+    def test_shared_file_of_a_retained_checkpoint_is_never_deleted(self, access):
+        s1, s2 = self.write_shared(access, 1, 1), self.write_shared(access, 3, 2)
+        store = CheckpointStore(access, num_retained=2)
+        plan = {1: [s1], 2: [s1], 3: [s1, s2], 4: [s2]}
+        for checkpoint_id, shared in plan.items():
+            self._add(store, checkpoint_id, shared)
+            assert is_readable(access, s1), \
+                f"S1 was deleted after chk-{checkpoint_id}, but retained {store_ids(store)} include a user of it"
+        self._add(store, 5, [s2])
+        assert self._alive(access, s1=s1, s2=s2) == {"s1": False, "s2": True}, \
+            f"retaining {store_ids(store)} (S2 only): S1 must be deleted, S2 kept"
+
+    def test_registry_is_rebuilt_after_a_restart(self, checkpoint_storage, access):
+        s1, s2, s3 = (self.write_shared(access, 1, seed) for seed in (1, 2, 3))
+        store = CheckpointStore(access, num_retained=3)
+        self._add(store, 1, [s1, s2])
+        self._add(store, 2, [s2, s3])
+        other = checkpoint_storage.create_access(self.job_id) if self.durable else access
+        restarted = CheckpointStore(other, num_retained=1)  # a new coordinator: registry from storage only
+        self._add(restarted, 3, [s3])
+        assert store_ids(restarted) == [3], f"the restarted store retains {store_ids(restarted)}"
+        assert self._alive(other, s1=s1, s2=s2, s3=s3) == {"s1": False, "s2": False, "s3": True}, \
+            "after a restart and chk-3 (S3) with num_retained=1: S1 and S2 must be deleted, S3 kept"
+
+    def _restored_store(self, access: CheckpointStorageAccess, mode: RestoreMode
+                        ) -> tuple[CheckpointStore, CompletedCheckpoint, StreamStateHandle, list[StreamStateHandle]]:
+        """chk-1 uses S1, S2 (and its own exclusive stream); a coordinator then restores from
+        chk-1 in ``mode`` with num_retained=1. Returns the store, chk-1, its exclusive stream
+        and [S1, S2, S3]."""
+        shared = [self.write_shared(access, 1, seed) for seed in (1, 2, 3)]
+        source, own = self._add(CheckpointStore(access, num_retained=3), 1, shared[:2])
+        store = CheckpointStore(access, num_retained=1, restored_from=source, restore_mode=mode)
+        return store, source, own, shared
+
+    def test_no_claim_restore_never_deletes_the_restored_files(self, access):
+        store, source, own, (s1, s2, s3) = self._restored_store(access, RestoreMode.NO_CLAIM)
+        self._add(store, 2, [s1, s3])  # an incremental checkpoint reusing the restored S1
+        self._add(store, 3, [s3])
+        self._add(store, 4, [])
+        assert store_ids(store) == [4], f"the store retains {store_ids(store)}, expected [4]"
+        assert self._alive(access, s1=s1, s2=s2, s3=s3) == {"s1": True, "s2": True, "s3": False}, \
+            "no-claim restore from chk-1: its shared S1, S2 are never deleted; S3 (used by 2, 3 only) is"
+        assert is_readable(access, own), f"no-claim restore from chk-1 deleted its exclusive {_describe(own)}"
+        assert access.read_metadata(source.pointer) == source.metadata.to_bytes(), \
+            "no-claim restore from chk-1 deleted or changed its _metadata"
+
+    def test_claim_restore_adopts_the_restored_files(self, access):
+        store, source, own, (s1, s2, s3) = self._restored_store(access, RestoreMode.CLAIM)
+        self._add(store, 2, [s1, s3])
+        assert self._alive(access, s1=s1, s2=s2, s3=s3) == {"s1": True, "s2": False, "s3": True}, \
+            "claim restore from chk-1, then chk-2 (S1, S3): S2 follows retention and is deleted"
+        with pytest.raises(RestoreError):
+            access.read_metadata(source.pointer)  # the claimed chk-1 follows retention too
+        if not isinstance(own, InlineStateHandle):
+            assert not is_readable(access, own), f"the claimed chk-1 left its exclusive {_describe(own)}"
+        self._add(store, 3, [s3])
+        assert self._alive(access, s1=s1, s2=s2, s3=s3) == {"s1": False, "s2": False, "s3": True}, \
+            "claim restore from chk-1, then chk-3 (S3): the adopted S1 is deleted once unused"
+
+    def test_abort_deletes_only_the_aborted_checkpoints_new_shared_files(self, access):
+        s1, s2 = self.write_shared(access, 1, 1), self.write_shared(access, 2, 2)
+        store = CheckpointStore(access, num_retained=1)
+        self._add(store, 1, [s1])
+        handle = MultiStreamKeyedHandle(KeyGroupRange(0, MAX_PARALLELISM - 1), (s1, s2))
+        store.abort(2, [SubtaskState((handle,))])
+        assert store_ids(store) == [1], f"abort(2) changed the retained checkpoints: {store_ids(store)}"
+        assert self._alive(access, s1=s1, s2=s2) == {"s1": True, "s2": False}, \
+            "abort(2): its new shared S2 must be deleted, S1 (used by completed chk-1) kept"
+
+
+# ---------------------------------------------------------------------------- corruption
+
+
+class StorageCorruptionTests(StorageTestBase):
+    """Damaged files are clear errors naming the file, never silently wrong state."""
+
+    def test_flipped_byte_is_a_checksum_error_naming_the_file(self, access):
+        handle, _ = self.write_file(access, 1)
+        access.commit(1, make_metadata(1, [handle]).to_bytes())
+        path = self.corrupt(access, handle)
+        with pytest.raises(CorruptStateError) as caught:
+            access.restore_streams().read(handle)
+        message = str(caught.value)
+        assert "checksum" in message, f"the error does not say 'checksum': {message}"
+        assert _names_file(message, path), f"the error does not name the corrupt file {path}: {message}"
+
+    def test_flipped_byte_fails_a_whole_restore(self, checkpoint_storage, tmp_path):
+        """A keyed snapshot written by the heap backend through this storage, one byte flipped in
+        a key group's bytes: restoring it (canonical reader) fails naming the file."""
+        from statekit.runtime.local_runner import LocalRunner
+
+        if self.writes_files is False:
+            pytest.skip("the storage keeps every byte inline (writes_files=False): no file to damage")
+        runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=1, max_parallelism=MAX_PARALLELISM,
+                             storage=checkpoint_storage, job_id=self.job_id, local_dir=str(tmp_path / "local"))
+        runner.run_epoch(make_rows(3000, 1500, seed=11))
+        metadata = runner.latest_metadata()
+        assert metadata is not None, "the first epoch did not complete a checkpoint"
+        keyed = metadata.operator(runner.operator_id).subtasks[0].keyed
+        assert keyed and isinstance(keyed[0], KeyGroupsStateHandle), f"unexpected keyed handles {keyed}"
+        handle = keyed[0]
+        self.require_file(handle.stream)
+        kg, byte_range = sorted(handle.key_groups.items())[len(handle.key_groups) // 2]
+        path = self.corrupt(runner.storage, handle.stream, offset=byte_range.offset + byte_range.length // 2)
+        with pytest.raises(CorruptStateError) as caught:
+            runner.run_epoch(make_rows(10, 5, seed=12))  # epoch 2 restores from chk-1
+        message = str(caught.value)
+        assert "checksum" in message, f"the restore error does not say 'checksum': {message}"
+        assert _names_file(message, path), f"the restore error does not name the corrupt file {path}: {message}"
+        assert store_ids(runner.store) == [1], f"a failed epoch changed the completed checkpoints: " \
+                                               f"{store_ids(runner.store)}"
+
+    def test_truncated_file_is_a_clear_error(self, access):
+        handle, _ = self.write_file(access, 1)
+        path = self.truncate(access, handle)
+        with pytest.raises(CorruptStateError) as caught:
+            access.restore_streams().read(handle)
+        assert _names_file(str(caught.value), path), \
+            f"the error does not name the truncated file {path}: {caught.value}"
+        with pytest.raises(CorruptStateError) as caught:
+            access.restore_streams().read_range(handle, handle.size - 100, 100)
+        assert _names_file(str(caught.value), path), \
+            f"the read_range error does not name the truncated file {path}: {caught.value}"
+
+    def test_missing_file_is_a_restore_error_naming_it(self, access):
+        handle, _ = self.write_file(access, 1)
+        path = self.delete(access, handle)
+        for read in (lambda s: s.read(handle), lambda s: s.read_range(handle, 0, 10)):
+            with pytest.raises(RestoreError) as caught:
+                read(access.restore_streams())
+            assert _names_file(str(caught.value), path), \
+                f"the error does not name the missing file {path}: {caught.value}"
+
+    @pytest.mark.parametrize("garbage", [b"\x00\xffnot json{", b'{"valid": "json", "but": "no metadata"}', b""],
+                             ids=["binary", "foreign-json", "empty"])
+    def test_corrupt_metadata_is_a_clear_error(self, access, garbage):
+        pointer = access.commit(1, garbage)
+        with pytest.raises(CorruptStateError):
+            CheckpointMetadata.from_bytes(access.read_metadata(pointer))
+        with pytest.raises(CorruptStateError) as caught:
+            CheckpointStore(access)  # a coordinator starting on it
+        assert pointer.external_pointer in str(caught.value), \
+            f"the error does not name the checkpoint {pointer.external_pointer}: {caught.value}"
+
+
+# ---------------------------------------------------------------------------- IO errors
+
+
+class StorageErrorTests(StorageTestBase):
+    """Bad locations and failed IO are clear errors that name the setting or the file."""
+
+    @pytest.fixture
+    def unwritable_checkpoint_storage(self, checkpoint_storage: CheckpointStorage
+                                      ) -> Callable[[], CheckpointStorage]:
+        """A factory of the storage pointed at a location it cannot write. The default, for
+        ``FileSystemCheckpointStorage``: a "directory" that is an existing file (fails for root
+        too, unlike permissions). Override for other storages, or skip."""
+        if not isinstance(checkpoint_storage, FileSystemCheckpointStorage):
+            pytest.skip(f"{type(checkpoint_storage).__name__} has no checkpoint directory; override "
+                        f"unwritable_checkpoint_storage to test an unwritable location")
+        fs, root = open_url(checkpoint_storage.checkpoint_dir, storage_options=checkpoint_storage.storage_options)
+        fs.makedirs(root, exist_ok=True)
+        blocker = posixpath.join(root, "not-a-directory")
+        fs.pipe_file(blocker, b"a file where a directory is expected")
+        url = fs.unstrip_protocol(blocker)
+        options = checkpoint_storage.storage_options
+        return lambda: FileSystemCheckpointStorage(url, storage_options=options)
+
+    def test_unwritable_checkpoint_dir_fails_at_start_naming_the_setting(self, unwritable_checkpoint_storage):
+        with pytest.raises(ConfigurationError) as caught:
+            unwritable_checkpoint_storage().create_access(self.job_id)
+        assert "spark.statekit.checkpoint.dir" in str(caught.value), \
+            f"the error does not name spark.statekit.checkpoint.dir: {caught.value}"
+
+    def test_reading_a_file_that_was_never_written_is_a_restore_error(self, access):
+        missing = FileStateHandle("chk-1/never-written", 10, checksum(b"0123456789"))
+        with pytest.raises(RestoreError):
+            access.restore_streams().read(missing)
+
+    def test_metadata_of_an_unknown_checkpoint_is_a_restore_error(self, access):
+        with pytest.raises(RestoreError):
+            access.read_metadata(CompletedCheckpointPointer(42, "chk-42"))
+
+    def test_write_after_close_is_a_snapshot_error(self, access):
+        out = access.streams(1, SUBTASK).create_output()
+        out.write(b"abc")
+        out.close_and_get_handle()
+        with pytest.raises(SnapshotError):
+            out.write(b"more")
+
+
+class StorageTests(StorageCommitTests, StorageRetentionTests, StorageCorruptionTests, StorageErrorTests):
+    """The whole storage level."""
+
+
+__all__ = [
+    "MultiStreamKeyedHandle", "StorageCommitTests", "StorageCorruptionTests", "StorageErrorTests",
+    "StorageRetentionTests", "StorageTestBase", "StorageTests", "make_metadata", "payload", "write_stream",
+]

@@ -1,0 +1,383 @@
+"""The storage scenarios of the issue, on file://, memory:// and s3:// (moto on 127.0.0.1):
+
+* a checkpoint killed after its files but before its ``_metadata`` is ignored: restore picks
+  the previous complete one and the state equals the oracle;
+* flipped bytes in a state file of a completed checkpoint are a checksum error naming the file;
+* a heap savepoint taken at parallelism 4, moved to another directory, restores at 3 and 7
+  with identical state for every key;
+* bad input (unknown storage, unknown URL scheme, unwritable directory) fails at start naming
+  the setting; the jobmanager storage's size limit names its setting;
+* no-claim restore from another job's checkpoint never deletes that checkpoint's files.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import fsspec
+import pytest
+
+from statekit.backends.heap import HeapStateBackend
+from statekit.checkpoint.assignment import assign
+from statekit.checkpoint.metadata import CheckpointMetadata
+from statekit.checkpoint.store import CheckpointStore
+from statekit.conformance_tests.base import open_keyed_backend, set_key
+from statekit.conformance_tests.s3 import DEFAULT_BUCKET, moto_s3  # noqa: F401 (fixture)
+from statekit.conformance_tests.storage import payload, write_stream
+from statekit.conformance_tests.workload import (
+    COUNT, WorkloadFunction, expected_key_state, make_rows, oracle, read_key_state,
+)
+from statekit.plugins import storage_class
+from statekit.runtime.local_runner import LocalRunner
+from statekit.spi import (
+    ConfigurationError, CorruptStateError, FileStateHandle, InlineStateHandle, KeyGroupsStateHandle,
+    RestoreError, SnapshotError,
+)
+from statekit.spi.storage import CheckpointStreams
+from statekit.storage.filesystem import FileSystemCheckpointStorage, resolve
+from statekit.storage.memory import JobManagerCheckpointStorage
+
+MAX_P = 128
+JOB = "scenario-job"
+
+
+@dataclass
+class Location:
+    """A fresh directory on one file system, by URL and by fsspec path."""
+
+    url: str
+    storage_options: dict[str, Any]
+    fs: fsspec.AbstractFileSystem
+    root: str
+
+    def storage(self, sub: str = "checkpoints") -> FileSystemCheckpointStorage:
+        return FileSystemCheckpointStorage(self.url_of(sub), storage_options=self.storage_options)
+
+    def path(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+    def url_of(self, *parts: str) -> str:
+        return self.fs.unstrip_protocol(self.path(*parts))
+
+    def files(self, *parts: str) -> dict[str, bytes]:
+        """Every file under a directory, with its bytes."""
+        return {p: self.fs.cat_file(p) for p in self.fs.find(self.path(*parts))}
+
+    def move(self, source: str, target: str) -> None:
+        """Move a directory tree (``shutil.move`` locally; copy + delete on other file systems)."""
+        if "file" in self.fs.protocol or "local" in self.fs.protocol:
+            os.makedirs(posixpath.dirname(target), exist_ok=True)
+            shutil.move(source, target)
+            return
+        for path in self.fs.find(source):
+            self.fs.cp_file(path, target + path[len(source):])
+        self.fs.rm(source, recursive=True)
+
+
+@pytest.fixture(params=["file", "memory", "s3"])
+def location(request, tmp_path) -> Iterator[Location]:
+    if request.param == "file":
+        url, options = (tmp_path / "store").as_uri(), {}
+    elif request.param == "memory":
+        url, options = f"memory:///statekit-scenarios/{uuid.uuid4().hex}", {}
+    else:
+        url, options = f"s3://{DEFAULT_BUCKET}/{uuid.uuid4().hex}", request.getfixturevalue("moto_s3").storage_options
+    fs, root = fsspec.core.url_to_fs(url, **options)
+    yield Location(url, options, fs, root)
+    if request.param == "memory" and fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+def _runner(storage: Any, tmp_path: Any, parallelism: int, **kwargs: Any) -> LocalRunner:
+    kwargs.setdefault("job_id", JOB)
+    return LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=parallelism, max_parallelism=MAX_P,
+                       storage=storage, local_dir=str(tmp_path / "local"), **kwargs)
+
+
+def dump_state(metadata: CheckpointMetadata, streams: CheckpointStreams, parallelism: int,
+               tmp_path: Any, operator_id: str = "keyed-process") -> dict[str, Any]:
+    """Every key's workload state in ``metadata``, restored at ``parallelism`` subtask by subtask."""
+    operator = metadata.operator(operator_id)
+    found: dict[str, Any] = {}
+    for index in range(parallelism):
+        restore = assign(operator, index, parallelism)
+        backend = open_keyed_backend(HeapStateBackend(), str(tmp_path / f"dump-{parallelism}-{index}"),
+                                     subtask_index=index, parallelism=parallelism, max_parallelism=MAX_P,
+                                     restore_handles=restore.keyed, restore_streams=streams,
+                                     operator_id=operator_id)
+        try:
+            for key in backend.keys(COUNT.name):
+                assert key not in found, f"key {key!r} restored by two subtasks"
+                set_key(backend, key)
+                found[key] = read_key_state(backend, key)
+        finally:
+            backend.dispose()
+    return found
+
+
+def assert_state_is_oracle(found: dict[str, Any], rows: list[Any], what: str) -> None:
+    expected = {key: expected_key_state(s) for key, s in oracle(rows).items()}
+    assert found.keys() == expected.keys(), (
+        f"{what}: missing keys {sorted(expected.keys() - found.keys())[:5]}, "
+        f"extra keys {sorted(found.keys() - expected.keys())[:5]}")
+    wrong = [key for key in expected if found[key] != expected[key]]
+    assert not wrong, f"{what}: {len(wrong)} keys differ from the oracle, e.g. {wrong[0]!r}: " \
+                      f"{found[wrong[0]]} != {expected[wrong[0]]}"
+
+
+def file_streams(metadata: CheckpointMetadata) -> list[FileStateHandle]:
+    """The keyed state files of a checkpoint (inline streams left out)."""
+    return [h.stream for subtask in metadata.operator("keyed-process").subtasks for h in subtask.keyed
+            if isinstance(h, KeyGroupsStateHandle) and isinstance(h.stream, FileStateHandle)]
+
+
+class _Killed(BaseException):
+    """The driver process dying (not an Exception: nothing may clean up after it)."""
+
+
+# ---------------------------------------------------------------------------- killed checkpoint
+
+
+def test_checkpoint_killed_before_metadata_restores_the_previous_one(location, tmp_path, monkeypatch):
+    rows = [make_rows(3000, 1500, seed) for seed in (1, 2, 3)]
+    storage = location.storage()
+    runner = _runner(storage, tmp_path, parallelism=2)
+    runner.run_epoch(rows[0])
+    runner.run_epoch(rows[1])
+
+    def die(checkpoint_id: int, metadata: bytes) -> None:
+        raise _Killed(f"driver killed before writing _metadata of checkpoint {checkpoint_id}")
+
+    monkeypatch.setattr(runner.storage, "commit", die)
+    with pytest.raises(_Killed):
+        runner.run_epoch(rows[2])  # every subtask wrote its files for chk-3; no _metadata
+    chk3 = location.path("checkpoints", JOB, "chk-3")
+    written = location.fs.find(chk3)
+    assert written, f"the killed checkpoint wrote no files under {chk3}; the scenario needs some"
+    assert not any(posixpath.basename(p) == "_metadata" for p in written), f"chk-3 has a _metadata: {written}"
+
+    # a new driver: every way of finding the restore point skips the incomplete chk-3
+    access = storage.create_access(JOB)
+    latest = access.latest_completed()
+    assert latest is not None and latest.checkpoint_id == 2, f"latest completed checkpoint is {latest}"
+    before = CheckpointStore(access).latest_before(4)
+    assert before is not None and before.checkpoint_id == 2, f"latest_before(4) is {before}"
+    resolved = resolve(location.url_of("checkpoints", JOB), location.storage_options)
+    assert resolved.pointer.checkpoint_id == 2, f"resolve(job dir) picked {resolved.pointer}"
+    restarted = _runner(storage, tmp_path, parallelism=2)
+    assert restarted.store.latest() is not None and restarted.store.latest().checkpoint_id == 2
+
+    restarted.run_epoch(rows[2])  # epoch 3 again, restoring from chk-2
+    assert [c.checkpoint_id for c in restarted.store.completed()] == [1, 2, 3]
+    assert_state_is_oracle(dump_state(restarted.latest_metadata(), restarted.streams, 2, tmp_path),
+                           rows[0] + rows[1] + rows[2], "after the replay of the killed epoch")
+
+    # a new job restoring from the resolved job directory gets the same state at chk-2
+    other = _runner(location.storage(), tmp_path, parallelism=3, job_id="from-resolved")
+    other.restore_from(CheckpointMetadata.from_bytes(resolved.metadata), resolved.streams)
+    other.run_epoch(rows[2])
+    assert_state_is_oracle(dump_state(other.latest_metadata(), other.streams, 3, tmp_path),
+                           rows[0] + rows[1] + rows[2], "a new job restored from resolve(job dir)")
+
+
+# ---------------------------------------------------------------------------- corrupt state file
+
+
+def test_flipped_bytes_in_a_state_file_fail_restore_naming_the_file(location, tmp_path):
+    storage = location.storage()
+    runner = _runner(storage, tmp_path, parallelism=2)
+    runner.run_epoch(make_rows(4000, 2000, seed=5))
+    metadata = runner.latest_metadata()
+    files = file_streams(metadata)
+    assert files, "the checkpoint's keyed state stayed inline; the scenario needs state files"
+    victim = next(h for s in metadata.operator("keyed-process").subtasks for h in s.keyed
+                  if isinstance(h.stream, FileStateHandle))
+    kg, byte_range = sorted(victim.key_groups.items())[len(victim.key_groups) // 2]
+    path = posixpath.join(location.path("checkpoints", JOB), victim.stream.path)
+    data = bytearray(location.fs.cat_file(path))
+    for i in range(3):  # flip a few bytes inside one key group's range
+        data[byte_range.offset + byte_range.length // 2 + i] ^= 0x5A
+    location.fs.pipe_file(path, bytes(data))
+
+    restarted = _runner(storage, tmp_path, parallelism=2)
+    with pytest.raises(CorruptStateError) as caught:
+        restarted.run_epoch(make_rows(10, 5, seed=6))
+    message = str(caught.value)
+    assert "checksum" in message, f"not a checksum error: {message}"
+    assert victim.stream.path in message, f"the error does not name the file {victim.stream.path}: {message}"
+    with pytest.raises(CorruptStateError, match="checksum") as whole:
+        restarted.streams.read(victim.stream)
+    assert path in str(whole.value) or victim.stream.path in str(whole.value), \
+        f"reading the whole file does not name it: {whole.value}"
+
+
+# ---------------------------------------------------------------------------- moved savepoint
+
+
+def test_moved_savepoint_restores_at_parallelism_3_and_7(location, tmp_path):
+    rows_1, rows_2, rows_3 = make_rows(3000, 1500, 21), make_rows(2000, 1500, 22), make_rows(1000, 1500, 23)
+    runner = _runner(location.storage(), tmp_path, parallelism=4, state_backend=HeapStateBackend())
+    runner.run_epoch(rows_1)
+    runner.run_epoch(rows_2)
+    taken = runner.savepoint(location.url_of("savepoints"))
+    assert file_streams(taken), "the savepoint's keyed state stayed inline; the scenario needs files to move"
+    (directory,) = location.fs.ls(location.path("savepoints"), detail=False)
+    name = posixpath.basename(directory.rstrip("/"))
+    assert name.startswith("savepoint-"), f"unexpected savepoint directory {directory}"
+    target = location.path("elsewhere", "moved", name)
+    location.move(location.path("savepoints", name), target)
+    assert not location.fs.exists(location.path("savepoints", name, "_metadata")), "the savepoint was not moved"
+
+    resolved = resolve(location.url_of("elsewhere", "moved", name), location.storage_options)
+    assert resolved.pointer.is_savepoint, f"{resolved.pointer} is not a savepoint"
+    metadata = CheckpointMetadata.from_bytes(resolved.metadata)
+    assert metadata == taken, "the moved savepoint's metadata differs from the one taken"
+    for parallelism in (3, 7):
+        assert_state_is_oracle(dump_state(metadata, resolved.streams, parallelism, tmp_path),
+                               rows_1 + rows_2, f"the moved savepoint restored at parallelism {parallelism}")
+        resumed = _runner(location.storage(), tmp_path, parallelism=parallelism, job_id=f"resumed-{parallelism}")
+        resumed.restore_from(metadata, resolved.streams)
+        resumed.run_epoch(rows_3)
+        assert_state_is_oracle(dump_state(resumed.latest_metadata(), resumed.streams, parallelism, tmp_path),
+                               rows_1 + rows_2 + rows_3, f"a job resumed from it at parallelism {parallelism}")
+
+
+# ---------------------------------------------------------------------------- no-claim restore
+
+
+def test_no_claim_restore_never_deletes_the_source_checkpoint(location, tmp_path):
+    rows = [make_rows(1500, 800, seed) for seed in range(30, 36)]
+    source = _runner(location.storage(), tmp_path, parallelism=2, job_id="source", num_retained=3)
+    source.run_epoch(rows[0])
+    source.run_epoch(rows[1])
+    before = location.files("checkpoints", "source")
+    assert any("/chk-2/" in p for p in before), f"the source job has no chk-2 files: {sorted(before)}"
+
+    target = _runner(location.storage(), tmp_path, parallelism=3, job_id="target", num_retained=1)
+    target.restore_from(source.latest_metadata(), source.streams)  # no-claim is the default
+    for epoch_rows in rows[2:]:
+        target.run_epoch(epoch_rows)
+        after = location.files("checkpoints", "source")
+        assert after == before, (f"the target job changed the source job's files: removed "
+                                 f"{sorted(before.keys() - after.keys())[:3]}, changed "
+                                 f"{[p for p in before if p in after and before[p] != after[p]][:3]}")
+    assert [c.checkpoint_id for c in target.store.completed()] == [4], \
+        f"the target job retains {[c.checkpoint_id for c in target.store.completed()]}, expected [4]"
+    assert_state_is_oracle(dump_state(target.latest_metadata(), target.streams, 3, tmp_path),
+                           [r for epoch_rows in rows for r in epoch_rows], "the target job after 4 epochs")
+
+
+def test_no_claim_restore_from_an_older_checkpoint_of_the_same_job_keeps_it(location, tmp_path):
+    """Restarting a job (same job id) from one of its own older checkpoints in no-claim mode:
+    retention of the restarted job must not delete the checkpoint it restored from."""
+    rows = [make_rows(1500, 800, seed) for seed in range(40, 45)]
+    first = _runner(location.storage(), tmp_path, parallelism=2, num_retained=3)
+    for epoch_rows in rows[:3]:
+        first.run_epoch(epoch_rows)
+    chk1 = first.store.completed()[0]
+    assert chk1.checkpoint_id == 1, f"the first run retains {[c.checkpoint_id for c in first.store.completed()]}"
+    before = location.files("checkpoints", JOB, "chk-1")
+    restarted = _runner(location.storage(), tmp_path, parallelism=2, num_retained=1)
+    restarted.restore_from(chk1.metadata, restarted.streams)  # no-claim is the default
+    for epoch_rows in rows[3:]:
+        restarted.run_epoch(epoch_rows)
+    after = location.files("checkpoints", JOB, "chk-1")
+    assert after == before, (f"retention deleted or changed the restored chk-1: removed "
+                             f"{sorted(before.keys() - after.keys())[:3]}")
+    assert_state_is_oracle(dump_state(restarted.latest_metadata(), restarted.streams, 2, tmp_path),
+                           rows[0] + rows[3] + rows[4], "the job restarted from chk-1")
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def test_unknown_storage_name_names_the_setting():
+    with pytest.raises(ConfigurationError, match=r"spark\.statekit\.checkpoint\.storage='nope' is unknown"):
+        storage_class("nope")
+
+
+def test_url_scheme_fsspec_cannot_open_names_the_setting():
+    with pytest.raises(ConfigurationError, match=r"spark\.statekit\.checkpoint\.dir='nosuchscheme://x'"):
+        FileSystemCheckpointStorage("nosuchscheme://x")
+
+
+@pytest.mark.parametrize("scheme", ["file", "memory"])
+def test_checkpoint_dir_that_is_a_file_fails_at_start_naming_the_setting(scheme, tmp_path):
+    if scheme == "file":
+        blocker = tmp_path / "a-file"
+        blocker.write_bytes(b"not a directory")
+        url = blocker.as_uri()
+    else:
+        fs = fsspec.filesystem("memory")
+        path = f"/statekit-scenarios/{uuid.uuid4().hex}/a-file"
+        fs.pipe_file(path, b"not a directory")
+        url = f"memory://{path}"
+    try:
+        with pytest.raises(ConfigurationError, match=r"spark\.statekit\.checkpoint\.dir=.*not writable"):
+            _runner(FileSystemCheckpointStorage(url), tmp_path, parallelism=1)  # a job starting
+    finally:
+        if scheme == "memory":
+            fsspec.filesystem("memory").rm(posixpath.dirname(path), recursive=True)
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_checkpoint_dir_fails_at_start_naming_the_setting(tmp_path):
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o500)
+    try:
+        with pytest.raises(ConfigurationError, match=r"spark\.statekit\.checkpoint\.dir=.*not writable"):
+            FileSystemCheckpointStorage(read_only.as_uri()).create_access(JOB)
+    finally:
+        read_only.chmod(0o700)
+
+
+def test_unwritable_savepoint_dir_names_its_setting(tmp_path):
+    runner = _runner(None, tmp_path, parallelism=1)
+    runner.run_epoch(make_rows(50, 10, seed=1))
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"not a directory")
+    with pytest.raises(ConfigurationError, match=r"spark\.statekit\.savepoint\.dir=.*not writable"):
+        runner.savepoint(blocker.as_uri())
+
+
+def test_restore_path_without_a_completed_checkpoint_names_the_setting(location, tmp_path):
+    access = location.storage().create_access(JOB)  # creates the job directory, nothing completed
+    incomplete = r"spark\.statekit\.restore\.path=.*(no completed checkpoint|_metadata does not exist)"
+    with pytest.raises(RestoreError, match=incomplete):
+        resolve(location.url_of("checkpoints", JOB), location.storage_options)
+    write_stream(access.streams(1, "op-0"), payload(64 * 1024))  # a file of chk-1, which never completes
+    with pytest.raises(RestoreError, match=r"spark\.statekit\.restore\.path=.*_metadata does not exist"):
+        resolve(location.url_of("checkpoints", JOB, "chk-1"), location.storage_options)
+
+
+# ---------------------------------------------------------------------------- jobmanager limit
+
+
+def test_jobmanager_snapshot_over_the_limit_names_the_setting(tmp_path):
+    runner = _runner(JobManagerCheckpointStorage(max_state_size=10_000), tmp_path, parallelism=2)
+    with pytest.raises(SnapshotError) as caught:
+        runner.run_epoch(make_rows(2000, 1000, seed=9))
+    message = str(caught.value)
+    assert "spark.statekit.checkpoint.jobmanager.max-state-size" in message, f"setting not named: {message}"
+    assert "spark.statekit.checkpoint.storage=filesystem" in message, f"no filesystem suggestion: {message}"
+    assert runner.store.latest() is None, "a checkpoint over the limit completed anyway"
+
+
+def test_jobmanager_limit_must_be_positive():
+    with pytest.raises(ConfigurationError, match=r"spark\.statekit\.checkpoint\.jobmanager\.max-state-size"):
+        JobManagerCheckpointStorage(max_state_size="lots")
+
+
+def test_jobmanager_snapshot_under_the_limit_completes(tmp_path):
+    rows = make_rows(200, 50, seed=10)
+    runner = _runner(JobManagerCheckpointStorage(max_state_size=1_000_000), tmp_path, parallelism=2)
+    runner.run_epoch(rows)
+    metadata = runner.latest_metadata()
+    assert all(isinstance(s, InlineStateHandle) for sub in metadata.operator("keyed-process").subtasks
+               for h in sub.keyed for s in h.stream_handles())
+    assert_state_is_oracle(dump_state(metadata, runner.streams, 2, tmp_path), rows, "jobmanager storage")
