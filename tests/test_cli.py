@@ -14,13 +14,11 @@ from typing import Any
 import fsspec
 import pytest
 
-from statekit.backends.heap import HeapStateBackend
-from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.cli import StreamSummary, main
-from statekit.conformance_tests.base import open_keyed_backend, set_key
 from statekit.conformance_tests.workload import (
-    COUNT, WorkloadFunction, expected_key_state, make_rows, oracle, read_key_state,
+    dump_state,
+    WorkloadFunction, expected_key_state, make_rows, oracle,
 )
 from statekit.runtime.local_runner import LocalRunner
 from statekit.spi.handles import FileStateHandle, InlineStateHandle
@@ -130,22 +128,7 @@ def expected_sizes(metadata_file: Path) -> dict[str, Any]:
 
 
 def dump(metadata: CheckpointMetadata, streams, parallelism: int, tmp_path: Path) -> dict[str, Any]:
-    """Every key's workload state in ``metadata``, read subtask by subtask at ``parallelism``."""
-    operator = metadata.operator(OPERATOR)
-    found: dict[str, Any] = {}
-    for index in range(parallelism):
-        restore = assign(operator, index, parallelism)
-        backend = open_keyed_backend(HeapStateBackend(), str(tmp_path / f"dump-{index}"), subtask_index=index,
-                                     parallelism=parallelism, max_parallelism=MAX_P, restore_handles=restore.keyed,
-                                     restore_streams=streams, job_id=metadata.job_id, operator_id=OPERATOR)
-        try:
-            for key in backend.keys(COUNT.name):
-                assert key not in found
-                set_key(backend, key)
-                found[key] = read_key_state(backend, key)
-        finally:
-            backend.dispose()
-    return found
+    return dump_state(metadata, streams, str(tmp_path), parallelism=parallelism, operator_id=OPERATOR)
 
 
 def assert_restores_identically(savepoint_path: str, job: Job, parallelism: int, tmp_path: Path) -> None:

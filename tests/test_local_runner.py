@@ -80,10 +80,9 @@ def test_every_key_matches_the_oracle_after_three_epochs():
     runner = _runner(parallelism=3)
     for part in rows:
         runner.run_epoch(part)
-    from statekit.conformance_tests.snapshots import _dump
     import tempfile
+    from statekit.conformance_tests.workload import dump_state
     with tempfile.TemporaryDirectory() as tmp:
-        from pathlib import Path
-        found = _dump(runner.state_backend, runner, 3, Path(tmp))
+        found = dump_state(runner.latest_metadata(), runner.streams, tmp)
     expected = oracle(rows[0] + rows[1] + rows[2])
     assert found == {k: expected_key_state(v) for k, v in expected.items()}

@@ -22,14 +22,13 @@ import fsspec
 import pytest
 
 from statekit.backends.heap import HeapStateBackend
-from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.checkpoint.store import CheckpointStore
-from statekit.conformance_tests.base import open_keyed_backend, set_key
 from statekit.conformance_tests.s3 import DEFAULT_BUCKET, moto_s3  # noqa: F401 (fixture)
 from statekit.conformance_tests.storage import payload, write_stream
+from statekit.conformance_tests.workload import dump_state as workload_dump
 from statekit.conformance_tests.workload import (
-    COUNT, WorkloadFunction, expected_key_state, make_rows, oracle, read_key_state,
+    WorkloadFunction, expected_key_state, make_rows, oracle,
 )
 from statekit.plugins import storage_class
 from statekit.runtime.local_runner import LocalRunner
@@ -100,23 +99,8 @@ def _runner(storage: Any, tmp_path: Any, parallelism: int, **kwargs: Any) -> Loc
 
 def dump_state(metadata: CheckpointMetadata, streams: CheckpointStreams, parallelism: int,
                tmp_path: Any, operator_id: str = "keyed-process") -> dict[str, Any]:
-    """Every key's workload state in ``metadata``, restored at ``parallelism`` subtask by subtask."""
-    operator = metadata.operator(operator_id)
-    found: dict[str, Any] = {}
-    for index in range(parallelism):
-        restore = assign(operator, index, parallelism)
-        backend = open_keyed_backend(HeapStateBackend(), str(tmp_path / f"dump-{parallelism}-{index}"),
-                                     subtask_index=index, parallelism=parallelism, max_parallelism=MAX_P,
-                                     restore_handles=restore.keyed, restore_streams=streams,
-                                     operator_id=operator_id)
-        try:
-            for key in backend.keys(COUNT.name):
-                assert key not in found, f"key {key!r} restored by two subtasks"
-                set_key(backend, key)
-                found[key] = read_key_state(backend, key)
-        finally:
-            backend.dispose()
-    return found
+    return workload_dump(metadata, streams, f"{tmp_path}/dump-{parallelism}", parallelism=parallelism,
+                         operator_id=operator_id)
 
 
 def assert_state_is_oracle(found: dict[str, Any], rows: list[Any], what: str) -> None:

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from statekit.checkpoint.assignment import assign
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.workload import (
-    COUNT, LAST, MAXIMUM, MEAN, SUMS, WorkloadFunction, expected_key_state, make_rows, oracle,
-    read_key_state,
+    COUNT, LAST, MAXIMUM, MEAN, SUMS, WorkloadFunction, dump_state, expected_key_state, make_rows, oracle,
 )
 from statekit.runtime.local_runner import LocalRunner
 from statekit.serializers import Int64Serializer, StringSerializer
@@ -356,7 +355,8 @@ class RescaleTests(BackendTestBase):
         for key, count in outputs:
             final_counts[key] = max(final_counts.get(key, 0), count)
         assert final_counts == {k: expected[k]["count"] for k in final_counts}
-        found = _dump(state_backend, runner, new, tmp_path)
+        found = dump_state(runner.latest_metadata(), runner.streams, str(tmp_path), state_backend=state_backend,
+                           parallelism=new, operator_id=runner.operator_id)
         assert found.keys() == expected.keys(), (
             f"keys differ after {old}->{new}: missing {sorted(expected.keys() - found.keys())[:5]}, "
             f"extra {sorted(found.keys() - expected.keys())[:5]}")
@@ -391,25 +391,20 @@ class RescaleTests(BackendTestBase):
         assert len(seen_rows) == old + new, "every element of list state goes to exactly one subtask"
 
 
-def _dump(state_backend: StateBackend, runner: LocalRunner, parallelism: int, tmp_path: Any) -> dict[str, Any]:
-    """Every key's workload state in the runner's latest checkpoint, read subtask by subtask."""
-    metadata = runner.latest_metadata()
-    assert metadata is not None
-    operator = metadata.operator(runner.operator_id)
-    found: dict[str, Any] = {}
-    for index in range(parallelism):
-        restore = assign(operator, index, parallelism)
-        backend = open_keyed_backend(state_backend, str(tmp_path / f"dump-{index}"), subtask_index=index,
-                                     parallelism=parallelism, max_parallelism=MAX_P,
-                                     restore_handles=restore.keyed, restore_streams=runner.streams,
-                                     job_id=runner.job_id, operator_id=runner.operator_id)
-        try:
-            for key in backend.keys(COUNT.name):
-                assert key not in found, f"key {key!r} restored by two subtasks"
-                set_key(backend, key)
-                found[key] = read_key_state(backend, key)
-        finally:
-            backend.dispose()
-    return found
 
+class OnFilesystemStorage:
+    """Mix in before ``SnapshotRestoreTests``/``RescaleTests`` to write snapshots as files (local
+    ``filesystem`` storage, small inline threshold) instead of inline bytes."""
 
+    @pytest.fixture
+    def snapshot_streams(self, tmp_path: Any) -> CheckpointStreams:
+        import fsspec
+
+        from statekit.storage.filesystem import FileSystemCheckpointStreams
+        return FileSystemCheckpointStreams(fsspec.filesystem("file"), str(tmp_path / "snapshots"), "chk-1",
+                                           memory_threshold=1024)
+
+    @pytest.fixture
+    def checkpoint_storage(self, tmp_path: Any) -> CheckpointStorage:
+        from statekit.storage.filesystem import FileSystemCheckpointStorage
+        return FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), memory_threshold=1024)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from typing import Any, Iterator
 
+from statekit.checkpoint.assignment import assign
+from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.runtime.function import (
     CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext,
     KeyedProcessFunction,
@@ -18,8 +20,9 @@ from statekit.runtime.function import (
 from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import (
     AggregateFunction, AggregatingStateDescriptor, KeyedStateBackend, ListStateDescriptor,
-    MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor,
+    MapStateDescriptor, ReducingStateDescriptor, StateBackend, ValueStateDescriptor,
 )
+from statekit.spi.storage import CheckpointStreams
 
 LAST_N = 3
 CATEGORIES = ("a", "b", "c", "d")
@@ -120,3 +123,31 @@ def read_key_state(backend: KeyedStateBackend, key: str) -> KeyState:
 
 def expected_key_state(s: KeyState) -> KeyState:
     return {**s, "mean": s["mean"][0] / s["mean"][1]}
+
+
+def dump_state(metadata: CheckpointMetadata, streams: CheckpointStreams, local_dir: str, *,
+               state_backend: StateBackend | None = None, parallelism: int | None = None,
+               operator_id: str = "keyed-process") -> dict[str, KeyState]:
+    """Every key's workload state in a checkpoint or savepoint, restored subtask by subtask at
+    ``parallelism`` (default: the snapshot's own) into ``state_backend`` (default: heap)."""
+    from statekit.backends.heap import HeapStateBackend
+    from statekit.conformance_tests.base import open_keyed_backend, set_key
+
+    operator = metadata.operator(operator_id)
+    backend_factory = state_backend or HeapStateBackend()
+    parallelism = parallelism or operator.parallelism
+    found: dict[str, KeyState] = {}
+    for index in range(parallelism):
+        restore = assign(operator, index, parallelism)
+        backend = open_keyed_backend(backend_factory, f"{local_dir}/dump-{index}", subtask_index=index,
+                                     parallelism=parallelism, max_parallelism=operator.max_parallelism,
+                                     restore_handles=restore.keyed, restore_streams=streams,
+                                     job_id=metadata.job_id, operator_id=operator_id)
+        try:
+            for key in backend.keys(COUNT.name):
+                assert key not in found, f"key {key!r} restored by two subtasks"
+                set_key(backend, key)
+                found[key] = read_key_state(backend, key)
+        finally:
+            backend.dispose()
+    return found

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Iterator, Sequence, TypeVar
 
 from statekit.spi.descriptors import StateDescriptor
@@ -119,19 +119,22 @@ class KeyedStateBackend(ABC):
         self.key_group_range = params.key_group_range
         self.max_parallelism = params.subtask.max_parallelism
         self.key_serializer = params.key_serializer
+        self._key: Any = None
+        self._key_group = -1
 
     # --- current key
     @abstractmethod
     def set_current_key(self, key: Any, key_group: int) -> None:
-        """Scope state accesses to ``key``, which belongs to ``key_group`` (in this range)."""
+        """Scope state accesses to ``key``, which belongs to ``key_group`` (in this range);
+        implementations set ``_key`` and ``_key_group``."""
 
     @property
-    @abstractmethod
-    def current_key(self) -> Any: ...
+    def current_key(self) -> Any:
+        return self._key
 
     @property
-    @abstractmethod
-    def current_key_group(self) -> int: ...
+    def current_key_group(self) -> int:
+        return self._key_group
 
     # --- states
     @abstractmethod

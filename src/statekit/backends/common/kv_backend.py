@@ -76,14 +76,6 @@ class KVKeyedStateBackend(KeyedStateBackend):
                                      + varint(len(key_bytes)) + key_bytes)
         return prefix
 
-    @property
-    def current_key(self) -> Any:
-        return self._key
-
-    @property
-    def current_key_group(self) -> int:
-        return self._key_group
-
     # --- states
     def get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> State:
         registration = register(self._registrations.get(descriptor.name), descriptor, namespace_serializer,

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from statekit.backends.common.key_layout import decode_list, encode_list, prefix_upper_bound, varint
 from statekit.backends.common.namespaces import encode_namespace
-from statekit.backends.common.registration import RegisteredState
+from statekit.backends.common.registration import RegisteredState, checked_list_elements
 from statekit.spi.errors import StateAccessError
 from statekit.spi.state import (
     AggregatingState, ListState, MapState, ReducingState, State, ValueState, VOID_NAMESPACE,
@@ -76,25 +76,18 @@ class KVListState(KVState, ListState):
         self._table.put(cell, (existing or b"") + varint(len(element)) + element)
 
     def add_all(self, values: Iterable[Any]) -> None:
-        new = _checked(values)
+        new = checked_list_elements(values)
         if new:
             cell = self._cell()
             existing = self._table.get(cell)
             self._table.put(cell, (existing or b"") + encode_list(self._serializer.serialize_many(new)))
 
     def update(self, values: Iterable[Any] | None) -> None:
-        new = _checked(values or ())
+        new = checked_list_elements(values or ())
         if new:
             self._table.put(self._cell(), encode_list(self._serializer.serialize_many(new)))
         else:
             self.clear()
-
-
-def _checked(values: Iterable[Any]) -> list[Any]:
-    new = list(values)
-    if any(v is None for v in new):
-        raise StateAccessError("list state elements cannot be None; nothing was changed")
-    return new
 
 
 class KVMapState(KVState, MapState):

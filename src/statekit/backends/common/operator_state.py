@@ -12,11 +12,12 @@ Redistribution on restore (``restore_handles`` are indexed by old subtask):
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
 from statekit.backends.common.canonical import HashingSink
+from statekit.backends.common.registration import checked_list_elements
 from statekit.serializers import resolve
 from statekit.spi.backend import OperatorBackendParams, OperatorStateBackend, PendingSnapshot
 from statekit.spi.errors import CorruptStateError, RestoreError, StateAccessError
@@ -44,16 +45,10 @@ class _OperatorList(ListState):
         self.elements.append(value)
 
     def add_all(self, values: Iterable[Any]) -> None:
-        new = list(values)
-        if any(v is None for v in new):
-            raise StateAccessError("list state elements cannot be None; nothing was added")
-        self.elements.extend(new)
+        self.elements.extend(checked_list_elements(values))
 
     def update(self, values: Iterable[Any] | None) -> None:
-        new = list(values or ())
-        if any(v is None for v in new):
-            raise StateAccessError("list state elements cannot be None; nothing was changed")
-        self.elements[:] = new
+        self.elements[:] = checked_list_elements(values or ())
 
     def clear(self) -> None:
         self.elements.clear()

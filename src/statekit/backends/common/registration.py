@@ -6,7 +6,7 @@ restored from (then only its ``StateMetaInfo`` is known until the job registers 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from statekit.serializers import DEFAULT_SERIALIZER, resolve
 from statekit.spi.descriptors import StateDescriptor, StateKind
@@ -86,6 +86,14 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
 
 def _serializers_differ(a: dict[str, TypeSerializer], b: dict[str, TypeSerializer]) -> bool:
     return {r: s.snapshot() for r, s in a.items()} != {r: s.snapshot() for r, s in b.items()}
+
+
+def checked_list_elements(values: Iterable[Any]) -> list[Any]:
+    """The elements of a list-state write; a ``None`` element fails the whole write."""
+    elements = list(values)
+    if any(v is None for v in elements):
+        raise StateAccessError("list state elements cannot be None; nothing was changed")
+    return elements
 
 
 def default_value(descriptor: StateDescriptor | None) -> Any:

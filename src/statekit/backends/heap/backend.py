@@ -18,7 +18,6 @@ from statekit.spi.backend import (
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError, StateAccessError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle
-from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
 from statekit.spi.state import State, VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams
@@ -57,14 +56,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 f"key {key!r} is in key group {key_group}, outside this backend's range "
                 f"{self.key_group_range}; the key group must be computed with the job's max parallelism")
         self._key, self._key_group, self._index = key, key_group, index
-
-    @property
-    def current_key(self) -> Any:
-        return self._key
-
-    @property
-    def current_key_group(self) -> int:
-        return self._key_group
 
     # --- states
     def get_state(self, descriptor: StateDescriptor,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
+from statekit.backends.common.registration import checked_list_elements
 from statekit.spi.errors import StateAccessError
 from statekit.spi.state import (
     AggregatingState, ListState, MapState, ReducingState, State, ValueState, VOID_NAMESPACE,
@@ -102,7 +103,7 @@ class HeapListState(HeapState, ListState):
             values.append(value)
 
     def add_all(self, values: Iterable[Any]) -> None:
-        new = _checked_elements(values)
+        new = checked_list_elements(values)
         if not new:
             return
         entries = self._entries_for_write()
@@ -114,18 +115,11 @@ class HeapListState(HeapState, ListState):
             existing.extend(new)
 
     def update(self, values: Iterable[Any] | None) -> None:
-        new = _checked_elements(values or ())
+        new = checked_list_elements(values or ())
         if new:
             self._put(new)
         else:
             self.clear()
-
-
-def _checked_elements(values: Iterable[Any]) -> list[Any]:
-    new = list(values)
-    if any(v is None for v in new):
-        raise StateAccessError("list state elements cannot be None; nothing was added")
-    return new
 
 
 class HeapMapState(HeapState, MapState):

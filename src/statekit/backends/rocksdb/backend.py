@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from typing import Any, Iterator
+from typing import Any
 
 from rocksdict import Checkpoint, Rdict
 

@@ -113,6 +113,11 @@ class RocksDBOptions:
         if self.bloom_filter_bits:
             table.set_bloom_filter(self.bloom_filter_bits, False)
         options.set_block_based_table_factory(table)
+        # small upper levels and files: a checkpoint's flush of scattered updates then rewrites
+        # only the upper levels, so incremental checkpoints stay proportional to the churn
+        options.set_level_compaction_dynamic_level_bytes(True)
+        options.set_max_bytes_for_level_base(4 * self.write_buffer_size)
+        options.set_target_file_size_base(max(self.write_buffer_size // 2, 4 << 20))
         options.set_write_buffer_size(self.write_buffer_size)
         options.set_max_write_buffer_number(self.max_write_buffer_number)
         options.set_compression_type(_COMPRESSION[self.compression])
