@@ -113,8 +113,10 @@ class LocalRunner:
 
     # --- internals
     def _next_checkpoint_id(self) -> int:
+        """After the latest checkpoint, or after a restored snapshot's id (as Flink continues)."""
         latest = self.store.latest()
-        return latest.checkpoint_id + 1 if latest else 1
+        restored = self._restore_override[0].checkpoint_id if self._restore_override else 0
+        return max(latest.checkpoint_id if latest else 0, restored) + 1
 
     def _restore_point(self, epoch: int) -> tuple[CheckpointMetadata, CheckpointStreams] | None:
         if self._restore_override is not None:
