@@ -133,6 +133,51 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def list_encoding(work: str, n_lists: int = 20_000, lengths: tuple[int, ...] = (4, 32)) -> list[dict]:
+    """Why list state is one value per list: rocksdict has no merge operator, so either an add
+    reads, appends and writes the whole list (one value), or it writes one entry per element plus
+    a length counter (per element: a get and two puts; reading the list is a range scan)."""
+    from statekit.backends.common.key_layout import decode_list, prefix_upper_bound, varint
+    from statekit.backends.rocksdb.table import bounded_items
+
+    results = []
+    element = os.urandom(16)
+    for length in lengths:
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        one_value = Rdict(os.path.join(work, f"list-one-{length}"), options)
+        started = time.perf_counter()
+        for _ in range(length):
+            for i in range(n_lists):
+                key = b"k%08d" % i
+                old = one_value.get(key)
+                one_value.put(key, (old or b"") + varint(len(element)) + element)
+        for i in range(n_lists):
+            decode_list(one_value.get(b"k%08d" % i))
+        one_value_seconds = time.perf_counter() - started
+        one_value.close()
+
+        per_element = Rdict(os.path.join(work, f"list-per-element-{length}"), options)
+        started = time.perf_counter()
+        for _ in range(length):
+            for i in range(n_lists):
+                prefix = b"k%08d" % i
+                count = per_element.get(prefix + b"#")
+                n = int.from_bytes(count, "big") if count else 0
+                per_element.put(prefix + b"@" + n.to_bytes(4, "big"), element)
+                per_element.put(prefix + b"#", (n + 1).to_bytes(4, "big"))
+        for i in range(n_lists):
+            lower = b"k%08d@" % i
+            [v for _, v in bounded_items(per_element, lower, prefix_upper_bound(lower))]
+        per_element_seconds = time.perf_counter() - started
+        per_element.close()
+        ops = n_lists * length
+        results.append({"name": f"list state add x{length} + get: one value vs one entry per element",
+                        "ours": ops / one_value_seconds, "peer": ops / per_element_seconds, "unit": "adds/s",
+                        "ratio": per_element_seconds / one_value_seconds, "lists": n_lists, "length": length})
+    return results
+
+
 def _hold_state(work: str, n_keys: int, cache: str) -> None:
     """Child process: write n_keys of 200 random (incompressible) bytes, read a seventh of them
     back, print peak RSS and the state's size on disk."""
@@ -175,8 +220,8 @@ def main() -> None:
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="statekit-bench-")
     try:
-        results = [per_operation(work, 100_000, args.ops), *checkpoints(work, args.keys),
-                   memory(work, args.rss_keys)]
+        results = [per_operation(work, 100_000, args.ops), *list_encoding(work),
+                   *checkpoints(work, args.keys), memory(work, args.rss_keys)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{'comparison':62} {'statekit':>14} {'peer':>14} {'ratio':>7}")

@@ -82,7 +82,10 @@ def split_cell_key(data: bytes) -> tuple[int, bytes, bytes, bytes]:
 
 
 def encode_list(elements: list[bytes]) -> bytes:
-    """List state as one value: each element length-prefixed (rocksdict has no merge operator)."""
+    """List state as one value: each element length-prefixed. rocksdict has no merge operator, so
+    ``add`` reads, appends and writes; measured against one entry per element plus a length
+    counter (``benchmarks/rocksdb_backend.py``), this is 1.7x faster for 4-element lists, 1.5x
+    for 32 and even at about 128 elements of 16 bytes."""
     return b"".join(varint(len(e)) + e for e in elements)
 
 
