@@ -178,6 +178,86 @@ def list_encoding(work: str, n_lists: int = 20_000, lengths: tuple[int, ...] = (
     return results
 
 
+def rescale_strategies(work: str, n_keys: int = 1_000_000) -> list[dict]:
+    """Restoring subtask 1 of 3 from two old instances (subtasks 0 and 1 of 2): (a) clip the base
+    instance with range deletes and merge the other by iterating and writing (what the backend
+    does), against (b) a fresh instance filled by iterating both, and (c) clipping and ingesting
+    the other's range as an SST file."""
+    from rocksdict import SstFileWriter
+
+    from statekit.backends.common.key_layout import key_group_bounds
+    from statekit.backends.rocksdb.table import ColumnFamilyTable, bounded_items
+    from statekit.spi import KeyGroupRange
+
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    old = [KeyGroupRange.of_subtask(MAX_P, 2, i) for i in range(2)]
+    target = KeyGroupRange.of_subtask(MAX_P, 3, 1)
+    sources = []
+    for index, key_groups in enumerate(old):
+        path = os.path.join(work, f"old-{index}")
+        db = Rdict(path, opts)
+        for i in range(n_keys // 2):
+            kg = key_groups.start + i % len(key_groups)
+            db.put(kg.to_bytes(2, "big") + b"k%09d" % i, _incompressible(i, 64))
+        db.close()
+        sources.append(path)
+    base_index = max(range(2), key=lambda i: len(old[i].intersection(target)))
+    other = sources[1 - base_index]
+    lower, upper = key_group_bounds(target)
+    o_lower, o_upper = key_group_bounds(old[1 - base_index].intersection(target))
+
+    def copy_base(name: str) -> str:
+        path = os.path.join(work, name)
+        shutil.copytree(sources[base_index], path)
+        return path
+
+    def clip(db: Rdict) -> None:
+        db.delete_range(b"", lower)
+        db.delete_range(upper, b"\xff" * 4)
+
+    def clip_and_merge() -> None:
+        db = Rdict(copy_base("a"), opts)
+        clip(db)
+        source = Rdict(other, opts)
+        ColumnFamilyTable(db, db, db.get_column_family_handle("default")).put_many(
+            bounded_items(source, o_lower, o_upper))
+        source.close()
+        db.close()
+
+    def fresh() -> None:
+        db = Rdict(os.path.join(work, "b"), opts)
+        for path in sources:
+            source = Rdict(path, opts)
+            ColumnFamilyTable(db, db, db.get_column_family_handle("default")).put_many(
+                bounded_items(source, lower, upper))
+            source.close()
+        db.close()
+
+    def clip_and_ingest() -> None:
+        db = Rdict(copy_base("c"), opts)
+        clip(db)
+        source = Rdict(other, opts)
+        sst = os.path.join(work, "ingest.sst")
+        writer = SstFileWriter(options=opts)
+        writer.open(sst)
+        for key, value in bounded_items(source, o_lower, o_upper):
+            writer[key] = value
+        writer.finish()
+        source.close()
+        db.ingest_external_file([sst])
+        db.close()
+
+    timings = {}
+    for name, strategy in (("clip+merge", clip_and_merge), ("fresh", fresh), ("clip+ingest", clip_and_ingest)):
+        started = time.perf_counter()
+        strategy()
+        timings[name] = time.perf_counter() - started
+    return [{"name": f"rocksdb rescale 2->3 (subtask 1): clip+merge vs {peer}", "ours": timings["clip+merge"],
+             "peer": timings[peer], "unit": "s", "ratio": timings["clip+merge"] / timings[peer], "keys": n_keys}
+            for peer in ("fresh", "clip+ingest")]
+
+
 def _hold_state(work: str, n_keys: int, cache: str) -> None:
     """Child process: write n_keys of 200 random (incompressible) bytes, read a seventh of them
     back, print peak RSS and the state's size on disk."""
@@ -220,7 +300,7 @@ def main() -> None:
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="statekit-bench-")
     try:
-        results = [per_operation(work, 100_000, args.ops), *list_encoding(work),
+        results = [per_operation(work, 100_000, args.ops), *list_encoding(work), *rescale_strategies(work),
                    *checkpoints(work, args.keys), memory(work, args.rss_keys)]
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -50,6 +50,10 @@ class ColumnFamilyTable(KVTable):
     def delete_range(self, lower: bytes, upper: bytes) -> None:
         self._cf.delete_range(lower, upper)
 
+    def ingest(self, sst_path: str) -> None:
+        """Load an SST file written by ``SstFileWriter`` (keys must not overlap existing ones)."""
+        self._cf.ingest_external_file([sst_path])
+
     def put_many(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
         batch = WriteBatch(raw_mode=True)
         batch.set_default_column_family(self._handle)
