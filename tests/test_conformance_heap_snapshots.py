@@ -2,10 +2,12 @@
 import pytest
 
 from statekit.backends.heap import HeapStateBackend
-from statekit.conformance_tests.snapshots import OnFilesystemStorage, RescaleTests, SnapshotRestoreTests
+from statekit.conformance_tests.snapshots import (
+    IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
+)
 
 
-class TestHeapSnapshots(SnapshotRestoreTests, RescaleTests):
+class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
     @pytest.fixture
     def state_backend(self):
         return HeapStateBackend()

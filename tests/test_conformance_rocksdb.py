@@ -4,15 +4,17 @@ import pytest
 
 from statekit.backends.rocksdb import RocksDBStateBackend
 from statekit.conformance_tests.semantics import StateSemantics
-from statekit.conformance_tests.snapshots import OnFilesystemStorage, RescaleTests, SnapshotRestoreTests
+from statekit.conformance_tests.snapshots import (
+    IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
+)
 
 
-class TestRocksDB(StateSemantics, SnapshotRestoreTests, RescaleTests):
+class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return RocksDBStateBackend(**{"local-dir": str(tmp_path / "rocksdb"), "block-cache-size": "16m",
                                       "write-buffer-size": "4m"})
 
 
-class TestRocksDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, RescaleTests):
+class TestRocksDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
     state_backend = TestRocksDB.state_backend

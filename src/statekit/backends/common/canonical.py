@@ -34,6 +34,10 @@ SCHEMA = pa.schema([
     pa.field("user_key", pa.binary()),
     pa.field("value", pa.binary(), nullable=False),
 ])
+#: a changelog delta: canonical rows plus the operation of each row (see ``changelog``)
+CHANGELOG_FORMAT = "changelog-arrow-v1"
+CHANGELOG_SCHEMA = SCHEMA.append(pa.field("op", pa.int8(), nullable=False))
+SCHEMAS = {FORMAT: SCHEMA, CHANGELOG_FORMAT: CHANGELOG_SCHEMA}
 #: rows per record batch; a key group with more rows spans several batches
 MAX_BATCH_ROWS = 64 * 1024
 
@@ -45,10 +49,11 @@ class _Columns:
     namespace: list[bytes]
     user_key: list[bytes | None]
     value: list[bytes]
+    op: list[int]
 
     @classmethod
     def empty(cls) -> "_Columns":
-        return cls([], [], [], [], [])
+        return cls([], [], [], [], [], [])
 
     def __len__(self) -> int:
         return len(self.key)
@@ -83,15 +88,19 @@ class HashingSink(io.RawIOBase):
 
 
 class CanonicalSnapshotWriter:
-    """Writes one keyed snapshot; call ``add_rows`` for key groups in ascending order."""
+    """Writes one keyed snapshot; call ``add_rows`` for key groups in ascending order.
 
-    def __init__(self, out: CheckpointOutputStream) -> None:
+    ``format=CHANGELOG_FORMAT`` writes a changelog delta: every row then has an ``op``."""
+
+    def __init__(self, out: CheckpointOutputStream, format: str = FORMAT) -> None:
         self._out = out
+        self._format = format
+        self._schema = SCHEMAS[format]
         self._sink = HashingSink(out)
-        self._writer = pa.ipc.new_file(self._sink, SCHEMA)
+        self._writer = pa.ipc.new_file(self._sink, self._schema)
         # the IPC writer emits magic and schema with the first batch: write an empty one now so
         # every later batch's bytes start at a known offset
-        self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=SCHEMA))
+        self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=self._schema))
         self._sink.cut()
         self._current_kg: int | None = None
         self._kg_start = 0
@@ -99,8 +108,13 @@ class CanonicalSnapshotWriter:
         self._ranges: dict[int, ByteRange] = {}
 
     def add_rows(self, key_group: int, state: str, keys: Sequence[bytes], namespaces: Sequence[bytes],
-                 user_keys: Sequence[bytes | None] | None, values: Sequence[bytes]) -> None:
-        """Rows of one state in one key group (``user_keys=None``: no user key)."""
+                 user_keys: Sequence[bytes | None] | None, values: Sequence[bytes],
+                 ops: Sequence[int] | None = None) -> None:
+        """Rows of one state in one key group (``user_keys=None``: no user key; ``ops`` only
+        and always for a changelog delta)."""
+        if (ops is None) != (self._format == FORMAT):
+            raise SnapshotError(f"row operations are {'required' if ops is None else 'not allowed'} "
+                                f"in the {self._format} format")
         if key_group != self._current_kg:
             if self._current_kg is not None and key_group < self._current_kg:
                 raise SnapshotError(f"key groups must be written in ascending order "
@@ -117,6 +131,8 @@ class CanonicalSnapshotWriter:
         p.namespace.extend(namespaces)
         p.user_key.extend(user_keys if user_keys is not None else [None] * n)
         p.value.extend(values)
+        if ops is not None:
+            p.op.extend(ops)
         if len(p) >= MAX_BATCH_ROWS:
             self._flush()
 
@@ -124,10 +140,12 @@ class CanonicalSnapshotWriter:
         p = self._pending
         if not len(p):
             return
-        batch = pa.RecordBatch.from_arrays([
-            pa.array(p.state, pa.string()), pa.array(p.key, pa.binary()),
-            pa.array(p.namespace, pa.binary()), pa.array(p.user_key, pa.binary()),
-            pa.array(p.value, pa.binary())], schema=SCHEMA)
+        arrays = [pa.array(p.state, pa.string()), pa.array(p.key, pa.binary()),
+                  pa.array(p.namespace, pa.binary()), pa.array(p.user_key, pa.binary()),
+                  pa.array(p.value, pa.binary())]
+        if self._format == CHANGELOG_FORMAT:
+            arrays.append(pa.array(p.op, pa.int8()))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
         self._writer.write_batch(batch)
         self._pending = _Columns.empty()
 
@@ -149,7 +167,7 @@ class CanonicalSnapshotWriter:
             return None
         stream = self._out.close_and_get_handle()
         return KeyGroupsStateHandle(key_group_range, stream, self._ranges,
-                                    key_serializer.to_json(), tuple(states), FORMAT)
+                                    key_serializer.to_json(), tuple(states), self._format)
 
     def abort(self) -> None:
         self._out.discard()
@@ -162,8 +180,9 @@ def read_key_groups(handle: KeyGroupsStateHandle, streams: CheckpointStreams,
     Contiguous key groups are fetched with one range read; each key group's bytes are
     verified against its checksum before they are parsed.
     """
-    if handle.format != FORMAT:
-        raise CorruptStateError(f"unsupported keyed snapshot format {handle.format!r}; expected {FORMAT}")
+    schema = SCHEMAS.get(handle.format)
+    if schema is None:
+        raise CorruptStateError(f"unsupported keyed snapshot format {handle.format!r}; known: {sorted(SCHEMAS)}")
     wanted = sorted((kg, r) for kg, r in handle.key_groups.items() if kg in key_groups)
     for run in _contiguous_runs(wanted):
         start, end = run[0][1].offset, run[-1][1].end
@@ -171,7 +190,7 @@ def read_key_groups(handle: KeyGroupsStateHandle, streams: CheckpointStreams,
         for kg, byte_range in run:
             part = data[byte_range.offset - start:byte_range.end - start]
             verify_checksum(part, byte_range.checksum, f"key group {kg} of {_describe(handle)}")
-            yield from ((kg, batch) for batch in _parse_batches(part, handle, kg))
+            yield from ((kg, batch) for batch in _parse_batches(part, handle, kg, schema))
 
 
 def _contiguous_runs(ranges: list[tuple[int, ByteRange]]) -> Iterator[list[tuple[int, ByteRange]]]:
@@ -185,11 +204,12 @@ def _contiguous_runs(ranges: list[tuple[int, ByteRange]]) -> Iterator[list[tuple
         yield run
 
 
-def _parse_batches(data: memoryview, handle: KeyGroupsStateHandle, kg: int) -> Iterator[pa.RecordBatch]:
+def _parse_batches(data: memoryview, handle: KeyGroupsStateHandle, kg: int,
+                   schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     reader = pa.BufferReader(pa.py_buffer(data))
     try:
         while reader.tell() < len(data):
-            yield pa.ipc.read_record_batch(pa.ipc.read_message(reader), SCHEMA)
+            yield pa.ipc.read_record_batch(pa.ipc.read_message(reader), schema)
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptStateError(f"key group {kg} of {_describe(handle)} cannot be parsed: {exc}") from exc
 

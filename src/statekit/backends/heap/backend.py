@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from statekit.backends.common.canonical import CanonicalSnapshotWriter, read_key_groups
+from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, read_key_groups
+from statekit.backends.common.changelog import (
+    OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker, restore_chain, split_ops,
+)
 from statekit.backends.common.namespaces import decode_namespace, encode_namespace
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.common.registration import RegisteredState, default_value, register
@@ -13,32 +16,42 @@ from statekit.backends.heap.states import (
 )
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, KeyedStateBackend, OperatorBackendParams, OperatorStateBackend,
-    PendingSnapshot, SnapshotOptions, StateBackend,
+    PendingSnapshot, SnapshotOptions, SnapshotType, StateBackend,
 )
 from statekit.spi.descriptors import StateDescriptor, StateKind
-from statekit.spi.errors import RestoreError, StateAccessError
+from statekit.spi.errors import ConfigurationError, RestoreError, StateAccessError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle
 from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
 from statekit.spi.state import State, VOID_NAMESPACE
-from statekit.spi.storage import CheckpointStreams
+from statekit.spi.storage import CheckpointStreams, StateScope
 
 
 class HeapStateBackend(StateBackend):
-    """Keyed state in Python dicts: the fastest backend while state fits in memory."""
+    """Keyed state in Python dicts: the fastest backend while state fits in memory.
+    Incremental snapshots are changelog deltas on a canonical base (``common.changelog``)."""
 
     name = "heap"
-    capabilities = Capabilities(incremental_snapshots=False, async_snapshots=True, ttl=False)
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.changelog = ChangelogConfig.parse(options, "spark.statekit.backend.heap.")
+        unknown = set(options) - {"changelog.max-chain-length", "changelog.max-chain-bytes-ratio"}
+        if unknown:
+            raise ConfigurationError(f"unknown option spark.statekit.backend.heap.{sorted(unknown)[0]}; known: "
+                                     f"changelog.max-chain-length, changelog.max-chain-bytes-ratio")
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "HeapKeyedStateBackend":
-        return HeapKeyedStateBackend(params)
+        return HeapKeyedStateBackend(params, self.changelog)
 
     def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
         return DefaultOperatorStateBackend(params)
 
 
 class HeapKeyedStateBackend(KeyedStateBackend):
-    def __init__(self, params: KeyedBackendParams) -> None:
+    def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig()) -> None:
         super().__init__(params)
+        self._changelog = ChangelogTracker(self.key_group_range, changelog)
         self._tables: dict[str, StateTable] = {}
         self._states: dict[str, HeapState] = {}
         self._num_key_groups = len(self.key_group_range)
@@ -93,8 +106,18 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     # --- snapshots
     def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
         shared = {name: (table, *table.share()) for name, table in sorted(self._tables.items())
-                  if not table.is_empty()}
-        return _HeapPendingSnapshot(self, shared)
+                  if not table.is_empty() or options.incremental}
+        if options.snapshot_type is SnapshotType.SAVEPOINT or not options.incremental:
+            return _HeapPendingSnapshot(self, shared, checkpoint_id)
+        base = self._changelog.needs_base()
+        changed = self._changelog.capture(checkpoint_id)
+        return _HeapPendingSnapshot(self, shared, checkpoint_id, incremental=True, changed=None if base else changed)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self._changelog.complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._changelog.abort(checkpoint_id)
 
     def dispose(self) -> None:
         self._tables.clear()
@@ -104,22 +127,53 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def _restore(self, params: KeyedBackendParams) -> None:
         if params.restore_streams is None:
             raise RestoreError("restore handles were given without the streams to read them")
-        for handle in params.restore_handles:
-            if not isinstance(handle, KeyGroupsStateHandle):
-                raise RestoreError(f"the heap backend restores canonical snapshots, not {type(handle).__name__}; "
-                                   f"take a savepoint with the backend that wrote it and restore from that")
+        handles = list(params.restore_handles)
+        for handle in handles:
+            if not isinstance(handle, (KeyGroupsStateHandle, ChangelogStateHandle)):
+                raise RestoreError(f"the heap backend restores canonical and changelog snapshots, not "
+                                   f"{type(handle).__name__}; take a savepoint with the backend that wrote it "
+                                   f"and restore from that")
             self._restore_handle(handle, params.restore_streams)
+        if len(handles) == 1 and params.share_restored_files:
+            self._changelog.adopt(handles[0], handles[0].key_group_range == self.key_group_range)
 
-    def _restore_handle(self, handle: KeyGroupsStateHandle, streams: CheckpointStreams) -> None:
+    def _restore_handle(self, handle: KeyGroupsStateHandle | ChangelogStateHandle, streams: CheckpointStreams) -> None:
         check_compatibility("<keys>", "key", self.key_serializer,
                             SerializerSnapshot.from_json(handle.key_serializer))
         for meta in handle.states:
             if meta.name not in self._tables:
                 self._tables[meta.name] = StateTable(RegisteredState.from_meta(meta), self.key_group_range)
-        target = handle.restore_key_groups(self.key_group_range)
         key_cache: dict[bytes, Any] = {}
-        for key_group, batch in read_key_groups(handle, streams, target):
-            self._load_batch(key_group - self.key_group_range.start, batch, key_cache)
+        start = self.key_group_range.start
+
+        def load(key_group: int, batch: Any) -> None:
+            self._load_batch(key_group - start, batch, key_cache)
+
+        def apply_delta(key_group: int, batch: Any) -> None:
+            deletes, puts = split_ops(batch)
+            self._delete_cells(key_group - start, batch, deletes, key_cache)
+            self._load_batch(key_group - start, puts, key_cache)
+
+        if isinstance(handle, ChangelogStateHandle):
+            restore_chain(handle, streams, self.key_group_range, load, apply_delta)
+        else:
+            for key_group, batch in read_key_groups(handle, streams, handle.restore_key_groups(self.key_group_range)):
+                load(key_group, batch)
+
+    def _delete_cells(self, index: int, batch: Any, rows: list[int], key_cache: dict[bytes, Any]) -> None:
+        if not rows:
+            return
+        states, keys, namespaces = (batch.column(c).to_pylist() for c in ("state", "key", "namespace"))
+        for i in rows:
+            table = self._tables[states[i]]
+            key = key_cache.get(keys[i])
+            if key is None:
+                key = key_cache[keys[i]] = self.key_serializer.deserialize(keys[i])
+            namespace = decode_namespace(namespaces[i], table.registration.namespace_serializer)
+            group = table.writable(index)
+            entries = group.get(namespace)
+            if entries is not None and entries.pop(key, None) is not None and not entries:
+                del group[namespace]
 
     def _load_batch(self, index: int, batch: Any, key_cache: dict[bytes, Any]) -> None:
         columns = batch.to_pydict()
@@ -167,20 +221,43 @@ def _load_rows(registration: RegisteredState, group: KeyGroupMap, columns: dict[
 
 
 class _HeapPendingSnapshot(PendingSnapshot):
-    """Holds the key-group maps shared at the synchronous part; writes them canonically."""
+    """Holds the key-group maps shared at the synchronous part and writes them: a full canonical
+    snapshot, or for incremental snapshots a new changelog base or a delta of ``changed`` cells."""
 
     def __init__(self, backend: HeapKeyedStateBackend,
-                 shared: dict[str, tuple[StateTable, list[KeyGroupMap], list[bool]]]) -> None:
+                 shared: dict[str, tuple[StateTable, list[KeyGroupMap], list[bool]]], checkpoint_id: int,
+                 incremental: bool = False, changed: list[set[Any]] | None = None) -> None:
+        self._backend = backend
+        self._checkpoint_id = checkpoint_id
         self._key_group_range = backend.key_group_range
         self._key_serializer = backend.key_serializer
         self._shared = shared
         self._metas = [table.registration.meta() for table, _, _ in shared.values()]
         self._registrations = {name: table.registration for name, (table, _, _) in shared.items()}
+        self._changelog = backend._changelog
+        self._chain = self._changelog.chain
+        self._changed = changed  # None: write a full snapshot (a new base when incremental)
+        self._incremental = incremental
 
     def write(self, streams: CheckpointStreams) -> StateHandle | None:
-        if not self._shared:
+        try:
+            if self._changed is not None and self._chain is not None:
+                delta = self._write_delta(streams)
+                handle: StateHandle | None = self._chain.extended(delta)
+            else:
+                base = self._write_full(streams, incremental_base=self._incremental)
+                handle = ChangelogStateHandle(self._key_group_range, base) if base and self._incremental else base
+        finally:
+            self.release()
+        if isinstance(handle, ChangelogStateHandle):
+            self._changelog.written(self._checkpoint_id, handle)
+        return handle
+
+    def _write_full(self, streams: CheckpointStreams, incremental_base: bool) -> KeyGroupsStateHandle | None:
+        if not any(any(view) for _, view, _ in self._shared.values()):
             return None
-        writer = CanonicalSnapshotWriter(streams.create_output(name="keyed"))
+        scope = StateScope.SHARED if incremental_base else StateScope.EXCLUSIVE
+        writer = CanonicalSnapshotWriter(streams.create_output(scope, name="keyed-base" if incremental_base else "keyed"))
         try:
             serialize_key = self._key_serializer.serialize
             for index, key_group in enumerate(self._key_group_range):
@@ -190,13 +267,46 @@ class _HeapPendingSnapshot(PendingSnapshot):
                     if group:
                         _write_group(writer, key_group, name, self._registrations[name], group,
                                      key_cache, serialize_key)
-            handle = writer.finish(self._key_group_range, self._key_serializer.snapshot(), self._metas)
+            return writer.finish(self._key_group_range, self._key_serializer.snapshot(), self._metas)
         except BaseException:
             writer.abort()
             raise
-        finally:
-            self.release()
-        return handle
+
+    def _write_delta(self, streams: CheckpointStreams) -> KeyGroupsStateHandle | None:
+        assert self._changed is not None
+        writer = CanonicalSnapshotWriter(streams.create_output(StateScope.SHARED, name="keyed-delta"),
+                                         CHANGELOG_FORMAT)
+        try:
+            serialize_key = self._key_serializer.serialize
+            for index, key_group in enumerate(self._key_group_range):
+                cells = self._changed[index]
+                if cells:
+                    self._write_changed_cells(writer, index, key_group, cells, serialize_key)
+            return writer.finish(self._key_group_range, self._key_serializer.snapshot(), self._metas)
+        except BaseException:
+            writer.abort()
+            raise
+
+    def _write_changed_cells(self, writer: CanonicalSnapshotWriter, index: int, key_group: int,
+                             cells: set[Any], serialize_key: Any) -> None:
+        by_state: dict[str, list[tuple[Any, Any]]] = {}
+        for name, key, namespace in cells:
+            by_state.setdefault(name, []).append((key, namespace))
+        key_cache: dict[Any, bytes] = {}
+        for name, changed in sorted(by_state.items()):
+            registration = self._registrations[name]
+            view = self._shared[name][1][index]
+            ns_serializer = registration.namespace_serializer
+            keys = [_key_bytes(k, key_cache, serialize_key) for k, _ in changed]
+            namespaces = [encode_namespace(ns, ns_serializer) for _, ns in changed]
+            writer.add_rows(key_group, name, keys, namespaces, None, [b""] * len(keys), [OP_DELETE] * len(keys))
+            current: KeyGroupMap = {}
+            for key, namespace in changed:
+                entries = view.get(namespace)
+                if entries is not None and key in entries:
+                    current.setdefault(namespace, {})[key] = entries[key]
+            if current:
+                _write_group(writer, key_group, name, registration, current, key_cache, serialize_key, OP_PUT)
 
     def release(self) -> None:
         for table, view, owned in self._shared.values():
@@ -206,7 +316,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
 
 def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str,
                  registration: RegisteredState, group: KeyGroupMap, key_cache: dict[Any, bytes],
-                 serialize_key: Any) -> None:
+                 serialize_key: Any, op: int | None = None) -> None:
     kind = registration.kind
     value_serializer = registration.value_serializer
     for namespace, entries in group.items():
@@ -230,7 +340,8 @@ def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str,
         else:
             keys = [_key_bytes(k, key_cache, serialize_key) for k in entries]
             values = value_serializer.serialize_many(entries.values())
-        writer.add_rows(key_group, name, keys, [ns_bytes] * len(keys), user_keys, values)
+        writer.add_rows(key_group, name, keys, [ns_bytes] * len(keys), user_keys, values,
+                        None if op is None else [op] * len(keys))
 
 
 def _key_bytes(key: Any, cache: dict[Any, bytes], serialize_key: Any) -> bytes:

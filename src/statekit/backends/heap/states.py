@@ -21,6 +21,7 @@ class HeapState(State):
     def __init__(self, backend: "HeapKeyedStateBackend", table: "StateTable") -> None:
         self._backend = backend
         self._table = table
+        self._name = table.registration.name
         self._namespace: Any = VOID_NAMESPACE
 
     def set_current_namespace(self, namespace: Any) -> None:
@@ -31,10 +32,12 @@ class HeapState(State):
         return None if entries is None else entries.get(self._backend._key)
 
     def _entries_for_write(self) -> dict[Any, Any]:
-        group = self._table.writable(self._backend._index)
-        entries = group.get(self._namespace)
+        backend = self._backend
+        group = self._table.writable(backend._index)
+        entries = group.get(self._namespace)  # fails first when there is no current key
         if entries is None:
             entries = group[self._namespace] = {}
+        backend._changelog.dirty[backend._index].add((self._name, backend._key, self._namespace))
         return entries
 
     def _private(self, value: Any) -> Any:
@@ -52,6 +55,7 @@ class HeapState(State):
         entries = self._table.groups[index].get(self._namespace)
         if entries is None or self._backend._key not in entries:
             return
+        self._backend._changelog.dirty[index].add((self._name, self._backend._key, self._namespace))
         group = self._table.writable(index)
         entries = group[self._namespace]
         del entries[self._backend._key]
@@ -84,6 +88,7 @@ class HeapValueState(HeapState, ValueState):
         if entries is None:
             entries = group[self._namespace] = {}
         entries[backend._key] = value  # the hot path of _put, inlined
+        backend._changelog.dirty[index].add((self._name, backend._key, self._namespace))
 
 
 class HeapListState(HeapState, ListState):

@@ -1,0 +1,171 @@
+"""Changelog-based incremental snapshots, for any backend (heap, LMDB, a plugin's).
+
+A checkpoint's keyed state is a *chain*: a base (a full snapshot in the canonical format) and
+deltas, each holding, per key group, the cells changed since the previous *completed*
+checkpoint. A delta is a canonical-format file with an ``op`` per row: a changed cell is written
+as ``DELETE`` of the whole cell followed by ``PUT`` rows of its current contents (none if it was
+cleared), so applying deltas in order reproduces the state exactly. Base and deltas are written
+in shared scope; later checkpoints reference them, and retention deletes them once unreferenced.
+
+A new base is materialized when there is no usable chain (first checkpoint, rescaled restore,
+no-claim restore) or when the chain passes ``max_chain_length`` deltas or its deltas' bytes pass
+``max_chain_bytes_ratio`` times the base's bytes. Restoring a key-group range reads only those
+key groups from the base and from every delta.
+
+A backend uses a ``ChangelogTracker``: it calls ``dirty[index].add(cell)`` on every write (cell is
+whatever identifies a (state, key, namespace) for the backend), and ``capture``/``chain``/
+``complete``/``abort`` around snapshots.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from statekit.backends.common.canonical import read_key_groups
+from statekit.spi.errors import ConfigurationError
+from statekit.spi.handles import (
+    KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo, StreamStateHandle, register_handle,
+)
+from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.storage import CheckpointStreams
+
+OP_PUT = 0
+OP_DELETE = 1
+
+
+@dataclass(frozen=True)
+class ChangelogConfig:
+    max_chain_length: int = 16
+    max_chain_bytes_ratio: float = 1.0
+
+    @classmethod
+    def parse(cls, options: dict[str, Any], prefix: str) -> "ChangelogConfig":
+        values: dict[str, Any] = {}
+        for name, cast in (("max-chain-length", int), ("max-chain-bytes-ratio", float)):
+            raw = options.get(f"changelog.{name}")
+            if raw is None:
+                continue
+            try:
+                values[name.replace("-", "_")] = cast(raw)
+            except (TypeError, ValueError):
+                raise ConfigurationError(f"{prefix}changelog.{name} must be a number, got {raw!r}") from None
+            if values[name.replace("-", "_")] <= 0:
+                raise ConfigurationError(f"{prefix}changelog.{name} must be positive, got {raw!r}")
+        return cls(**values)
+
+
+@register_handle("changelog")
+@dataclass(frozen=True)
+class ChangelogStateHandle(KeyedStateHandle):
+    """A base snapshot and the deltas on top of it, oldest first."""
+
+    key_group_range: KeyGroupRange
+    base: KeyGroupsStateHandle
+    deltas: tuple[KeyGroupsStateHandle, ...] = ()
+
+    @property
+    def newest(self) -> KeyGroupsStateHandle:
+        return self.deltas[-1] if self.deltas else self.base
+
+    @property
+    def states(self) -> tuple[StateMetaInfo, ...]:
+        return self.newest.states
+
+    @property
+    def key_serializer(self) -> dict[str, Any]:
+        return self.newest.key_serializer
+
+    @property
+    def delta_bytes(self) -> int:
+        return sum(d.stream.size for d in self.deltas)
+
+    def extended(self, delta: KeyGroupsStateHandle | None) -> "ChangelogStateHandle":
+        return self if delta is None else ChangelogStateHandle(self.key_group_range, self.base, (*self.deltas, delta))
+
+    def stream_handles(self) -> Iterator[StreamStateHandle]:
+        yield self.base.stream
+        for delta in self.deltas:
+            yield delta.stream
+
+    def _fields_json(self) -> dict[str, Any]:
+        return {"key_group_range": self.key_group_range.to_json(), "base": self.base.to_json(),
+                "deltas": [d.to_json() for d in self.deltas]}
+
+    @classmethod
+    def _from_fields(cls, data: dict[str, Any]) -> "ChangelogStateHandle":
+        base = StateHandle.from_json(data["base"])
+        deltas = tuple(StateHandle.from_json(d) for d in data["deltas"])
+        return cls(KeyGroupRange.from_json(data["key_group_range"]), base, deltas)  # type: ignore[arg-type]
+
+
+class ChangelogTracker:
+    """Dirty cells per key group since the last completed checkpoint, and the confirmed chain."""
+
+    def __init__(self, key_groups: KeyGroupRange, config: ChangelogConfig) -> None:
+        self.key_groups = key_groups
+        self.config = config
+        #: cells written since the last snapshot, by key-group index (backends add to these)
+        self.dirty: list[set[Any]] = [set() for _ in range(len(key_groups))]
+        self.chain: ChangelogStateHandle | None = None  # what the last completed checkpoint holds
+        self._captured: dict[int, list[set[Any]]] = {}  # per pending checkpoint: its dirty cells
+        self._written: dict[int, ChangelogStateHandle] = {}
+
+    def needs_base(self) -> bool:
+        chain = self.chain
+        return (chain is None or len(chain.deltas) >= self.config.max_chain_length
+                or chain.delta_bytes > self.config.max_chain_bytes_ratio * chain.base.stream.size)
+
+    def capture(self, checkpoint_id: int) -> list[set[Any]]:
+        """Synchronous snapshot part: the cells changed since the last completed checkpoint
+        (those of snapshots still pending, aborted ones included, and the current ones)."""
+        self._captured[checkpoint_id] = self.dirty
+        self.dirty = [set() for _ in range(len(self.key_groups))]
+        union = [set() for _ in range(len(self.key_groups))]
+        for captured in self._captured.values():
+            for index, cells in enumerate(captured):
+                if cells:
+                    union[index] |= cells
+        return union
+
+    def written(self, checkpoint_id: int, handle: ChangelogStateHandle) -> None:
+        self._written[checkpoint_id] = handle
+
+    def complete(self, checkpoint_id: int) -> None:
+        handle = self._written.get(checkpoint_id)
+        if handle is None:
+            return  # not a checkpoint of this instance
+        self.chain = handle
+        for done in [c for c in self._captured if c <= checkpoint_id]:
+            del self._captured[done]
+        for done in [c for c in self._written if c <= checkpoint_id]:
+            del self._written[done]
+
+    def abort(self, checkpoint_id: int) -> None:
+        # its cells stay captured: the next delta must still contain them
+        self._written.pop(checkpoint_id, None)
+
+    def adopt(self, handle: KeyedStateHandle, exact_range: bool) -> None:
+        """After restoring ``handle`` as the whole state of this range, later deltas may build on it."""
+        if exact_range and isinstance(handle, ChangelogStateHandle):
+            self.chain = handle
+
+
+def restore_chain(handle: ChangelogStateHandle, streams: CheckpointStreams, target: KeyGroupRange,
+                  load_base: Callable[[int, Any], None], apply_delta: Callable[[int, Any], None]) -> None:
+    """Base, then every delta in order, reading only the key groups of ``target``."""
+    key_groups = handle.restore_key_groups(target)
+    for key_group, batch in read_key_groups(handle.base, streams, key_groups):
+        load_base(key_group, batch)
+    for delta in handle.deltas:
+        for key_group, batch in read_key_groups(delta, streams, key_groups):
+            apply_delta(key_group, batch)
+
+
+def split_ops(batch: Any) -> tuple[list[int], Any]:
+    """The row indices of DELETE rows, and the batch of PUT rows (op column dropped)."""
+    import pyarrow.compute as pc
+
+    ops = batch.column("op")
+    deletes = [i for i, op in enumerate(ops.to_pylist()) if op == OP_DELETE]
+    puts = batch.filter(pc.equal(ops, OP_PUT)).drop_columns(["op"])
+    return deletes, puts
