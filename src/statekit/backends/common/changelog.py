@@ -12,9 +12,11 @@ no-claim restore) or when the chain passes ``max_chain_length`` deltas or its de
 ``max_chain_bytes_ratio`` times the base's bytes. Restoring a key-group range reads only those
 key groups from the base and from every delta.
 
-A backend uses a ``ChangelogTracker``: it calls ``dirty[index].add(cell)`` on every write (cell is
-whatever identifies a (state, key, namespace) for the backend), and ``capture``/``chain``/
-``complete``/``abort`` around snapshots.
+A backend uses a ``ChangelogTracker``: while ``enabled`` it calls ``dirty[index].add(cell)`` on
+every write (cell is whatever identifies a (state, key, namespace) for the backend), and
+``capture``/``chain``/``complete``/``abort`` around snapshots. Tracking starts with the first
+incremental snapshot (which is a base anyway) or when a restored chain is adopted, so backends
+whose snapshots are all full pay nothing for it.
 """
 from __future__ import annotations
 
@@ -107,6 +109,7 @@ class ChangelogTracker:
         #: cells written since the last snapshot, by key-group index (backends add to these)
         self.dirty: list[set[Any]] = [set() for _ in range(len(key_groups))]
         self.chain: ChangelogStateHandle | None = None  # what the last completed checkpoint holds
+        self.enabled = False
         self._captured: dict[int, list[set[Any]]] = {}  # per pending checkpoint: its dirty cells
         self._written: dict[int, ChangelogStateHandle] = {}
 
@@ -118,6 +121,7 @@ class ChangelogTracker:
     def capture(self, checkpoint_id: int) -> list[set[Any]]:
         """Synchronous snapshot part: the cells changed since the last completed checkpoint
         (those of snapshots still pending, aborted ones included, and the current ones)."""
+        self.enabled = True
         self._captured[checkpoint_id] = self.dirty
         self.dirty = [set() for _ in range(len(self.key_groups))]
         union = [set() for _ in range(len(self.key_groups))]
@@ -148,6 +152,7 @@ class ChangelogTracker:
         """After restoring ``handle`` as the whole state of this range, later deltas may build on it."""
         if exact_range and isinstance(handle, ChangelogStateHandle):
             self.chain = handle
+            self.enabled = True
 
 
 def restore_chain(handle: ChangelogStateHandle, streams: CheckpointStreams, target: KeyGroupRange,

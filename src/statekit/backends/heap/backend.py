@@ -299,12 +299,21 @@ class _HeapPendingSnapshot(PendingSnapshot):
             ns_serializer = registration.namespace_serializer
             keys = [_key_bytes(k, key_cache, serialize_key) for k, _ in changed]
             namespaces = [encode_namespace(ns, ns_serializer) for _, ns in changed]
-            writer.add_rows(key_group, name, keys, namespaces, None, [b""] * len(keys), [OP_DELETE] * len(keys))
+            # a PUT replaces a value cell; list and map cells, and cells now gone, are deleted first
+            replaced_by_put = registration.kind not in (StateKind.LIST, StateKind.MAP)
             current: KeyGroupMap = {}
-            for key, namespace in changed:
+            deleted = [False] * len(changed)
+            for i, (key, namespace) in enumerate(changed):
                 entries = view.get(namespace)
                 if entries is not None and key in entries:
                     current.setdefault(namespace, {})[key] = entries[key]
+                    deleted[i] = not replaced_by_put
+                else:
+                    deleted[i] = True
+            rows = [i for i, d in enumerate(deleted) if d]
+            if rows:
+                writer.add_rows(key_group, name, [keys[i] for i in rows], [namespaces[i] for i in rows], None,
+                                [b""] * len(rows), [OP_DELETE] * len(rows))
             if current:
                 _write_group(writer, key_group, name, registration, current, key_cache, serialize_key, OP_PUT)
 

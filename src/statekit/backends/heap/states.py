@@ -37,7 +37,9 @@ class HeapState(State):
         entries = group.get(self._namespace)  # fails first when there is no current key
         if entries is None:
             entries = group[self._namespace] = {}
-        backend._changelog.dirty[backend._index].add((self._name, backend._key, self._namespace))
+        changelog = backend._changelog
+        if changelog.enabled:
+            changelog.dirty[backend._index].add((self._name, backend._key, self._namespace))
         return entries
 
     def _private(self, value: Any) -> Any:
@@ -55,7 +57,9 @@ class HeapState(State):
         entries = self._table.groups[index].get(self._namespace)
         if entries is None or self._backend._key not in entries:
             return
-        self._backend._changelog.dirty[index].add((self._name, self._backend._key, self._namespace))
+        changelog = self._backend._changelog
+        if changelog.enabled:
+            changelog.dirty[index].add((self._name, self._backend._key, self._namespace))
         group = self._table.writable(index)
         entries = group[self._namespace]
         del entries[self._backend._key]
@@ -88,7 +92,9 @@ class HeapValueState(HeapState, ValueState):
         if entries is None:
             entries = group[self._namespace] = {}
         entries[backend._key] = value  # the hot path of _put, inlined
-        backend._changelog.dirty[index].add((self._name, backend._key, self._namespace))
+        changelog = backend._changelog
+        if changelog.enabled:
+            changelog.dirty[index].add((self._name, backend._key, self._namespace))
 
 
 class HeapListState(HeapState, ListState):

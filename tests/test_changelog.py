@@ -1,0 +1,98 @@
+"""Changelog incremental snapshots: cost proportional to churn, compaction into a new base, and
+retention deleting superseded files. Runs for every backend that writes changelog chains."""
+import os
+
+import pytest
+
+from statekit.backends.common.changelog import ChangelogStateHandle
+from statekit.backends.heap import HeapStateBackend
+from statekit.runtime import KeyedProcessFunction, LocalRunner
+from statekit.serializers import BytesSerializer
+from statekit.spi import ConfigurationError, ValueStateDescriptor
+from statekit.storage.filesystem import FileSystemCheckpointStorage
+
+VALUE = ValueStateDescriptor("value", BytesSerializer())
+N_KEYS = 20_000
+
+
+class Store(KeyedProcessFunction):
+    def open(self, ctx):
+        self.value = ctx.get_state(VALUE)
+
+    def process(self, row, ctx):
+        self.value.update(row[1])
+
+
+def _rows(keys, version):
+    return [(f"key-{k:06d}", os.urandom(48) + version.to_bytes(4, "big")) for k in keys]
+
+
+def changelog_backends(tmp_path):
+    return {"heap": HeapStateBackend(**{"changelog.max-chain-length": "3"})}
+
+
+@pytest.fixture(params=["heap"])
+def runner(request, tmp_path):
+    backend = changelog_backends(tmp_path)[request.param]
+    return LocalRunner(Store(), lambda row: row[0], parallelism=2, max_parallelism=128, state_backend=backend,
+                       storage=FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), memory_threshold=0),
+                       incremental=True, num_retained=2, job_id="changelog")
+
+
+def _chains(runner):
+    return [k for s in runner.latest_metadata().operators[runner.operator_id].subtasks for k in s.keyed]
+
+
+def _shared_on_disk(runner):
+    directory = os.path.join(runner.storage.job_root, "shared")
+    return {f"shared/{name}" for name in os.listdir(directory)}
+
+
+def _referenced(runner):
+    return {h.path for c in runner.store.completed() for s in c.metadata.operators[runner.operator_id].subtasks
+            for k in s.keyed for h in k.stream_handles()}
+
+
+def test_one_percent_churn_writes_a_small_delta_and_the_chain_compacts(runner):
+    runner.run_epoch(_rows(range(N_KEYS), 1))
+    bases = _chains(runner)
+    assert all(isinstance(c, ChangelogStateHandle) and not c.deltas for c in bases)
+    base_bytes = sum(c.base.stream.size for c in bases)
+    for epoch in range(2, 5):  # three deltas: the chain bound
+        runner.run_epoch(_rows(range(epoch, N_KEYS, 100), epoch))  # 1% of the keys
+        chains = _chains(runner)
+        assert all(len(c.deltas) == epoch - 1 for c in chains), [len(c.deltas) for c in chains]
+        delta_bytes = sum(c.deltas[-1].stream.size for c in chains)
+        assert delta_bytes < 0.05 * base_bytes, (
+            f"epoch {epoch}: 1% churn wrote {delta_bytes} delta bytes, {delta_bytes / base_bytes:.1%} of the "
+            f"{base_bytes}-byte base")
+        assert {c.base.stream.path for c in chains} == {c.base.stream.path for c in bases}, "the base is reused"
+    runner.run_epoch(_rows(range(5, N_KEYS, 100), 5))
+    compacted = _chains(runner)
+    assert all(not c.deltas for c in compacted), "past max-chain-length a new base is materialized"
+    assert not {c.base.stream.path for c in compacted} & {c.base.stream.path for c in bases}
+    # retention (2 checkpoints) eventually drops the old chain's files; referenced files stay
+    runner.run_epoch(_rows(range(6, N_KEYS, 100), 6))
+    assert _referenced(runner) <= _shared_on_disk(runner)
+    runner.run_epoch(_rows(range(7, N_KEYS, 100), 7))
+    assert _shared_on_disk(runner) == _referenced(runner), "files of the old chain were not deleted"
+    assert not {c.base.stream.path for c in bases} & _shared_on_disk(runner)
+
+
+def test_chain_bytes_bound_materializes_a_new_base(tmp_path):
+    backend = HeapStateBackend(**{"changelog.max-chain-bytes-ratio": "0.02"})
+    runner = LocalRunner(Store(), lambda row: row[0], parallelism=1, max_parallelism=128, state_backend=backend,
+                         storage=FileSystemCheckpointStorage(str(tmp_path / "c"), memory_threshold=0),
+                         incremental=True)
+    runner.run_epoch(_rows(range(5000), 1))
+    runner.run_epoch(_rows(range(0, 5000, 20), 2))  # 5% of the keys: a delta over 2% of the base
+    assert len(_chains(runner)[0].deltas) == 1
+    runner.run_epoch(_rows(range(1, 5000, 100), 3))
+    assert not _chains(runner)[0].deltas, "a chain over the byte bound is compacted"
+
+
+def test_bad_changelog_options_name_the_setting():
+    with pytest.raises(ConfigurationError, match="spark.statekit.backend.heap.changelog.max-chain-length"):
+        HeapStateBackend(**{"changelog.max-chain-length": "-1"})
+    with pytest.raises(ConfigurationError, match="spark.statekit.backend.heap.nope"):
+        HeapStateBackend(nope="1")
