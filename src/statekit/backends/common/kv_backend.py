@@ -9,9 +9,12 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any, Iterator, Sequence
 
-from statekit.backends.common.canonical import CanonicalSnapshotWriter, read_key_groups
+from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, read_key_groups
+from statekit.backends.common.changelog import (
+    OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker, restore_chain, split_ops,
+)
 from statekit.backends.common.key_layout import (
-    decode_list, encode_list, key_group_bounds, key_group_prefix, split_cell_key, varint,
+    decode_list, encode_list, key_group_bounds, key_group_prefix, prefix_upper_bound, split_cell_key, varint,
 )
 from statekit.backends.common.kv_states import (
     KVAggregatingState, KVListState, KVMapState, KVReducingState, KVState, KVValueState,
@@ -19,14 +22,14 @@ from statekit.backends.common.kv_states import (
 from statekit.backends.common.kv_store import KVTable, KVView
 from statekit.backends.common.namespaces import encode_namespace
 from statekit.backends.common.registration import RegisteredState, default_value, register
-from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions
+from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError, StateAccessError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle, StateMetaInfo
 from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
 from statekit.spi.state import State, VOID_NAMESPACE
-from statekit.spi.storage import CheckpointStreams
+from statekit.spi.storage import CheckpointStreams, StateScope
 
 _STATE_CLASSES = {StateKind.VALUE: KVValueState, StateKind.LIST: KVListState, StateKind.MAP: KVMapState,
                   StateKind.REDUCING: KVReducingState, StateKind.AGGREGATING: KVAggregatingState}
@@ -37,8 +40,10 @@ class KVKeyedStateBackend(KeyedStateBackend):
     backend_name = "kv"
     supports_ttl = False
 
-    def __init__(self, params: KeyedBackendParams) -> None:
+    def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig()) -> None:
         super().__init__(params)
+        #: changelog incremental snapshots (unused by backends with native incremental snapshots)
+        self._changelog = ChangelogTracker(self.key_group_range, changelog)
         self._registrations: dict[str, RegisteredState] = {}
         self._states: dict[str, KVState] = {}
         self._key: Any = None
@@ -119,21 +124,47 @@ class KVKeyedStateBackend(KeyedStateBackend):
     def state_metas(self) -> list[StateMetaInfo]:
         return [self._registrations[name].meta() for name in sorted(self._registrations)]
 
-    # --- full snapshots (canonical format)
+    # --- snapshots: full (canonical) or changelog (a new base, or a delta of the changed cells)
     def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
-        return CanonicalKVSnapshot(self._view(), self.key_group_range, self.key_serializer, self.state_metas())
+        view, metas = self._view(), self.state_metas()
+        if options.snapshot_type is SnapshotType.SAVEPOINT or not options.incremental:
+            return CanonicalKVSnapshot(view, self.key_group_range, self.key_serializer, metas)
+        base = self._changelog.needs_base()
+        changed = self._changelog.capture(checkpoint_id)
+        return ChangelogKVSnapshot(view, self.key_group_range, self.key_serializer, metas, checkpoint_id,
+                                   self._changelog, None if base else changed)
 
-    # --- restore from canonical snapshots
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self._changelog.complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._changelog.abort(checkpoint_id)
+
+    # --- restore from canonical snapshots and changelog chains
     def restore_canonical(self, handles: Sequence[StateHandle], streams: CheckpointStreams | None) -> None:
         for handle in handles:
-            if not isinstance(handle, KeyGroupsStateHandle):
+            if not isinstance(handle, (KeyGroupsStateHandle, ChangelogStateHandle)):
                 raise RestoreError(f"the {self.backend_name} backend cannot restore a {type(handle).__name__} here")
             if streams is None:
                 raise RestoreError("restore handles were given without the streams to read them")
             self.adopt_state_metas(handle.states, handle.key_serializer)
-            target = handle.restore_key_groups(self.key_group_range)
-            for key_group, batch in read_key_groups(handle, streams, target):
-                self._load_batch(key_group, batch)
+            if isinstance(handle, ChangelogStateHandle):
+                restore_chain(handle, streams, self.key_group_range, self._load_batch, self._apply_delta)
+            else:
+                for key_group, batch in read_key_groups(handle, streams, handle.restore_key_groups(self.key_group_range)):
+                    self._load_batch(key_group, batch)
+        if len(handles) == 1 and self.params.share_restored_files:
+            self._changelog.adopt(handles[0], handles[0].key_group_range == self.key_group_range)
+
+    def _apply_delta(self, key_group: int, batch: Any) -> None:
+        deletes, puts = split_ops(batch)
+        if deletes:
+            kg = key_group_prefix(key_group)
+            states, keys, namespaces = (batch.column(c).to_pylist() for c in ("state", "key", "namespace"))
+            for i in deletes:
+                cell = kg + varint(len(keys[i])) + keys[i] + varint(len(namespaces[i])) + namespaces[i]
+                self._table(states[i]).delete_range(cell, prefix_upper_bound(cell))
+        self._load_batch(key_group, puts)
 
     def adopt_state_metas(self, metas: Sequence[StateMetaInfo], key_serializer: dict[str, Any]) -> None:
         """Know the restored states (kind, serializers) before the job registers them again."""
@@ -178,21 +209,79 @@ class KVKeyedStateBackend(KeyedStateBackend):
             start = end
 
 
-class CanonicalKVSnapshot(PendingSnapshot):
-    """Writes a ``KVView`` in the canonical format, key group by key group."""
+class ChangelogKVSnapshot(PendingSnapshot):
+    """Writes a changelog base (all of the view) or a delta (the ``changed`` cells) in shared scope."""
 
     def __init__(self, view: KVView, key_groups: KeyGroupRange, key_serializer: TypeSerializer,
-                 metas: list[StateMetaInfo]) -> None:
+                 metas: list[StateMetaInfo], checkpoint_id: int, tracker: ChangelogTracker,
+                 changed: list[set[Any]] | None) -> None:
+        self._full = CanonicalKVSnapshot(view, key_groups, key_serializer, metas, StateScope.SHARED)
         self._view = view
         self._key_groups = key_groups
         self._key_serializer = key_serializer
         self._metas = metas
+        self._checkpoint_id = checkpoint_id
+        self._tracker = tracker
+        self._chain = tracker.chain
+        self._changed = changed
+
+    def write(self, streams: CheckpointStreams) -> StateHandle | None:
+        if self._changed is None or self._chain is None:
+            base = self._full.write(streams)
+            handle = ChangelogStateHandle(self._key_groups, base) if isinstance(base, KeyGroupsStateHandle) else None
+        else:
+            try:
+                handle = self._chain.extended(self._write_delta(streams))
+            finally:
+                self.release()
+        if handle is not None:
+            self._tracker.written(self._checkpoint_id, handle)
+        return handle
+
+    def _write_delta(self, streams: CheckpointStreams) -> KeyGroupsStateHandle | None:
+        assert self._changed is not None
+        kinds = {m.name: StateKind(m.kind) for m in self._metas}
+        writer = CanonicalSnapshotWriter(streams.create_output(StateScope.SHARED, name="keyed-delta"),
+                                         CHANGELOG_FORMAT)
+        try:
+            for index, key_group in enumerate(self._key_groups):
+                by_state: dict[str, list[bytes]] = {}
+                for name, cell in self._changed[index]:
+                    by_state.setdefault(name, []).append(cell)
+                for name, cells in sorted(by_state.items()):
+                    kind = kinds[name]
+                    for cell in sorted(cells):
+                        entries = list(self._view.items(name, cell, prefix_upper_bound(cell)))
+                        if not entries or kind in (StateKind.LIST, StateKind.MAP):  # a PUT replaces a value cell
+                            _, key, namespace, _ = split_cell_key(cell)
+                            writer.add_rows(key_group, name, [key], [namespace], None, [b""], [OP_DELETE])
+                        _write_key_group(writer, key_group, name, kind, iter(entries), OP_PUT)
+            return writer.finish(self._key_groups, self._key_serializer.snapshot(), self._metas)
+        except BaseException:
+            writer.abort()
+            raise
+
+    def release(self) -> None:
+        self._full.release()
+
+
+class CanonicalKVSnapshot(PendingSnapshot):
+    """Writes a ``KVView`` in the canonical format, key group by key group."""
+
+    def __init__(self, view: KVView, key_groups: KeyGroupRange, key_serializer: TypeSerializer,
+                 metas: list[StateMetaInfo], scope: StateScope = StateScope.EXCLUSIVE) -> None:
+        self._view = view
+        self._key_groups = key_groups
+        self._key_serializer = key_serializer
+        self._metas = metas
+        self._scope = scope
 
     def write(self, streams: CheckpointStreams) -> StateHandle | None:
         if not self._metas:
             self.release()
             return None
-        writer = CanonicalSnapshotWriter(streams.create_output(name="keyed"))
+        name = "keyed-base" if self._scope is StateScope.SHARED else "keyed"
+        writer = CanonicalSnapshotWriter(streams.create_output(self._scope, name=name))
         kinds = {m.name: StateKind(m.kind) for m in self._metas}
         try:
             for key_group in self._key_groups:
@@ -213,7 +302,7 @@ class CanonicalKVSnapshot(PendingSnapshot):
 
 
 def _write_key_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, kind: StateKind,
-                     entries: Iterator[tuple[bytes, bytes]]) -> None:
+                     entries: Iterator[tuple[bytes, bytes]], op: int | None = None) -> None:
     keys: list[bytes] = []
     namespaces: list[bytes] = []
     user_keys: list[bytes | None] = []
@@ -232,6 +321,6 @@ def _write_key_group(writer: CanonicalSnapshotWriter, key_group: int, name: str,
             user_keys.append(user_key if kind is StateKind.MAP else None)
             values.append(value)
     if keys:
-        writer.add_rows(key_group, name, keys, namespaces, user_keys, values)
+        writer.add_rows(key_group, name, keys, namespaces, user_keys, values, None if op is None else [op] * len(keys))
 
 

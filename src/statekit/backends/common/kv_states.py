@@ -23,6 +23,7 @@ class KVState(State):
         self._backend = backend
         self._table = table
         self._registration = registration
+        self._name = registration.name
         self._serializer = registration.value_serializer
         self._namespace_part = _VOID_NAMESPACE_PART
 
@@ -36,8 +37,16 @@ class KVState(State):
     def _cell(self) -> bytes:
         return self._backend.current_key_prefix() + self._namespace_part
 
+    def _write_cell(self) -> bytes:
+        """The current cell, recorded as written for changelog snapshots."""
+        cell = self._backend.current_key_prefix() + self._namespace_part
+        changelog = self._backend._changelog
+        if changelog.enabled:
+            changelog.dirty[self._backend._key_group - self._backend.key_group_range.start].add((self._name, cell))
+        return cell
+
     def clear(self) -> None:
-        self._table.delete(self._cell())
+        self._table.delete(self._write_cell())
 
 
 class KVValueState(KVState, ValueState):
@@ -57,7 +66,7 @@ class KVValueState(KVState, ValueState):
         if value is None:
             self.clear()
         else:
-            self._table.put(self._cell(), self._serializer.serialize(value))
+            self._table.put(self._write_cell(), self._serializer.serialize(value))
 
 
 class KVListState(KVState, ListState):
@@ -70,7 +79,7 @@ class KVListState(KVState, ListState):
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ListState.add(None): list state elements cannot be None")
-        cell = self._cell()
+        cell = self._write_cell()
         element = self._serializer.serialize(value)
         existing = self._table.get(cell)
         self._table.put(cell, (existing or b"") + varint(len(element)) + element)
@@ -78,14 +87,14 @@ class KVListState(KVState, ListState):
     def add_all(self, values: Iterable[Any]) -> None:
         new = checked_list_elements(values)
         if new:
-            cell = self._cell()
+            cell = self._write_cell()
             existing = self._table.get(cell)
             self._table.put(cell, (existing or b"") + encode_list(self._serializer.serialize_many(new)))
 
     def update(self, values: Iterable[Any] | None) -> None:
         new = checked_list_elements(values or ())
         if new:
-            self._table.put(self._cell(), encode_list(self._serializer.serialize_many(new)))
+            self._table.put(self._write_cell(), encode_list(self._serializer.serialize_many(new)))
         else:
             self.clear()
 
@@ -102,16 +111,17 @@ class KVMapState(KVState, MapState):
         return None if data is None else self._serializer.deserialize(data)
 
     def put(self, user_key: Any, value: Any) -> None:
-        self._table.put(self._cell() + self._user_key_serializer.serialize(user_key), self._serializer.serialize(value))
+        self._table.put(self._write_cell() + self._user_key_serializer.serialize(user_key),
+                        self._serializer.serialize(value))
 
     def put_all(self, entries: Mapping[Any, Any]) -> None:
-        cell = self._cell()
+        cell = self._write_cell()
         uk, val = self._user_key_serializer.serialize, self._serializer.serialize
         for user_key, value in entries.items():
             self._table.put(cell + uk(user_key), val(value))
 
     def remove(self, user_key: Any) -> None:
-        self._table.delete(self._cell() + self._user_key_serializer.serialize(user_key))
+        self._table.delete(self._write_cell() + self._user_key_serializer.serialize(user_key))
 
     def contains(self, user_key: Any) -> bool:
         return self._table.get(self._cell() + self._user_key_serializer.serialize(user_key)) is not None
@@ -127,7 +137,7 @@ class KVMapState(KVState, MapState):
         return next(iter(self._table.items(cell, prefix_upper_bound(cell))), None) is None
 
     def clear(self) -> None:
-        cell = self._cell()
+        cell = self._write_cell()
         self._table.delete_range(cell, prefix_upper_bound(cell))
 
 
@@ -144,7 +154,7 @@ class KVReducingState(KVState, ReducingState):
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ReducingState.add(None): reducing state cannot add None")
-        cell = self._cell()
+        cell = self._write_cell()
         data = self._table.get(cell)
         result = value if data is None else self._reduce(self._serializer.deserialize(data), value)
         self._table.put(cell, self._serializer.serialize(result))
@@ -161,7 +171,7 @@ class KVAggregatingState(KVState, AggregatingState):
         return None if data is None else self._fn.get_result(self._serializer.deserialize(data))
 
     def add(self, value: Any) -> None:
-        cell = self._cell()
+        cell = self._write_cell()
         data = self._table.get(cell)
         accumulator = self._fn.create_accumulator() if data is None else self._serializer.deserialize(data)
         self._table.put(cell, self._serializer.serialize(self._fn.add(value, accumulator)))

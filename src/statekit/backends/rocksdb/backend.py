@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from rocksdict import Checkpoint, Rdict, SstFileWriter
 
+from statekit.backends.common.changelog import ChangelogStateHandle
 from statekit.backends.common.key_layout import key_group_bounds
 from statekit.backends.common.kv_backend import KVKeyedStateBackend
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
@@ -138,7 +139,7 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         handles = list(params.restore_handles)
         incremental = [h for h in handles if isinstance(h, IncrementalRocksDBStateHandle)]
         canonical = [h for h in handles if not isinstance(h, IncrementalRocksDBStateHandle)]
-        unknown = [h for h in canonical if not isinstance(h, KeyGroupsStateHandle)]
+        unknown = [h for h in canonical if not isinstance(h, (KeyGroupsStateHandle, ChangelogStateHandle))]
         if unknown:
             raise RestoreError(f"the rocksdb backend cannot restore {type(unknown[0]).__name__}; take a savepoint "
                                f"with the backend that wrote it and restore from the savepoint")
