@@ -28,10 +28,12 @@ def _rows(keys, version):
 
 
 def changelog_backends(tmp_path):
-    return {"heap": HeapStateBackend(**{"changelog.max-chain-length": "3"})}
+    from statekit.backends.lmdb import LMDBStateBackend
+    return {"heap": HeapStateBackend(**{"changelog.max-chain-length": "3"}),
+            "lmdb": LMDBStateBackend(**{"changelog.max-chain-length": "3", "local-dir": str(tmp_path / "lmdb")})}
 
 
-@pytest.fixture(params=["heap"])
+@pytest.fixture(params=["heap", "lmdb"])
 def runner(request, tmp_path):
     backend = changelog_backends(tmp_path)[request.param]
     return LocalRunner(Store(), lambda row: row[0], parallelism=2, max_parallelism=128, state_backend=backend,

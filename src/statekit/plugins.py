@@ -19,6 +19,7 @@ STORAGE_GROUP = "statekit.storages"
 BUILTIN_BACKENDS = {
     "heap": "statekit.backends.heap:HeapStateBackend",
     "rocksdb": "statekit.backends.rocksdb:RocksDBStateBackend",
+    "lmdb": "statekit.backends.lmdb:LMDBStateBackend",
 }
 BUILTIN_STORAGES = {
     "jobmanager": "statekit.storage.memory:JobManagerCheckpointStorage",

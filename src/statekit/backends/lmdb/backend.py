@@ -1,0 +1,164 @@
+"""The LMDB keyed state backend (py-lmdb): state in a memory-mapped B+tree on local disk.
+
+Layout. One LMDB environment per keyed backend, in its own instance directory under the local
+dir (``local-dir`` option, ``KeyedBackendParams.local_dir``, or the temp dir):
+``<local>/<job>/<operator>/<subtask>-<id>/{statekit.lock, env/, spill-*/}``. One named database
+per state (at most ``max-dbs``); keys laid out by ``key_layout`` (key-group prefix, prefix-free).
+
+Long keys: rejected. LMDB keys are at most 511 bytes (``env.max_key_size()``); a stored key is
+2 + key + namespace (+ map user key) bytes with length prefixes. Writing a longer key raises
+``StateAccessError`` naming the state, the size and the limit, and nothing is written; reading one
+finds nothing (no such key can exist), at no cost on the hot path. Hashing long keys
+and spilling the originals would need collision chains and would break the order that key-group
+and map range scans rely on; a key serializer that hashes is the user's explicit choice instead.
+Values have no limit.
+
+Transactions. LMDB commits are expensive next to a Python state access, so there is one
+long-lived write transaction: begun by the first access, used by every read and write through
+one cursor per table (reads see the transaction's own writes), and committed at snapshot time,
+before a read snapshot is begun, before a named database is created, and when its writes reach
+``write-batch-size``. A write transaction belongs to the thread that began it, so the backend is
+used from one thread (as the SPI says); only a pending snapshot's ``write()`` runs elsewhere.
+
+Iteration. ``items(lower, upper)`` reads up to 1024 entries into a list at once (a map of one
+key, typically), so the caller may write while iterating. A larger range (``keys()`` of a state,
+a huge map) commits and continues from a read transaction, an MVCC snapshot that later writes
+cannot reach; it is released when the iteration ends or the iterator is dropped.
+
+Map growth. The map starts at ``map-size`` (64 MiB) and doubles, ahead of time when a commit
+finds it half full and no snapshot is open, and on ``MapFullError`` otherwise. py-lmdb (like
+LMDB) leaves the write transaction unusable after ``MapFullError`` and its writes are lost, so
+every write since the last commit is kept in a replay log (bounded by ``write-batch-size``); the
+transaction is aborted, the map doubled and the log replayed: no write is lost.
+``set_mapsize`` ends every transaction of the environment, so a pending snapshot's read
+transaction is first spilled to a private compacted copy of its point in time (rare: only when
+the map grows while a snapshot is pending).
+
+Durability. The checkpoint is the durability point; the local environment is a working copy that
+is rebuilt from the checkpoint after a failure. Defaults: ``sync=false`` and ``metasync=false``
+(no fsync per commit: a process crash loses nothing committed, an OS crash may lose or corrupt the
+local copy, which is then not reused), ``writemap=false`` (pages are written with ``pwrite``:
+application memory bugs cannot scribble on the map, the data file does not take the map's size,
+and nested transactions stay possible; ``writemap=true`` measured 5-9% faster for raw py-lmdb
+but at most 3% through the backend in ``benchmarks/lmdb_backend.py``),
+``readahead=false`` (state access is random: readahead only evicts useful pages), ``lock=true``
+(LMDB's reader table: read snapshots and the writer run concurrently, from any thread).
+
+Snapshots. The synchronous part commits and begins a read transaction; the asynchronous part
+(possibly on another thread: py-lmdb opens every environment with ``MDB_NOTLS``, so a read
+transaction is not bound to the thread that began it) writes the canonical format from its
+cursors and aborts it. Processing continues meanwhile in new write transactions, invisible to
+it. Incremental snapshots: not declared yet (the shared layer's changelog mode is to be enabled
+for this backend separately; until then checkpoints are full).
+
+Restore. From canonical handles (``KeyGroupsStateHandle``: any backend's savepoints and full
+checkpoints; also the shared layer's changelog chains of them, as the heap backend writes) through
+``restore_canonical``, which writes with ``put_many``; on rescale only the new range's key groups
+are read. Other handle types (RocksDB's native incremental ones) are rejected with the fix.
+
+Lifecycle. The environment is opened by the keyed backend, i.e. in the worker that uses it, never
+before a fork (a forked child that inherits one gets a clear error on use). LMDB allows several
+processes in one environment; statekit does not, so the instance directory is held with an
+exclusive ``flock`` on ``statekit.lock`` and a second opener gets a ``StatekitError``.
+``dispose()`` aborts the write transaction, ends pending snapshots, closes the environment,
+releases the lock and removes the instance directory.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from typing import Any
+
+from statekit.backends.common.changelog import ChangelogConfig, ChangelogStateHandle
+from statekit.backends.common.kv_backend import KVKeyedStateBackend
+from statekit.backends.common.operator_state import DefaultOperatorStateBackend
+from statekit.backends.lmdb.options import SETTING_PREFIX, LMDBOptions
+from statekit.backends.lmdb.store import LMDBStore, LMDBTable, LMDBView
+from statekit.spi.backend import (
+    Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, StateBackend,
+)
+from statekit.spi.errors import RestoreError, StatekitError
+from statekit.spi.handles import KeyGroupsStateHandle
+
+
+class LMDBStateBackend(StateBackend):
+    """Keyed state in LMDB on executor-local disk; full (canonical) snapshots from MVCC reads,
+    incremental ones as changelog deltas (``common.changelog``)."""
+
+    name = "lmdb"
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False, out_of_core=True)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.lmdb_options = LMDBOptions.parse(options)
+        self.changelog = ChangelogConfig.parse(options, SETTING_PREFIX)
+        self.local_dir = options.get("local-dir") or options.get("local_dir")
+
+    def create_keyed_backend(self, params: KeyedBackendParams) -> "LMDBKeyedStateBackend":
+        return LMDBKeyedStateBackend(params, self.lmdb_options, self.local_dir, self.changelog)
+
+    def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
+        return DefaultOperatorStateBackend(params)
+
+
+class LMDBKeyedStateBackend(KVKeyedStateBackend):
+    backend_name = "lmdb"
+
+    def __init__(self, params: KeyedBackendParams, options: LMDBOptions | None = None,
+                 local_dir: str | None = None, changelog: ChangelogConfig = ChangelogConfig()) -> None:
+        super().__init__(params, changelog)
+        unknown = [h for h in params.restore_handles
+                   if not isinstance(h, (KeyGroupsStateHandle, ChangelogStateHandle))]
+        if unknown:
+            raise RestoreError(f"the lmdb backend cannot restore a {type(unknown[0]).__name__}: it restores "
+                               f"canonical snapshots (KeyGroupsStateHandle, and changelog chains of them) only; "
+                               f"take a savepoint with the backend that wrote it and restore from the savepoint")
+        self._options = options or LMDBOptions()
+        subtask = params.subtask
+        base = params.local_dir or local_dir or os.path.join(tempfile.gettempdir(), "statekit-lmdb")
+        self.backend_id = uuid.uuid4().hex
+        self.instance_dir = os.path.join(base, _safe(subtask.job_id), _safe(subtask.operator_id),
+                                         f"{subtask.subtask_index}-{self.backend_id[:12]}")
+        self._tables: dict[str, LMDBTable] = {}
+        self._store: LMDBStore | None = None
+        try:
+            self._store = LMDBStore(self.instance_dir, self._options)
+            if params.restore_handles:
+                self.restore_canonical(params.restore_handles, params.restore_streams)
+                self._store.commit()
+        except BaseException:
+            self.dispose()
+            raise
+
+    @property
+    def store(self) -> LMDBStore:
+        if self._store is None:
+            raise StatekitError("the lmdb backend was disposed")
+        return self._store
+
+    # --- the store
+    def _table(self, name: str) -> LMDBTable:
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = self.store.table(name)
+        return table
+
+    def _view(self) -> LMDBView:
+        return LMDBView(self.store.open_snapshot())
+
+    # --- lifecycle
+    def dispose(self) -> None:
+        self._tables.clear()
+        store, self._store = self._store, None
+        try:
+            if store is not None:
+                store.close()
+        finally:
+            if store is None or os.getpid() == store._pid:  # a forked child leaves the parent's files
+                shutil.rmtree(self.instance_dir, ignore_errors=True)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

@@ -1,0 +1,19 @@
+"""The LMDB backend against the semantics, snapshot/restore and rescale levels, with snapshots
+kept inline (the jobmanager storage) and written as files (the filesystem storage)."""
+import pytest
+
+from statekit.backends.lmdb import LMDBStateBackend
+from statekit.conformance_tests.semantics import StateSemantics
+from statekit.conformance_tests.snapshots import (
+    IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
+)
+
+
+class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+    @pytest.fixture
+    def state_backend(self, tmp_path):
+        return LMDBStateBackend(**{"local-dir": str(tmp_path / "lmdb"), "map-size": "64k"})
+
+
+class TestLMDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+    state_backend = TestLMDB.state_backend

@@ -1,0 +1,402 @@
+"""LMDB specifics: long keys are rejected clearly, the map grows without losing a write (also
+while a snapshot is pending and being written on another thread), large iterations read a
+snapshot, options are validated, the environment is exclusive to one process, dispose cleans up."""
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from statekit.backends.lmdb import LMDBOptions, LMDBStateBackend, LMDBStore
+from statekit.backends.rocksdb import IncrementalRocksDBStateHandle
+from statekit.conformance_tests.base import open_keyed_backend, set_key
+from statekit.plugins import backend_class
+from statekit.serializers import BytesSerializer, StringSerializer
+from statekit.spi import (
+    ConfigurationError, KeyGroupRange, MapStateDescriptor, RestoreError, StateAccessError, StatekitError,
+    ValueStateDescriptor,
+)
+from statekit.storage.inline import InlineStreams
+
+VALUE = ValueStateDescriptor("value", BytesSerializer())
+
+
+def _value(i, size):
+    return i.to_bytes(4, "big") * (size // 4)
+
+
+def _write(backend, keys, size, version=0):
+    state = backend.get_state(VALUE)
+    for k in keys:
+        set_key(backend, f"key-{k:07d}")
+        state.update(_value(k + version, size))
+
+
+def _check(backend, keys, size, version=0):
+    state = backend.get_state(VALUE)
+    for k in keys:
+        set_key(backend, f"key-{k:07d}")
+        assert state.value() == _value(k + version, size), f"key-{k:07d} lost or wrong"
+
+
+@pytest.fixture
+def lmdb_backend(tmp_path):
+    backend = open_keyed_backend(LMDBStateBackend(**{"map-size": "1m"}), str(tmp_path / "local"))
+    yield backend
+    backend.dispose()
+
+
+def test_registered_as_builtin_backend():
+    assert backend_class("lmdb") is LMDBStateBackend
+
+
+# --- long keys
+def test_long_key_is_rejected_with_a_clear_error(lmdb_backend):
+    state = lmdb_backend.get_state(ValueStateDescriptor("profile", StringSerializer()))
+    set_key(lmdb_backend, "k" * 600)
+    with pytest.raises(StateAccessError, match=r"'profile'.*of 6\d\d bytes.*maximum key size of 511 bytes.*"
+                                               r"smaller keys.*hashes long keys"):
+        state.update("v")
+    assert state.value() is None  # reading a key too long to be stored finds nothing
+    state.clear()
+    set_key(lmdb_backend, "k" * 400)  # fits: key group + 400 + prefixes and namespace < 511
+    state.update("fits")
+    assert state.value() == "fits"
+
+
+def test_long_map_user_key_is_rejected_and_nothing_is_written(lmdb_backend):
+    state = lmdb_backend.get_state(MapStateDescriptor("tags", StringSerializer(), StringSerializer()))
+    set_key(lmdb_backend, "k")
+    state.put("short", "1")
+    with pytest.raises(StateAccessError, match=r"'tags'.*exceeds LMDB's maximum key size"):
+        state.put("u" * 520, "2")
+    assert dict(state.items()) == {"short": "1"}
+    handle = lmdb_backend.snapshot(1).write(InlineStreams())  # the rejected write is not replayed or committed
+    assert handle is not None
+
+
+# --- map growth
+def test_map_grows_from_one_mib_to_hold_fifty_mb(lmdb_backend, tmp_path):
+    n, size = 12_500, 4096  # ~51 MB of values
+    _write(lmdb_backend, range(n), size)
+    store = lmdb_backend.store
+    assert store.growths >= 5 and store.map_size >= 50 << 20, (store.growths, store.map_size)
+    assert store.recoveries > 0, "a write transaction larger than the map must have been replayed"
+    _check(lmdb_backend, range(n), size)
+    handle = lmdb_backend.snapshot(1).write(InlineStreams())
+    _write(lmdb_backend, range(0, n, 10), size, version=1)  # after the snapshot: must not be in it
+    restored = open_keyed_backend(LMDBStateBackend(**{"map-size": "1m"}), str(tmp_path / "restored"),
+                                  restore_handles=[handle], restore_streams=InlineStreams())
+    try:
+        assert restored.store.growths >= 5
+        _check(restored, range(n), size)
+        assert sum(1 for _ in restored.keys("value")) == n
+    finally:
+        restored.dispose()
+
+
+def test_growth_with_small_write_batches_commits_instead_of_replaying(tmp_path):
+    backend = open_keyed_backend(LMDBStateBackend(**{"map-size": "1m", "write-batch-size": "64k"}),
+                                 str(tmp_path / "local"))
+    try:
+        _write(backend, range(5000), 1024)
+        _check(backend, range(5000), 1024)
+        assert backend.store.growths > 0
+    finally:
+        backend.dispose()
+
+
+def test_growth_while_a_snapshot_is_written_on_another_thread(lmdb_backend, tmp_path):
+    """The writer thread is paused half-way through the snapshot while processing grows the map
+    (which spills the snapshot's read transaction); it then finishes from the spilled copy."""
+    n = 3000
+    _write(lmdb_backend, range(n), 256)
+    pending = lmdb_backend.snapshot(1)
+    view = pending._view
+    read_items = view.items
+    paused, resume = threading.Event(), threading.Event()
+
+    def items(table, lower, upper):
+        for entry in read_items(table, lower, upper):
+            yield entry
+            if lower >= (64).to_bytes(2, "big") and not paused.is_set():  # half-way: key group 64
+                paused.set()
+                resume.wait(30)
+
+    view.items = items
+    streams = InlineStreams()
+    result = {}
+
+    def write():
+        try:
+            result["handle"] = pending.write(streams)
+        except BaseException as exc:
+            result["error"] = exc
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert paused.wait(30)
+    growths = lmdb_backend.store.growths
+    _write(lmdb_backend, range(n, n + 8000), 2048, version=7)  # grows the map several times
+    _write(lmdb_backend, range(n), 256, version=1)
+    assert lmdb_backend.store.growths > growths and view.snapshot.spilled
+    resume.set()
+    writer.join(timeout=60)
+    assert "error" not in result, repr(result.get("error"))
+    restored = open_keyed_backend(LMDBStateBackend(), str(tmp_path / "restored"),
+                                  restore_handles=[result["handle"]], restore_streams=streams)
+    try:
+        assert sum(1 for _ in restored.keys("value")) == n
+        _check(restored, range(n), 256)
+    finally:
+        restored.dispose()
+    _check(lmdb_backend, range(n), 256, version=1)
+    _check(lmdb_backend, range(n, n + 8000), 2048, version=7)
+
+
+def test_pending_snapshot_is_spilled_when_the_map_grows(lmdb_backend, tmp_path):
+    _write(lmdb_backend, range(2000), 128)
+    pending = lmdb_backend.snapshot(1)
+    _write(lmdb_backend, range(2000, 6000), 1024)
+    _write(lmdb_backend, range(2000), 128, version=3)
+    snapshot = pending._view.snapshot
+    assert snapshot.spilled and lmdb_backend.store.spills >= 1
+    handle = pending.write(InlineStreams())
+    assert not [d for d in os.listdir(lmdb_backend.instance_dir) if d.startswith("spill-")], \
+        "the spilled copy must be removed once the snapshot is written"
+    restored = open_keyed_backend(LMDBStateBackend(), str(tmp_path / "restored"),
+                                  restore_handles=[handle], restore_streams=InlineStreams())
+    try:
+        _check(restored, range(2000), 128)
+        assert sum(1 for _ in restored.keys("value")) == 2000
+    finally:
+        restored.dispose()
+
+
+@pytest.mark.parametrize("batch", ["16k", "32m"])
+def test_random_writes_with_growth_match_a_model(tmp_path, batch):
+    """Puts, deletes and range deletes on two tables with a tiny map: after every growth (with and
+    without replay) the tables equal a dict model, and snapshots taken on the way hold their point."""
+    import random
+    rng = random.Random(7)
+    backend = open_keyed_backend(LMDBStateBackend(**{"map-size": "64k", "write-batch-size": batch}),
+                                 str(tmp_path / "local"))
+    try:
+        tables = {name: backend._table(name) for name in ("a", "b")}
+        model = {name: {} for name in tables}
+        snapshots = []
+        for step in range(6000):
+            name = rng.choice("ab")
+            table, data = tables[name], model[name]
+            key = b"\x00\x01" + b"%05d" % rng.randrange(3000)
+            roll = rng.random()
+            if roll < 0.7:
+                value = os.urandom(rng.choice((8, 100, 3000)))
+                table.put(key, value)
+                data[key] = value
+            elif roll < 0.95:
+                table.delete(key)
+                data.pop(key, None)
+            else:
+                upper = key[:-1] + b"\xff"
+                table.delete_range(key, upper)
+                for k in [k for k in data if key <= k < upper]:
+                    del data[k]
+            if step % 1500 == 1499:
+                snapshots.append((backend._view(), {n: dict(m) for n, m in model.items()}))
+        assert backend.store.growths > 3
+        for name, table in tables.items():
+            assert dict(table.items(b"", b"\xff")) == model[name]
+        for view, expected in snapshots:
+            for name in tables:
+                assert dict(view.items(name, b"", b"\xff")) == expected[name]
+            view.release()
+        assert backend.store.spills > 0
+    finally:
+        backend.dispose()
+
+
+# --- large iterations
+def test_large_iteration_reads_a_snapshot_and_releases_it(lmdb_backend):
+    _write(lmdb_backend, range(5000), 16)
+    store = lmdb_backend.store
+    keys = lmdb_backend.keys("value")
+    _write(lmdb_backend, range(5000, 6000), 16)  # written after keys() was called: not seen
+    state = lmdb_backend.get_state(VALUE)
+    seen = []
+    for key in keys:
+        seen.append(key)
+        if len(seen) % 100 == 0:
+            set_key(lmdb_backend, f"new-{len(seen)}")
+            state.update(b"x")
+    assert len(seen) == 5000
+    assert not store._snapshots, "the iteration's read snapshot must be released at its end"
+    abandoned = lmdb_backend.keys("value")
+    next(abandoned)
+    del abandoned
+    state.update(b"y")
+    lmdb_backend.snapshot(2).release()  # a safe point: the abandoned iteration's snapshot is released
+    assert not store._snapshots and not store._dropped, "an abandoned iteration's read snapshot must be released"
+
+
+def test_large_iteration_survives_map_growth_mid_range(lmdb_backend):
+    _write(lmdb_backend, range(5000), 16)
+    store = lmdb_backend.store
+    spills = store.spills
+    seen = []
+    for key in lmdb_backend.keys("value"):
+        seen.append(key)
+        if len(seen) == 1500:  # past the first chunks: the rest comes from the spilled copy
+            _write(lmdb_backend, range(5000, 9000), 4096)
+            assert store.spills > spills
+    assert sorted(seen) == [f"key-{k:07d}" for k in range(5000)]
+    assert not store._snapshots and not [d for d in os.listdir(lmdb_backend.instance_dir) if d.startswith("spill")]
+
+
+def test_big_map_iteration_while_mutating_sees_the_start(lmdb_backend):
+    state = lmdb_backend.get_state(MapStateDescriptor("m", StringSerializer(), BytesSerializer()))
+    set_key(lmdb_backend, "k")
+    original = {f"u{i:05d}": b"v%d" % i for i in range(3000)}
+    state.put_all(original)
+    seen = {}
+    for i, (user_key, value) in enumerate(state.items()):
+        seen[user_key] = value
+        state.remove(user_key)
+        state.put(f"z{i}", b"new")
+    assert seen == original
+    remaining = list(state.keys())
+    assert len(remaining) == 3000 and all(k.startswith("z") for k in remaining)
+
+
+# --- switching backends
+def test_heap_changelog_checkpoint_into_lmdb_and_a_savepoint_back_to_heap(tmp_path):
+    from statekit.backends.common.changelog import ChangelogStateHandle
+    from statekit.backends.heap import HeapStateBackend
+    from statekit.checkpoint.metadata import CheckpointMetadata
+    from statekit.conformance_tests.workload import (
+        WorkloadFunction, dump_state, expected_key_state, make_rows, oracle,
+    )
+    from statekit.runtime import LocalRunner
+    from statekit.storage.filesystem import FileSystemCheckpointStorage, resolve
+
+    def runner(backend, parallelism, job_id, incremental=False):
+        return LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=parallelism, max_parallelism=128,
+                           state_backend=backend, job_id=job_id, incremental=incremental,
+                           local_dir=str(tmp_path / "local"),
+                           storage=FileSystemCheckpointStorage(str(tmp_path / "checkpoints")))
+
+    rows = [make_rows(1500, 400, seed) for seed in range(4)]
+    heap = runner(HeapStateBackend(), 4, "heap-job", incremental=True)
+    heap.run_epoch(rows[0])
+    heap.run_epoch(rows[1])
+    chains = [k for s in heap.latest_metadata().operators[heap.operator_id].subtasks for k in s.keyed]
+    assert chains and all(isinstance(k, ChangelogStateHandle) for k in chains)
+    lmdb_job = runner(LMDBStateBackend(**{"map-size": "256k"}), 3, "lmdb-job")
+    lmdb_job.restore_from(heap.latest_metadata(), heap.streams)
+    lmdb_job.run_epoch(rows[2])
+    want = {k: expected_key_state(v) for k, v in oracle(rows[0] + rows[1] + rows[2]).items()}
+    assert dump_state(lmdb_job.latest_metadata(), lmdb_job.streams, str(tmp_path / "d1"),
+                      state_backend=LMDBStateBackend()) == want
+    taken = lmdb_job.savepoint(str(tmp_path / "savepoints"))
+    savepoint = resolve(str(tmp_path / "savepoints" / f"savepoint-lmdb-job-{taken.checkpoint_id}"))
+    back = runner(HeapStateBackend(), 5, "heap-again")
+    back.restore_from(CheckpointMetadata.from_bytes(savepoint.metadata), savepoint.streams)
+    back.run_epoch(rows[3])
+    want = {k: expected_key_state(v) for k, v in oracle(rows[0] + rows[1] + rows[2] + rows[3]).items()}
+    assert dump_state(back.latest_metadata(), back.streams, str(tmp_path / "d2")) == want
+
+
+# --- options
+@pytest.mark.parametrize("options,setting", [
+    ({"map-size": "lots"}, "map-size"),
+    ({"map-size": "1k"}, "map-size"),
+    ({"max-dbs": "0"}, "max-dbs"),
+    ({"max-readers": "many"}, "max-readers"),
+    ({"write-batch-size": "-1"}, "write-batch-size"),
+    ({"sync": "maybe"}, "sync"),
+    ({"writemap": "2"}, "writemap"),
+    ({"no-such-option": "1"}, "no-such-option"),
+])
+def test_bad_options_name_the_setting(options, setting):
+    with pytest.raises(ConfigurationError, match=f"spark.statekit.backend.lmdb.{setting}"):
+        LMDBStateBackend(**options)
+
+
+def test_options_are_applied(tmp_path):
+    backend = open_keyed_backend(LMDBStateBackend(**{"map-size": "2m", "writemap": "true", "max_dbs": "3"}),
+                                 str(tmp_path / "local"))
+    try:
+        env = backend.store.env
+        assert env.flags()["writemap"] and not env.flags()["sync"] and not env.flags()["readahead"]
+        assert env.info()["map_size"] == 2 << 20
+        for name in ("a", "b", "c"):
+            backend.get_state(ValueStateDescriptor(name))
+        with pytest.raises(StateAccessError, match="spark.statekit.backend.lmdb.max-dbs"):
+            backend.get_state(ValueStateDescriptor("d"))
+    finally:
+        backend.dispose()
+
+
+def test_other_handle_types_are_rejected(tmp_path):
+    handle = IncrementalRocksDBStateHandle(KeyGroupRange(0, 127), 1, "x", {}, {}, {}, ())
+    with pytest.raises(RestoreError, match="lmdb backend cannot restore a IncrementalRocksDBStateHandle.*savepoint"):
+        open_keyed_backend(LMDBStateBackend(), str(tmp_path / "local"), restore_handles=[handle],
+                           restore_streams=InlineStreams())
+
+
+# --- lifecycle
+def test_second_process_gets_a_clear_error(lmdb_backend):
+    code = ("import sys\nfrom statekit.backends.lmdb import LMDBOptions, LMDBStore\n"
+            "from statekit.spi import StatekitError\n"
+            "try:\n    LMDBStore(sys.argv[1], LMDBOptions())\n"
+            "except StatekitError as e:\n    print('refused:', e); sys.exit(3)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run([sys.executable, "-c", code, lmdb_backend.instance_dir], capture_output=True,
+                            text=True, env=env, timeout=60, check=False)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "already open" in result.stdout and f"process {os.getpid()}" in result.stdout, result.stdout
+    with pytest.raises(StatekitError, match="already open"):  # and a second opener in this process
+        LMDBStore(lmdb_backend.instance_dir, LMDBOptions())
+
+
+def test_dispose_closes_releases_and_removes_the_directory(tmp_path):
+    backend = open_keyed_backend(LMDBStateBackend(), str(tmp_path / "local"))
+    _write(backend, range(100), 16)
+    pending = backend.snapshot(1)  # a pending snapshot does not keep anything open
+    _write(backend, range(100), 16, version=1)  # an open write transaction neither
+    instance = backend.instance_dir
+    assert os.path.exists(os.path.join(instance, "statekit.lock"))
+    backend.dispose()
+    assert not os.path.exists(instance)
+    pending.release()
+    store = LMDBStore(instance, LMDBOptions())  # nothing holds the lock any more
+    store.close()
+    with pytest.raises(StatekitError, match="disposed"):
+        backend.get_state(VALUE).value()
+    with pytest.raises(StatekitError, match="disposed"):
+        backend.get_state(ValueStateDescriptor("another"))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_cannot_use_the_parents_environment(lmdb_backend):
+    _write(lmdb_backend, range(10), 16)
+    lmdb_backend.snapshot(1).release()  # commits: no write transaction is open at the fork
+    pid = os.fork()
+    if pid == 0:  # the child: any access is refused, dispose leaves the parent's files alone
+        code = 1
+        try:
+            set_key(lmdb_backend, "key-0000001")
+            lmdb_backend.get_state(VALUE).value()
+        except StatekitError as exc:
+            code = 3 if "fork" in str(exc) else 2
+        except BaseException:
+            code = 4
+        try:
+            lmdb_backend.dispose()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 3
+    assert os.path.exists(lmdb_backend.instance_dir)
+    _check(lmdb_backend, range(10), 16)
