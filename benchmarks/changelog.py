@@ -6,12 +6,12 @@ bytes written and seconds for a checkpoint after 1% of the keys changed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
 import time
 
+from benchmarks.report import report
 from statekit.plugins import backend_class
 from statekit.serializers import BytesSerializer, StringSerializer
 from statekit.spi import KeyedBackendParams, SnapshotOptions, SubtaskInfo, ValueStateDescriptor, key_group_for_key
@@ -79,12 +79,7 @@ def main() -> None:
             results += checkpoint_costs(name, args.keys, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{'comparison':58} {'statekit':>14} {'peer':>14} {'ratio':>7}")
-    for r in results:
-        print(f"{r['name']:58} {r['ours']:>14,.2f} {r['peer']:>14,.2f} {r['ratio']:>7.3f}  ({r['unit']})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    report(results, args.json)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,10 @@ one counter. Results are the best of several rounds; the ratio is what matters.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Callable
 
+from benchmarks.report import report
 from statekit.backends.heap import HeapStateBackend
 from statekit.serializers import PickleSerializer
 from statekit.spi import KeyedBackendParams, SubtaskInfo, ValueStateDescriptor, key_group_for_key
@@ -61,13 +61,7 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=1_000_000)
     parser.add_argument("--json", help="also write the result record to this file")
     args = parser.parse_args()
-    result = run(args.keys, args.ops)
-    print(f"{'comparison':45} {'statekit':>14} {'peer':>14} {'ratio':>7}")
-    print(f"{result['name']:45} {result['ours']:>10,.0f} ops/s {result['peer']:>10,.0f} ops/s "
-          f"{result['ratio']:>7.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump([result], f, indent=2)
+    report([run(args.keys, args.ops)], args.json)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import struct
@@ -21,6 +20,7 @@ import time
 
 import lmdb
 
+from benchmarks.report import report
 from statekit.backends.lmdb import LMDBStateBackend
 from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import KeyedBackendParams, SubtaskInfo, ValueStateDescriptor, key_group_for_key
@@ -129,12 +129,7 @@ def main() -> None:
                    *per_operation(work, args.keys, args.ops, args.rounds, writemap="true")]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{'comparison':62} {'statekit':>14} {'peer':>14} {'ratio':>7}")
-    for r in results:
-        print(f"{r['name']:62} {r['ours']:>14,.1f} {r['peer']:>14,.1f} {r['ratio']:>7.3f}  ({r['unit']})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    report(results, args.json)
 
 
 if __name__ == "__main__":

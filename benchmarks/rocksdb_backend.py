@@ -21,6 +21,7 @@ import time
 
 from rocksdict import Options, Rdict
 
+from benchmarks.report import report
 from statekit.backends.rocksdb import RocksDBStateBackend
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.store import CheckpointStore
@@ -304,12 +305,7 @@ def main() -> None:
                    *checkpoints(work, args.keys), memory(work, args.rss_keys)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{'comparison':62} {'statekit':>14} {'peer':>14} {'ratio':>7}")
-    for r in results:
-        print(f"{r['name']:62} {r['ours']:>14,.1f} {r['peer']:>14,.1f} {r['ratio']:>7.3f}  ({r['unit']})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    report(results, args.json)
 
 
 if __name__ == "__main__":
