@@ -71,8 +71,11 @@ class WorkloadFunction(KeyedProcessFunction, CheckpointedFunction):
         self.mean = ctx.get_state(MEAN)
         self.config.put("categories", list(CATEGORIES))
 
-    def process(self, row: Row, ctx: KeyedContext) -> Iterator[tuple[str, int]]:
-        _, category, amount = row
+    def process(self, row: Row | dict[str, Any], ctx: KeyedContext) -> Iterator[tuple[str, int]]:
+        if isinstance(row, dict):  # rows from a DataFrame: columns key, category, amount
+            category, amount = row["category"], row["amount"]
+        else:
+            _, category, amount = row
         count = self.count.value() + 1
         self.count.update(count)
         last = self.last.get()[-(LAST_N - 1):] + [amount]

@@ -1,0 +1,151 @@
+"""Keyed stateful processing of a bounded DataFrame: one epoch, one checkpoint.
+
+::
+
+    from statekit.spark import process_keyed
+    alerts = process_keyed(readings, keys="sensor", function=SensorAlerts(),
+                           schema="sensor string, alert string")
+
+Backend, storage, parallelism and restore point come from ``spark.statekit.*`` conf. The key
+group and subtask of every row are computed in Spark SQL (``pmod(xxhash64(keys), maxP)``); each
+subtask's rows reach Python as Arrow batches through ``groupBy(subtask).applyInArrow``. The call
+runs the job eagerly, commits the epoch's checkpoint once every subtask acknowledged, and returns
+the output as a (locally checkpointed) DataFrame. Epoch N restores from the latest completed
+checkpoint with an id below N.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Sequence, Tuple
+
+import pyarrow as pa
+from pyspark.accumulators import AccumulatorParam
+from pyspark.sql import DataFrame, functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
+from statekit.runtime.function import KeyedProcessFunction
+from statekit.spark.conf import StatekitConf
+from statekit.spark.task import KEY_GROUP_COLUMN, MARKER_COLUMN, SUBTASK_COLUMN, SubtaskSpec, run_subtask
+from statekit.spi.errors import ConfigurationError, SnapshotError
+from statekit.spi.key_groups import check_parallelism, default_max_parallelism
+
+#: session settings for the epoch's query: p subtasks must run in parallel, not coalesced
+_QUERY_SETTINGS = {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
+
+
+class _AcknowledgementParam(AccumulatorParam):
+    def zero(self, value: list) -> list:
+        return []
+
+    def addInPlace(self, a: list, b: list) -> list:
+        a.extend(b)
+        return a
+
+
+def process_keyed(df: DataFrame, keys: str | Sequence[str], function: KeyedProcessFunction,
+                  schema: str | StructType, *, operator_id: str = "keyed-process", job_id: str | None = None,
+                  conf: StatekitConf | None = None) -> DataFrame:
+    spark = df.sparkSession
+    conf = conf or StatekitConf.from_spark(spark.conf)
+    key_columns = (keys,) if isinstance(keys, str) else tuple(keys)
+    missing = [c for c in key_columns if c not in df.columns]
+    if not key_columns or missing:
+        raise ConfigurationError(f"key columns {missing or list(key_columns)} are not columns of the DataFrame "
+                                 f"({df.columns})")
+    job_id = job_id or spark.conf.get("spark.statekit.job-id", None) or spark.sparkContext.appName
+    output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+
+    storage = conf.create_storage()
+    access = _driver_access(storage, job_id)
+    restore_url, restored = None, None
+    store = CheckpointStore(access, conf.num_retained)
+    if store.latest() is None and conf.restore_path:
+        from statekit.storage.filesystem import resolve
+        resolved = resolve(conf.restore_path)
+        restored = CompletedCheckpoint(resolved.pointer, CheckpointMetadata.from_bytes(resolved.metadata))
+        restore_url = conf.restore_path
+        store = CheckpointStore(access, conf.num_retained, restored, conf.restore_mode)
+    restore_point = store.latest() or restored
+    epoch = (restore_point.checkpoint_id if restore_point else 0) + 1
+    previous = restore_point.metadata.operators.get(operator_id) if restore_point else None
+    parallelism = conf.parallelism or (previous.parallelism if previous else spark.sparkContext.defaultParallelism)
+    max_parallelism = conf.max_parallelism or (previous.max_parallelism if previous else
+                                               default_max_parallelism(parallelism))
+    check_parallelism(parallelism, max_parallelism)
+    if previous is not None and previous.max_parallelism != max_parallelism:
+        raise ConfigurationError(
+            f"operator {operator_id!r} was checkpointed with max parallelism {previous.max_parallelism}; the "
+            f"number of key groups is fixed for the life of a job: set spark.statekit.max-parallelism="
+            f"{previous.max_parallelism}")
+
+    acknowledgements = spark.sparkContext.accumulator([], _AcknowledgementParam())
+    spec = SubtaskSpec(function, conf.create_backend(), storage, job_id, operator_id, epoch, parallelism,
+                       max_parallelism, key_columns, to_arrow_schema(output), conf.incremental,
+                       restore_point.metadata.to_bytes() if restore_point else None, restore_url, conf.local_dir)
+
+    def subtask(key: Tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return run_subtask(spec, key[0].as_py(), batches, acknowledgements)
+
+    planned = _plan(df, key_columns, parallelism, max_parallelism)
+    previous_settings = {k: spark.conf.get(k, None) for k in _QUERY_SETTINGS}
+    for k, v in _QUERY_SETTINGS.items():
+        spark.conf.set(k, v)
+    try:
+        result = planned.groupBy(SUBTASK_COLUMN).applyInArrow(subtask, output).localCheckpoint(eager=True)
+    except BaseException:
+        store.abort(epoch, _subtask_states(acknowledgements.value, parallelism).values())
+        raise
+    finally:
+        for k, v in previous_settings.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+    states = _subtask_states(acknowledgements.value, parallelism)
+    if len(states) != parallelism:
+        store.abort(epoch, states.values())
+        raise SnapshotError(f"checkpoint {epoch} of job {job_id!r}: only subtasks {sorted(states)} of "
+                            f"{parallelism} acknowledged; the checkpoint was aborted")
+    operator = OperatorState(operator_id, parallelism, max_parallelism, tuple(states[i] for i in range(parallelism)))
+    store.add(CheckpointMetadata(epoch, job_id, {operator_id: operator},
+                                 properties={"backend": spec.state_backend.name, "incremental": conf.incremental}))
+    return result
+
+
+_DRIVER_MEMORY_ACCESSES: dict[str, Any] = {}
+
+
+def _driver_access(storage: Any, job_id: str) -> Any:
+    """The job's storage access; for the ``jobmanager`` storage one per job for the life of the
+    driver process, since its checkpoints live in that access's memory."""
+    from statekit.storage.memory import JobManagerCheckpointStorage
+    if not isinstance(storage, JobManagerCheckpointStorage):
+        return storage.create_access(job_id)
+    access = _DRIVER_MEMORY_ACCESSES.get(job_id)
+    if access is None:
+        access = _DRIVER_MEMORY_ACCESSES[job_id] = storage.create_access(job_id)
+    return access
+
+
+def _plan(df: DataFrame, key_columns: tuple[str, ...], parallelism: int, max_parallelism: int) -> DataFrame:
+    """Key group and subtask in Spark SQL, plus one marker row per subtask."""
+    key_group = F.pmod(F.xxhash64(*key_columns), F.lit(max_parallelism)).cast("int")
+    rows = (df.withColumn(KEY_GROUP_COLUMN, key_group)
+            .withColumn(SUBTASK_COLUMN, (F.col(KEY_GROUP_COLUMN) * parallelism / max_parallelism).cast("int"))
+            .withColumn(MARKER_COLUMN, F.lit(False)))
+    spark = df.sparkSession
+    markers = spark.range(parallelism).select(
+        *[F.lit(None).cast(df.schema[c].dataType).alias(c) for c in df.columns],
+        F.lit(-1).alias(KEY_GROUP_COLUMN), F.col("id").cast("int").alias(SUBTASK_COLUMN),
+        F.lit(True).alias(MARKER_COLUMN))
+    return rows.unionByName(markers).repartition(parallelism, SUBTASK_COLUMN)
+
+
+def _subtask_states(acknowledgements: list, parallelism: int) -> dict[int, SubtaskState]:
+    """One state per subtask; a repeated acknowledgement (speculative or retried attempt) replaces
+    the earlier one. Failed attempts' accumulator updates never arrive."""
+    states: dict[int, SubtaskState] = {}
+    for index, payload in acknowledgements:
+        if 0 <= index < parallelism:
+            states[index] = SubtaskState.from_json(json.loads(payload))
+    return states
