@@ -366,3 +366,23 @@ def test_jobmanager_snapshot_under_the_limit_completes(tmp_path):
     assert all(isinstance(s, InlineStateHandle) for sub in metadata.operator("keyed-process").subtasks
                for h in sub.keyed for s in h.stream_handles())
     assert_state_is_oracle(dump_state(metadata, runner.streams, 2, tmp_path), rows, "jobmanager storage")
+
+
+def test_replayed_epoch_keeps_the_new_attempts_files(tmp_path):
+    """A replayed epoch writes beside the superseded attempt (same chk-<n>): replacing the old
+    attempt must delete only the old attempt's files, also when nothing else is retained."""
+    from statekit.backends.rocksdb import RocksDBStateBackend
+    storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), memory_threshold=0)
+    runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=MAX_P,
+                         storage=storage, state_backend=RocksDBStateBackend(**{"local-dir": str(tmp_path / "l")}),
+                         incremental=True, num_retained=1, job_id="replay")
+    rows = [make_rows(800, 200, seed) for seed in (51, 52)]
+    runner.run_epoch(rows[0])
+    runner.run_epoch(rows[1], checkpoint_id=1)  # replay epoch 1 with other input: it replaces chk-1
+    metadata = runner.latest_metadata()
+    for handle in (h for s in metadata.operators[runner.operator_id].subtasks for k in s.keyed
+                   for h in k.stream_handles() if hasattr(h, "path")):
+        assert os.path.exists(os.path.join(runner.storage.job_root, handle.path)), f"{handle.path} was deleted"
+    found = workload_dump(metadata, runner.streams, str(tmp_path / "dump"),
+                          state_backend=RocksDBStateBackend(**{"local-dir": str(tmp_path / "d")}))
+    assert_state_is_oracle(found, rows[1], "the replayed epoch")

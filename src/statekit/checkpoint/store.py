@@ -134,10 +134,11 @@ class CheckpointStore:
         """Commit ``metadata``; a replayed epoch first discards the checkpoints it supersedes."""
         # registered first, so disposing superseded checkpoints never deletes a file this one uses
         self.registry.register(metadata.checkpoint_id, self._shared(metadata))
+        new_files = frozenset(getattr(h, "path", "") for h in stream_handles(metadata)) - {""}
         for stale in [c for c in self._retained if c.checkpoint_id >= metadata.checkpoint_id]:
             log.warning("checkpoint %d of a replayed epoch supersedes completed checkpoint %d",
                         metadata.checkpoint_id, stale.checkpoint_id)
-            self._dispose(stale)
+            self._dispose(stale, keep=new_files, sweep=False)
         pointer = self.access.commit(metadata.checkpoint_id, metadata.to_bytes())
         completed = CompletedCheckpoint(pointer, metadata)
         self._retained.append(completed)
@@ -153,12 +154,17 @@ class CheckpointStore:
                     and _key(handle) not in self.registry.protected:
                 self.access.discard_shared(handle)
 
-    def _dispose(self, checkpoint: CompletedCheckpoint) -> None:
+    def _dispose(self, checkpoint: CompletedCheckpoint, keep: frozenset[str] = frozenset(),
+                 sweep: bool = True) -> None:
+        """Drop a checkpoint; ``keep`` and ``sweep=False`` serve a superseded attempt of a replayed
+        epoch, whose replacement has the same id and may share its directory and shared files."""
         self._retained.remove(checkpoint)
         if checkpoint.metadata == self._unclaimed:
             log.info("keeping checkpoint %d: it was restored from in no-claim mode", checkpoint.checkpoint_id)
         else:
-            self.access.dispose(checkpoint.pointer)
+            self.access.dispose(checkpoint.pointer, keep)
+        if not sweep:
+            return
         if self._retained:
             lowest = self._retained[0].checkpoint_id
         else:

@@ -1,5 +1,6 @@
 """Running statekit under Spark: the only package that imports pyspark."""
 from statekit.spark.conf import StatekitConf
-from statekit.spark.keyed import process_keyed
+from statekit.spark.keyed import KeyedJob, process_keyed
+from statekit.spark.streaming import process_keyed_stream
 
-__all__ = ["StatekitConf", "process_keyed"]
+__all__ = ["KeyedJob", "StatekitConf", "process_keyed", "process_keyed_stream"]

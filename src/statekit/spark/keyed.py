@@ -48,16 +48,43 @@ class _AcknowledgementParam(AccumulatorParam):
 def process_keyed(df: DataFrame, keys: str | Sequence[str], function: KeyedProcessFunction,
                   schema: str | StructType, *, operator_id: str = "keyed-process", job_id: str | None = None,
                   conf: StatekitConf | None = None) -> DataFrame:
-    spark = df.sparkSession
-    conf = conf or StatekitConf.from_spark(spark.conf)
-    key_columns = (keys,) if isinstance(keys, str) else tuple(keys)
-    missing = [c for c in key_columns if c not in df.columns]
-    if not key_columns or missing:
-        raise ConfigurationError(f"key columns {missing or list(key_columns)} are not columns of the DataFrame "
-                                 f"({df.columns})")
-    job_id = job_id or spark.conf.get("spark.statekit.job-id", None) or spark.sparkContext.appName
-    output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+    """Process a bounded DataFrame as the job's next epoch; returns the output."""
+    job = KeyedJob.create(df.sparkSession, df.columns, keys, function, schema, operator_id, job_id, conf)
+    return job.run_epoch(df)
 
+
+class KeyedJob:
+    """What stays the same across a job's epochs: function, keys, output schema, conf."""
+
+    def __init__(self, spark: Any, key_columns: tuple[str, ...], function: KeyedProcessFunction,
+                 output: StructType, operator_id: str, job_id: str, conf: StatekitConf) -> None:
+        self.spark, self.key_columns, self.function, self.output = spark, key_columns, function, output
+        self.operator_id, self.job_id, self.conf = operator_id, job_id, conf
+
+    @classmethod
+    def create(cls, spark: Any, columns: Sequence[str], keys: str | Sequence[str], function: KeyedProcessFunction,
+               schema: str | StructType, operator_id: str, job_id: str | None,
+               conf: StatekitConf | None) -> "KeyedJob":
+        conf = conf or StatekitConf.from_spark(spark.conf)
+        key_columns = (keys,) if isinstance(keys, str) else tuple(keys)
+        missing = [c for c in key_columns if c not in columns]
+        if not key_columns or missing:
+            raise ConfigurationError(f"key columns {missing or list(key_columns)} are not columns of the "
+                                     f"DataFrame ({list(columns)})")
+        job_id = job_id or spark.conf.get("spark.statekit.job-id", None) or spark.sparkContext.appName
+        output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+        return cls(spark, key_columns, function, output, operator_id, job_id, conf)
+
+    def run_epoch(self, df: DataFrame, epoch: int | None = None) -> DataFrame:
+        """Run one epoch (default: after the latest checkpoint) and commit its checkpoint.
+        Epoch N restores from the latest completed checkpoint with an id below N, so a replayed
+        epoch recomputes the same state."""
+        return _run_epoch(self, df, epoch)
+
+
+def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None) -> DataFrame:
+    spark, conf, key_columns, function = job.spark, job.conf, job.key_columns, job.function
+    job_id, operator_id, output = job.job_id, job.operator_id, job.output
     storage = conf.create_storage()
     access = _driver_access(storage, job_id)
     restore_url, restored = None, None
@@ -68,8 +95,13 @@ def process_keyed(df: DataFrame, keys: str | Sequence[str], function: KeyedProce
         restored = CompletedCheckpoint(resolved.pointer, CheckpointMetadata.from_bytes(resolved.metadata))
         restore_url = conf.restore_path
         store = CheckpointStore(access, conf.num_retained, restored, conf.restore_mode)
-    restore_point = store.latest() or restored
-    epoch = (restore_point.checkpoint_id if restore_point else 0) + 1
+    if requested_epoch is None:
+        restore_point = store.latest() or restored
+        epoch = (restore_point.checkpoint_id if restore_point else 0) + 1
+    else:
+        epoch = requested_epoch
+        own = store.latest_before(epoch)
+        restore_point = own or (restored if restored and restored.checkpoint_id < epoch else None)
     previous = restore_point.metadata.operators.get(operator_id) if restore_point else None
     parallelism = conf.parallelism or (previous.parallelism if previous else spark.sparkContext.defaultParallelism)
     max_parallelism = conf.max_parallelism or (previous.max_parallelism if previous else

@@ -101,8 +101,9 @@ class CheckpointStorageAccess(ABC):
     def read_metadata(self, pointer: CompletedCheckpointPointer) -> bytes: ...
 
     @abstractmethod
-    def dispose(self, pointer: CompletedCheckpointPointer) -> None:
-        """Delete a completed checkpoint's exclusive files (retention)."""
+    def dispose(self, pointer: CompletedCheckpointPointer, keep: frozenset[str] = frozenset()) -> None:
+        """Delete a completed checkpoint's metadata and exclusive files (retention), except the
+        files whose paths are in ``keep`` (a replayed epoch's new attempt writes beside the old)."""
 
 
 class CheckpointStorage(ABC):

@@ -266,13 +266,26 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
         except FileNotFoundError:
             raise RestoreError(f"{path} does not exist: checkpoint {pointer.checkpoint_id} is not complete") from None
 
-    def dispose(self, pointer: CompletedCheckpointPointer) -> None:
+    def dispose(self, pointer: CompletedCheckpointPointer, keep: frozenset[str] = frozenset()) -> None:
         # _metadata goes first: a half-deleted checkpoint must never look complete
         try:
             self.fs.rm_file(self._metadata_path(pointer.checkpoint_id))
         except FileNotFoundError:
             pass
-        self._rm_tree(_join(self.job_root, f"chk-{pointer.checkpoint_id}"))
+        directory = _join(self.job_root, f"chk-{pointer.checkpoint_id}")
+        if not keep:
+            self._rm_tree(directory)
+            return
+        try:
+            files = self.fs.find(directory)
+        except FileNotFoundError:
+            return
+        for path in files:
+            if posixpath.relpath(path, self.job_root) not in keep:
+                try:
+                    self.fs.rm_file(path)
+                except FileNotFoundError:
+                    pass
 
     def is_shared(self, handle: StreamStateHandle) -> bool:
         return isinstance(handle, FileStateHandle) and handle.path.startswith(SHARED_DIR + "/")

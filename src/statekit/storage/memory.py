@@ -74,7 +74,7 @@ class JobManagerStorageAccess(CheckpointStorageAccess):
                                f"memory (jobmanager storage keeps only retained checkpoints of this "
                                f"driver process)") from None
 
-    def dispose(self, pointer: CompletedCheckpointPointer) -> None:
+    def dispose(self, pointer: CompletedCheckpointPointer, keep: frozenset[str] = frozenset()) -> None:
         self._completed.pop(pointer.checkpoint_id, None)
 
     def restore_streams(self) -> CheckpointStreams:
