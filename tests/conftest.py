@@ -12,7 +12,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark():
-    """A real local SparkSession (``local[2]``), shared by the whole test session."""
+    """A real local SparkSession (``local[2,3]``: 2 cores, a task may be retried), shared by the session."""
     # Executors must run this interpreter (the virtual environment's), or imports fail in tasks.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -21,7 +21,7 @@ def spark():
     from pyspark.sql import SparkSession
 
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,3]")  # 3 attempts per task: failure tests need retries
         .appName("statekit-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")

@@ -93,6 +93,37 @@ class WorkloadFunction(KeyedProcessFunction, CheckpointedFunction):
             self.epochs.add(ctx.checkpoint_id)
 
 
+class FailOnce(WorkloadFunction):
+    """The workload, failing subtask 1 once (for failure-injection tests): after ``after_rows``
+    rows, or with ``after_rows=None`` in close(), after its snapshot was uploaded but before the
+    driver heard of it. ``marker`` is a file path all workers see; it records the failure."""
+
+    def __init__(self, marker: str, after_rows: int | None) -> None:
+        self.marker = marker
+        self.after_rows = after_rows
+
+    def _fail_once(self) -> None:
+        import os
+        if self.subtask == 1 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError("injected failure")
+
+    def open(self, ctx):
+        super().open(ctx)
+        self.subtask = ctx.subtask_index
+        self.rows = 0
+
+    def process(self, row, ctx):
+        self.rows += 1
+        if self.after_rows is not None and self.rows == self.after_rows:
+            self._fail_once()
+        yield from super().process(row, ctx)
+
+    def close(self):
+        if self.after_rows is None:
+            self._fail_once()
+
+
 def make_rows(n_rows: int, n_keys: int, seed: int) -> list[Row]:
     rng = random.Random(seed)
     return [(f"key-{rng.randrange(n_keys)}", rng.choice(CATEGORIES), rng.randrange(-50, 1000))
