@@ -32,3 +32,20 @@ def spark():
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def statekit_settings(spark):
+    """Set ``spark.statekit.<name>`` settings for one test: ``statekit_settings(backend="rocksdb")``
+    or with a dict of dotted names; all are unset afterwards."""
+    keys = []
+
+    def apply(settings=None, **named):
+        for name, value in {**(settings or {}), **named}.items():
+            key = "spark.statekit." + name
+            spark.conf.set(key, str(value))
+            keys.append(key)
+
+    yield apply
+    for key in keys:
+        spark.conf.unset(key)

@@ -13,21 +13,6 @@ pytestmark = pytest.mark.spark
 SCHEMA = "key string, category string, amount long"
 
 
-@pytest.fixture
-def statekit_conf(spark):
-    """Set spark.statekit.* for one test and remove it afterwards."""
-    keys = []
-
-    def apply(**settings):
-        for name, value in settings.items():
-            key = "spark.statekit." + name.replace("_", "-").replace("--", ".")
-            spark.conf.set(key, str(value))
-            keys.append(key)
-    yield apply
-    for key in keys:
-        spark.conf.unset(key)
-
-
 def _run(spark, rows, job_id):
     df = spark.createDataFrame(rows, SCHEMA)
     return process_keyed(df, "key", WorkloadFunction(), "key string, count long", job_id=job_id).collect()
@@ -35,9 +20,9 @@ def _run(spark, rows, job_id):
 
 @pytest.mark.parametrize("backend,storage", [("heap", "jobmanager"), ("heap", "filesystem"),
                                              ("rocksdb", "filesystem"), ("lmdb", "filesystem")])
-def test_checkpoints_restore_and_rescale_by_conf(spark, statekit_conf, tmp_path, backend, storage):
+def test_checkpoints_restore_and_rescale_by_conf(spark, statekit_settings, tmp_path, backend, storage):
     checkpoints = f"file://{tmp_path}/checkpoints"
-    statekit_conf(**{"backend": backend, "checkpoint.storage": storage, "checkpoint.dir": checkpoints,
+    statekit_settings({"backend": backend, "checkpoint.storage": storage, "checkpoint.dir": checkpoints,
                      "checkpoint.incremental": "true", "parallelism": 4, "max-parallelism": 128,
                      "local.dir": str(tmp_path / "local")})
     job = f"spark-{backend}-{storage}"
@@ -66,8 +51,8 @@ def test_checkpoints_restore_and_rescale_by_conf(spark, statekit_conf, tmp_path,
         assert found == {k: expected_key_state(v) for k, v in want.items()}
 
 
-def test_invalid_conf_fails_before_any_job(spark, statekit_conf):
-    statekit_conf(backend="nosuch")
+def test_invalid_conf_fails_before_any_job(spark, statekit_settings):
+    statekit_settings(backend="nosuch")
     df = spark.createDataFrame(make_rows(10, 5, 1), SCHEMA)
     with pytest.raises(ConfigurationError, match=r"spark\.statekit\.backend='nosuch' is unknown; accepted: heap"):
         process_keyed(df, "key", WorkloadFunction(), "key string, count long", job_id="bad")
