@@ -7,10 +7,11 @@ STAMP := $(VENV)/.statekit-installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test clean distclean
+.PHONY: help venv demo demo-local test clean distclean
 
 help:
-	@echo "make demo       run examples/local_demo.py (creates $(VENV) on first run)"
+	@echo "make demo       run the main example on local Spark: examples/spark_demo.py (creates $(VENV) on first run)"
+	@echo "make demo-local the same pipeline on statekit's local runner, without Spark: examples/local_demo.py"
 	@echo "make test       run the test suite; extra pytest arguments via PYTEST_ARGS='...'"
 	@echo "make clean      remove build artifacts and caches (keeps $(VENV))"
 	@echo "make distclean  clean, and remove $(VENV) too"
@@ -27,6 +28,9 @@ $(STAMP): pyproject.toml | $(VENV_PY)
 venv: $(STAMP)
 
 demo: $(STAMP)
+	$(VENV_PY) examples/spark_demo.py
+
+demo-local: $(STAMP)
 	$(VENV_PY) examples/local_demo.py
 
 test: $(STAMP)

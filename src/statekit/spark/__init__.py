@@ -1,6 +1,7 @@
 """Running statekit under Spark: the only package that imports pyspark."""
 from statekit.spark.conf import StatekitConf
 from statekit.spark.keyed import KeyedJob, process_keyed
+from statekit.spark.savepoints import savepoint
 from statekit.spark.streaming import process_keyed_stream
 
-__all__ = ["KeyedJob", "StatekitConf", "process_keyed", "process_keyed_stream"]
+__all__ = ["KeyedJob", "StatekitConf", "process_keyed", "process_keyed_stream", "savepoint"]
