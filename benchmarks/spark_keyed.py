@@ -1,0 +1,159 @@
+"""End-to-end keyed job under Spark (local[2]): count + last value per key over one streaming
+micro-batch, on the same data in the same run, through statekit (each backend) and through
+Spark's own ``transformWithStateInPandas``, ``applyInPandasWithState`` and built-in streaming
+aggregation (RocksDB state store). Reports rows/s and statekit's ratio to each peer.
+
+    python -m benchmarks.spark_keyed [--rows 1000000] [--keys 100000] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any, Iterator
+
+import pandas as pd
+
+from benchmarks.report import report
+from statekit.runtime import KeyedProcessFunction
+from statekit.serializers import Int64Serializer
+from statekit.spi import ValueStateDescriptor
+
+SCHEMA = "k long, v long"
+OUTPUT = "k long, count long, last long"
+COUNT = ValueStateDescriptor("count", Int64Serializer(), default=0)
+LAST = ValueStateDescriptor("last", Int64Serializer())
+
+
+class CountAndLast(KeyedProcessFunction):
+    """statekit: per key, the number of rows and the last value. It emits the updated
+    (key, count, last) for every row: more output than the peers' one row per key, which
+    counts against statekit in the comparison."""
+
+    def open(self, ctx: Any) -> None:
+        self.count, self.last = ctx.get_state(COUNT), ctx.get_state(LAST)
+
+    def process(self, row: dict, ctx: Any) -> Iterator[tuple[int, int, int]]:
+        count = self.count.value() + 1
+        self.count.update(count)
+        self.last.update(row["v"])
+        yield ctx.current_key, count, row["v"]
+
+
+def _session():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+    spark = (SparkSession.builder.master("local[2]").appName("statekit-bench")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.streaming.stateStore.providerClass",
+                     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _timed_query(start_query) -> float:
+    started = time.perf_counter()
+    start_query().awaitTermination()
+    return time.perf_counter() - started
+
+
+def run(rows: int, keys: int, work: str, backends: list[str]) -> list[dict]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    from statekit.spark import process_keyed_stream
+
+    spark = _session()
+    source = os.path.join(work, "source")
+    spark.range(rows).select((F.col("id") % keys).alias("k"), F.col("id").alias("v")) \
+        .coalesce(1).write.parquet(source)
+
+    def stream():
+        return spark.readStream.schema(SCHEMA).parquet(source)
+
+    def checkpoint(name: str) -> str:
+        return os.path.join(work, "spark-checkpoints", name)
+
+    # untimed warm-up, so the first measured query does not pay for JVM and worker start-up
+    _timed_query(lambda: stream().groupBy("k").count().writeStream.format("noop").outputMode("update")
+                 .option("checkpointLocation", checkpoint("warm-up")).trigger(availableNow=True).start())
+    seconds: dict[str, float] = {}
+    for backend in backends:
+        for name, value in {"backend": backend, "checkpoint.storage": "filesystem", "parallelism": "2",
+                            "checkpoint.dir": f"file://{work}/statekit-{backend}", "checkpoint.incremental": "true",
+                            "local.dir": os.path.join(work, "local")}.items():
+            spark.conf.set(f"spark.statekit.{name}", value)
+        seconds[f"statekit {backend}"] = _timed_query(lambda: process_keyed_stream(
+            stream(), "k", CountAndLast(), OUTPUT, lambda out, batch_id: out.count(), job_id=f"bench-{backend}",
+            checkpoint_location=checkpoint(backend), trigger={"availableNow": True}))
+
+    seconds["built-in streaming aggregation"] = _timed_query(lambda: stream().groupBy("k").agg(
+        F.count("*").alias("count"), F.last("v").alias("last")).writeStream.format("noop").outputMode("update")
+        .option("checkpointLocation", checkpoint("builtin")).trigger(availableNow=True).start())
+
+    def count_and_last(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+        count, last = state.get if state.exists else (0, None)
+        for pdf in pdfs:
+            count += len(pdf)
+            last = int(pdf["v"].iloc[-1])
+        state.update((count, last))
+        yield pd.DataFrame({"k": [key[0]], "count": [count], "last": [last]})
+
+    seconds["applyInPandasWithState"] = _timed_query(lambda: stream().groupBy("k").applyInPandasWithState(
+        count_and_last, OUTPUT, "count long, last long", "update", GroupStateTimeout.NoTimeout)
+        .writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint("aipws"))
+        .trigger(availableNow=True).start())
+
+    class TwsCountAndLast(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.state = handle.getValueState("s", "count long, last long")
+
+        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+            count, last = self.state.get() if self.state.exists() else (0, None)
+            for pdf in rows:
+                count += len(pdf)
+                last = int(pdf["v"].iloc[-1])
+            self.state.update((count, last))
+            yield pd.DataFrame({"k": [key[0]], "count": [count], "last": [last]})
+
+        def close(self) -> None:
+            pass
+
+    seconds["transformWithStateInPandas"] = _timed_query(lambda: stream().groupBy("k").transformWithStateInPandas(
+        TwsCountAndLast(), OUTPUT, "Update", "None").writeStream.format("noop").outputMode("update")
+        .option("checkpointLocation", checkpoint("tws")).trigger(availableNow=True).start())
+    spark.stop()
+
+    results = []
+    for backend in backends:
+        ours = rows / seconds[f"statekit {backend}"]
+        for peer in ("transformWithStateInPandas", "applyInPandasWithState", "built-in streaming aggregation"):
+            results.append({"name": f"statekit {backend} vs {peer}", "ours": ours, "peer": rows / seconds[peer],
+                            "unit": "rows/s", "ratio": ours / (rows / seconds[peer]), "rows": rows, "keys": keys,
+                            "micro_batches": 1})
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--backends", default="heap,rocksdb,lmdb")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="statekit-bench-")
+    try:
+        report(run(args.rows, args.keys, work, args.backends.split(",")), args.json)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
