@@ -39,7 +39,8 @@ def main() -> None:
     cloudpickle.register_pickle_by_value(sensors)  # executors need not import the example module
     started = time.perf_counter()
     work = tempfile.mkdtemp(prefix="statekit-demo-")
-    spark = (SparkSession.builder.master("local[2]").appName("statekit-demo")
+    master = os.environ.get("STATEKIT_DEMO_MASTER", "local[2]")  # e.g. local-cluster[2,1,1024]
+    spark = (SparkSession.builder.master(master).appName("statekit-demo")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "4")
              .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
@@ -50,14 +51,17 @@ def main() -> None:
                     "parallelism": "4", "savepoint.dir": f"file://{work}/savepoints"}
         for name, value in settings.items():
             spark.conf.set(f"spark.statekit.{name}", value)
-        source = os.path.join(work, "readings")
-        os.makedirs(source)
+        # one file per batch: Spark reads a small file as one partition, so each sensor's readings
+        # reach the function in file order, the order the recomputation assumes
+        source, later = os.path.join(work, "readings"), os.path.join(work, "later")
         batches = [readings(epoch, n=10_000) for epoch in (1, 2, 3, 4)]
-        for epoch, batch in enumerate(batches[:3], start=1):
-            with open(os.path.join(source, f"readings-{epoch}.json"), "w") as f:
+        for epoch, batch in enumerate(batches, start=1):
+            directory = source if epoch <= 3 else later
+            os.makedirs(directory, exist_ok=True)
+            with open(os.path.join(directory, f"readings-{epoch}.json"), "w") as f:
                 f.writelines(json.dumps({"sensor": s, "hour": h, "temperature": t}) + "\n" for s, h, t in batch)
-        print("statekit on Spark: sensor alerts from a streaming file source, heap backend, parallelism 4, "
-              "incremental checkpoints to a local directory")
+        print(f"statekit on Spark ({master}): sensor alerts from a streaming file source, heap backend, "
+              f"parallelism 4, incremental checkpoints to a local directory")
 
         alerts_per_batch = []
 
@@ -77,7 +81,7 @@ def main() -> None:
         spark.conf.set("spark.statekit.backend", "rocksdb")
         spark.conf.set("spark.statekit.parallelism", "3")
         spark.conf.set("spark.statekit.restore.path", savepoint_url)
-        df = spark.createDataFrame([dict(zip(("sensor", "hour", "temperature"), r)) for r in batches[3]], SCHEMA)
+        df = spark.read.schema(SCHEMA).json(later)
         alerts = process_keyed(df, "sensor", SensorAlerts(), OUTPUT, job_id="sensors-rocksdb").count()
         print(f"restored into the rocksdb backend at parallelism 3: 10,000 more readings, {alerts} alerts")
 

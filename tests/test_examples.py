@@ -9,10 +9,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("example", ["local_demo.py", pytest.param("spark_demo.py", marks=pytest.mark.spark)])
-def test_example_runs_and_checks_itself(example):
+@pytest.mark.parametrize("example,master", [
+    ("local_demo.py", None),
+    pytest.param("spark_demo.py", "local[2]", marks=pytest.mark.spark),
+    # separate executor processes: pickling, executor-local RocksDB and checkpoint files across JVMs
+    pytest.param("spark_demo.py", "local-cluster[2,1,1024]", marks=pytest.mark.spark),
+], ids=["local-runner", "spark-local", "spark-local-cluster"])
+def test_example_runs_and_checks_itself(example, master):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYSPARK_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1"}
+           "SPARK_LOCAL_IP": "127.0.0.1", **({"STATEKIT_DEMO_MASTER": master} if master else {})}
     result = subprocess.run([sys.executable, str(ROOT / "examples" / example)], capture_output=True, text=True,
                             env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]

@@ -22,10 +22,10 @@ def test_failed_task_is_retried_and_state_matches_the_oracle(spark, statekit_set
                        "parallelism": "2", "local.dir": str(tmp_path / "local")})
     epochs = [make_rows(1000, 300, seed) for seed in (61, 62)]
     job = "faults"
-    process_keyed(spark.createDataFrame(epochs[0], SCHEMA), "key", WorkloadFunction(), "key string, count long",
-                  job_id=job)
+    ordered = [spark.createDataFrame(rows, SCHEMA).coalesce(1) for rows in epochs]  # rows in oracle order
+    process_keyed(ordered[0], "key", WorkloadFunction(), "key string, count long", job_id=job)
     marker = str(tmp_path / "failed-once")
-    out = process_keyed(spark.createDataFrame(epochs[1], SCHEMA), "key", FailOnce(marker, after_rows),
+    out = process_keyed(ordered[1], "key", FailOnce(marker, after_rows),
                         "key string, count long", job_id=job).collect()
     assert os.path.exists(marker), "the failure was not injected"
     assert len(out) == len(epochs[1]), "the retried task's output replaces the failed attempt's"

@@ -13,8 +13,13 @@ pytestmark = pytest.mark.spark
 SCHEMA = "key string, category string, amount long"
 
 
+def _ordered(spark, rows):
+    """A DataFrame of ``rows`` in list order (one partition): the oracle applies rows in order."""
+    return spark.createDataFrame(rows, SCHEMA).coalesce(1)
+
+
 def _run(spark, rows, job_id):
-    df = spark.createDataFrame(rows, SCHEMA)
+    df = _ordered(spark, rows)
     return process_keyed(df, "key", WorkloadFunction(), "key string, count long", job_id=job_id).collect()
 
 
