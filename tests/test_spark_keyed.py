@@ -74,3 +74,11 @@ def test_invalid_conf_fails_before_any_job(spark, statekit_settings):
 def test_conf_errors_name_the_setting(settings, message):
     with pytest.raises(ConfigurationError, match=message):
         StatekitConf.parse(settings)
+
+
+def test_job_id_comes_from_conf(spark, statekit_settings):
+    statekit_settings({"job-id": "from-conf", "parallelism": 2})
+    df = spark.createDataFrame(make_rows(50, 10, 3), SCHEMA)
+    process_keyed(df, "key", WorkloadFunction(), "key string, count long").collect()
+    from statekit.spark.keyed import _DRIVER_MEMORY_ACCESSES
+    assert _DRIVER_MEMORY_ACCESSES["from-conf"].latest_completed().checkpoint_id == 1

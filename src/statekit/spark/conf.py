@@ -16,6 +16,7 @@ PREFIX = "spark.statekit."
 KNOWN_KEYS = {
     "backend", "checkpoint.storage", "checkpoint.dir", "checkpoint.incremental", "checkpoint.num-retained",
     "parallelism", "max-parallelism", "savepoint.dir", "restore.path", "restore.mode", "local.dir",
+    "job-id",  # the job's name in the checkpoint directory (default: the Spark application name)
 }
 
 
