@@ -108,40 +108,32 @@ def assert_keys(backend: KeyedStateBackend, name: str, expected: Iterable[Any],
             f"unexpected: {sorted(map(repr, got - want))[:10]}, duplicated: {dupes}")
 
 
-def value_state(backend: KeyedStateBackend, descriptor: ValueStateDescriptor) -> ValueState:
+def typed_state(backend: KeyedStateBackend, descriptor: StateDescriptor, kind: type) -> Any:
+    """``backend.get_state(descriptor)``, checked to implement the state interface ``kind``."""
     state = backend.get_state(descriptor)
-    assert isinstance(state, ValueState), \
-        f"get_state({descriptor!r}) returned {type(state).__name__}, not a ValueState"
+    assert isinstance(state, kind), \
+        f"get_state({descriptor!r}) returned {type(state).__name__}, not a {kind.__name__}"
     return state
+
+
+def value_state(backend: KeyedStateBackend, descriptor: ValueStateDescriptor) -> ValueState:
+    return typed_state(backend, descriptor, ValueState)
 
 
 def list_state(backend: KeyedStateBackend, descriptor: ListStateDescriptor) -> ListState:
-    state = backend.get_state(descriptor)
-    assert isinstance(state, ListState), \
-        f"get_state({descriptor!r}) returned {type(state).__name__}, not a ListState"
-    return state
+    return typed_state(backend, descriptor, ListState)
 
 
 def map_state(backend: KeyedStateBackend, descriptor: MapStateDescriptor) -> MapState:
-    state = backend.get_state(descriptor)
-    assert isinstance(state, MapState), \
-        f"get_state({descriptor!r}) returned {type(state).__name__}, not a MapState"
-    return state
+    return typed_state(backend, descriptor, MapState)
 
 
 def reducing_state(backend: KeyedStateBackend, descriptor: ReducingStateDescriptor) -> ReducingState:
-    state = backend.get_state(descriptor)
-    assert isinstance(state, ReducingState), \
-        f"get_state({descriptor!r}) returned {type(state).__name__}, not a ReducingState"
-    return state
+    return typed_state(backend, descriptor, ReducingState)
 
 
-def aggregating_state(backend: KeyedStateBackend,
-                      descriptor: AggregatingStateDescriptor) -> AggregatingState:
-    state = backend.get_state(descriptor)
-    assert isinstance(state, AggregatingState), \
-        f"get_state({descriptor!r}) returned {type(state).__name__}, not an AggregatingState"
-    return state
+def aggregating_state(backend: KeyedStateBackend, descriptor: AggregatingStateDescriptor) -> AggregatingState:
+    return typed_state(backend, descriptor, AggregatingState)
 
 
 def concat(a: str, b: str) -> str:

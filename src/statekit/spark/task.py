@@ -22,7 +22,6 @@ from statekit.spi.storage import CheckpointStorage
 KEY_GROUP_COLUMN = "__statekit_kg"
 SUBTASK_COLUMN = "__statekit_subtask"
 MARKER_COLUMN = "__statekit_marker"  # one row per subtask, so every subtask runs every epoch
-INTERNAL_COLUMNS = (KEY_GROUP_COLUMN, SUBTASK_COLUMN, MARKER_COLUMN)
 OUTPUT_BATCH_ROWS = 10_000
 
 

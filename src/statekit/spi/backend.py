@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Iterator, Sequence, TypeVar
+from typing import Any, ClassVar, Iterator, Sequence
 
 from statekit.spi.descriptors import StateDescriptor
 from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle, StateHandle
@@ -22,8 +22,6 @@ from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import BroadcastState, ListState, State, VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams
-
-S = TypeVar("S", bound=State)
 
 
 @dataclass(frozen=True)

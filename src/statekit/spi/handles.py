@@ -19,11 +19,8 @@ from statekit.spi.key_groups import KeyGroupRange
 _HANDLE_TYPES: dict[str, type["StateHandle"]] = {}
 H = TypeVar("H", bound=type)
 
-#: the checksum every handle records: xxh3 64-bit, hex
-CHECKSUM_ALGORITHM = "xxh3_64"
-
-
 def checksum(data: bytes | memoryview) -> str:
+    """The checksum every handle records: xxh3 64-bit, hex."""
     return xxhash.xxh3_64_hexdigest(data)
 
 
@@ -231,8 +228,6 @@ class OperatorStateMode:
     SPLIT_DISTRIBUTE = "split"  # list state: elements are split round-robin on rescale
     UNION = "union"  # union list state: every subtask gets every element
     BROADCAST = "broadcast"  # broadcast map: identical on every subtask, copied on rescale
-
-    ALL = (SPLIT_DISTRIBUTE, UNION, BROADCAST)
 
 
 @register_handle("operator")

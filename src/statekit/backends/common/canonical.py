@@ -193,6 +193,19 @@ def read_key_groups(handle: KeyGroupsStateHandle, streams: CheckpointStreams,
             yield from ((kg, batch) for batch in _parse_batches(part, handle, kg, schema))
 
 
+def state_runs(states: Sequence[str]) -> Iterator[tuple[str, int, int]]:
+    """``(state, start, end)`` of each run of rows of one state (writers keep them contiguous)."""
+    n = len(states)
+    start = 0
+    while start < n:
+        name = states[start]
+        end = start + 1
+        while end < n and states[end] == name:
+            end += 1
+        yield name, start, end
+        start = end
+
+
 def _contiguous_runs(ranges: list[tuple[int, ByteRange]]) -> Iterator[list[tuple[int, ByteRange]]]:
     run: list[tuple[int, ByteRange]] = []
     for item in ranges:

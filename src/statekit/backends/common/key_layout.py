@@ -46,14 +46,9 @@ def key_group_prefix(key_group: int) -> bytes:
     return key_group.to_bytes(KEY_GROUP_PREFIX_BYTES, "big")
 
 
-def key_prefix(key_group: int, key: bytes) -> bytes:
-    """The prefix shared by every cell of one key (all namespaces, all user keys)."""
-    return key_group_prefix(key_group) + varint(len(key)) + key
-
-
-def cell_prefix(key_prefix_bytes: bytes, namespace: bytes) -> bytes:
+def cell_key(key_group_prefix_bytes: bytes, key: bytes, namespace: bytes) -> bytes:
     """The full key of a value/list/reducing/aggregating cell, and the prefix of a map's entries."""
-    return key_prefix_bytes + varint(len(namespace)) + namespace
+    return key_group_prefix_bytes + varint(len(key)) + key + varint(len(namespace)) + namespace
 
 
 def key_group_bounds(key_groups: KeyGroupRange) -> tuple[bytes, bytes]:

@@ -9,12 +9,13 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any, Iterator, Sequence
 
-from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, read_key_groups
+from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, read_key_groups, state_runs
 from statekit.backends.common.changelog import (
     OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker, restore_chain, split_ops,
 )
 from statekit.backends.common.key_layout import (
-    decode_list, encode_list, key_group_bounds, key_group_prefix, prefix_upper_bound, split_cell_key, varint,
+    cell_key, decode_list, encode_list, key_group_bounds, key_group_prefix, prefix_upper_bound, split_cell_key,
+    varint,
 )
 from statekit.backends.common.kv_states import (
     KVAggregatingState, KVListState, KVMapState, KVReducingState, KVState, KVValueState,
@@ -162,7 +163,7 @@ class KVKeyedStateBackend(KeyedStateBackend):
             kg = key_group_prefix(key_group)
             states, keys, namespaces = (batch.column(c).to_pylist() for c in ("state", "key", "namespace"))
             for i in deletes:
-                cell = kg + varint(len(keys[i])) + keys[i] + varint(len(namespaces[i])) + namespaces[i]
+                cell = cell_key(kg, keys[i], namespaces[i])
                 self._table(states[i]).delete_range(cell, prefix_upper_bound(cell))
         self._load_batch(key_group, puts)
 
@@ -178,13 +179,7 @@ class KVKeyedStateBackend(KeyedStateBackend):
         kg = key_group_prefix(key_group)
         states, keys, namespaces, user_keys, values = (columns["state"], columns["key"], columns["namespace"],
                                                        columns["user_key"], columns["value"])
-        n = len(states)
-        start = 0
-        while start < n:
-            name = states[start]
-            end = start
-            while end < n and states[end] == name:
-                end += 1
+        for name, start, end in state_runs(states):
             registration = self._registrations.get(name)
             if registration is None:
                 raise RestoreError(f"snapshot rows for state {name!r}, which its handle does not describe")
@@ -192,9 +187,7 @@ class KVKeyedStateBackend(KeyedStateBackend):
             is_list = registration.kind is StateKind.LIST
             pending_cell, pending_elements = None, []  # list elements of one cell are adjacent
             for i in range(start, end):
-                key = keys[i]
-                namespace = namespaces[i]
-                cell = kg + varint(len(key)) + key + varint(len(namespace)) + namespace
+                cell = cell_key(kg, keys[i], namespaces[i])
                 if is_list:
                     if cell != pending_cell and pending_cell is not None:
                         entries.append((pending_cell, encode_list(pending_elements)))
@@ -206,7 +199,6 @@ class KVKeyedStateBackend(KeyedStateBackend):
             if pending_cell is not None:
                 entries.append((pending_cell, encode_list(pending_elements)))
             self._table(name).put_many(entries)
-            start = end
 
 
 class ChangelogKVSnapshot(PendingSnapshot):

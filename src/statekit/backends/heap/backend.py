@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, read_key_groups
+from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, read_key_groups, state_runs
 from statekit.backends.common.changelog import (
     OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker, restore_chain, split_ops,
 )
@@ -178,20 +178,11 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def _load_batch(self, index: int, batch: Any, key_cache: dict[bytes, Any]) -> None:
         columns = batch.to_pydict()
         deserialize_key = self.key_serializer.deserialize
-        run_start = 0
-        states = columns["state"]
-        n = len(states)
-        while run_start < n:  # rows of one state are contiguous within a batch
-            name = states[run_start]
-            run_end = run_start
-            while run_end < n and states[run_end] == name:
-                run_end += 1
+        for name, start, end in state_runs(columns["state"]):
             table = self._tables.get(name)
             if table is None:
                 raise RestoreError(f"snapshot rows for state {name!r}, which its handle does not describe")
-            group = table.writable(index)
-            _load_rows(table.registration, group, columns, run_start, run_end, key_cache, deserialize_key)
-            run_start = run_end
+            _load_rows(table.registration, table.writable(index), columns, start, end, key_cache, deserialize_key)
 
 
 def _load_rows(registration: RegisteredState, group: KeyGroupMap, columns: dict[str, list[Any]],
