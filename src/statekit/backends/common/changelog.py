@@ -21,7 +21,7 @@ whose snapshots are all full pay nothing for it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 from statekit.backends.common.canonical import read_key_groups
 from statekit.spi.errors import ConfigurationError
@@ -39,6 +39,8 @@ OP_DELETE = 1
 class ChangelogConfig:
     max_chain_length: int = 16
     max_chain_bytes_ratio: float = 1.0
+    #: the backend options ``parse`` reads
+    OPTIONS: ClassVar[tuple[str, ...]] = ("changelog.max-chain-length", "changelog.max-chain-bytes-ratio")
 
     @classmethod
     def parse(cls, options: dict[str, Any], prefix: str) -> "ChangelogConfig":

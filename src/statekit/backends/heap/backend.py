@@ -9,6 +9,7 @@ from statekit.backends.common.changelog import (
 )
 from statekit.backends.common.namespaces import decode_namespace, encode_namespace
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
+from statekit.backends.common.option_values import parse_options
 from statekit.backends.common.registration import RegisteredState, default_value, register
 from statekit.backends.heap.state_table import KeyGroupMap, StateTable
 from statekit.backends.heap.states import (
@@ -19,11 +20,13 @@ from statekit.spi.backend import (
     PendingSnapshot, SnapshotOptions, SnapshotType, StateBackend,
 )
 from statekit.spi.descriptors import StateDescriptor, StateKind
-from statekit.spi.errors import ConfigurationError, RestoreError, StateAccessError
+from statekit.spi.errors import RestoreError, StateAccessError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle
 from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
 from statekit.spi.state import State, VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
+
+SETTING_PREFIX = "spark.statekit.backend.heap."
 
 
 class HeapStateBackend(StateBackend):
@@ -35,11 +38,8 @@ class HeapStateBackend(StateBackend):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.changelog = ChangelogConfig.parse(options, "spark.statekit.backend.heap.")
-        unknown = set(options) - {"changelog.max-chain-length", "changelog.max-chain-bytes-ratio"}
-        if unknown:
-            raise ConfigurationError(f"unknown option spark.statekit.backend.heap.{sorted(unknown)[0]}; known: "
-                                     f"changelog.max-chain-length, changelog.max-chain-bytes-ratio")
+        parse_options(options, SETTING_PREFIX, {}, ChangelogConfig.OPTIONS)  # rejects unknown options
+        self.changelog = ChangelogConfig.parse(options, SETTING_PREFIX)
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "HeapKeyedStateBackend":
         return HeapKeyedStateBackend(params, self.changelog)

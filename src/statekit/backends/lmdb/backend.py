@@ -67,12 +67,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import uuid
 from typing import Any
 
 from statekit.backends.common.changelog import ChangelogConfig, ChangelogStateHandle
 from statekit.backends.common.kv_backend import KVKeyedStateBackend
+from statekit.backends.common.local_dirs import instance_path
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.lmdb.options import SETTING_PREFIX, LMDBOptions
 from statekit.backends.lmdb.store import LMDBStore, LMDBTable, LMDBView
@@ -116,11 +116,9 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
                                f"canonical snapshots (KeyGroupsStateHandle, and changelog chains of them) only; "
                                f"take a savepoint with the backend that wrote it and restore from the savepoint")
         self._options = options or LMDBOptions()
-        subtask = params.subtask
-        base = params.local_dir or local_dir or os.path.join(tempfile.gettempdir(), "statekit-lmdb")
         self.backend_id = uuid.uuid4().hex
-        self.instance_dir = os.path.join(base, _safe(subtask.job_id), _safe(subtask.operator_id),
-                                         f"{subtask.subtask_index}-{self.backend_id[:12]}")
+        self.instance_dir = instance_path(params.local_dir or local_dir, "lmdb", params.subtask,
+                                      self.backend_id)
         self._tables: dict[str, LMDBTable] = {}
         self._store: LMDBStore | None = None
         try:
@@ -158,7 +156,3 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
         finally:
             if store is None or os.getpid() == store._pid:  # a forked child leaves the parent's files
                 shutil.rmtree(self.instance_dir, ignore_errors=True)
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

@@ -22,6 +22,7 @@ import mmap
 from dataclasses import dataclass, fields
 from typing import Any
 
+from statekit.backends.common.changelog import ChangelogConfig
 from statekit.backends.common.option_values import parse_bool, parse_size
 from statekit.spi.errors import ConfigurationError
 
@@ -30,7 +31,6 @@ _SIZES = ("map_size", "write_batch_size")
 _BOOLS = ("sync", "metasync", "writemap", "readahead")
 _INTS = {"max_dbs": (1, 32767), "max_readers": (1, 1 << 20)}
 _PATH_OPTIONS = ("local-dir",)
-_CHANGELOG_OPTIONS = ("changelog.max-chain-length", "changelog.max-chain-bytes-ratio")  # ChangelogConfig
 MIN_MAP_SIZE = 64 << 10
 
 
@@ -51,11 +51,11 @@ class LMDBOptions:
         values: dict[str, Any] = {}
         for raw_name, value in options.items():
             name = str(raw_name).replace("_", "-")
-            if name in _PATH_OPTIONS or str(raw_name) in _CHANGELOG_OPTIONS:
+            if name in _PATH_OPTIONS or str(raw_name) in ChangelogConfig.OPTIONS:
                 continue
             if name not in known:
                 raise ConfigurationError(f"unknown option {SETTING_PREFIX}{name}; known: "
-                                         f"{', '.join(sorted(known) + list(_CHANGELOG_OPTIONS))}, local-dir")
+                                         f"{', '.join(sorted(known) + list(ChangelogConfig.OPTIONS))}, local-dir")
             setting = SETTING_PREFIX + name
             field_name = known[name]
             if field_name in _SIZES:

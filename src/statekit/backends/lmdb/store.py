@@ -18,8 +18,6 @@ design; the invariants are:
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import shutil
 import threading
@@ -29,10 +27,10 @@ from typing import Any, Iterator
 import lmdb
 
 from statekit.backends.common.kv_store import KVTable, KVView
+from statekit.backends.common.local_dirs import acquire_lock, release_lock
 from statekit.backends.lmdb.options import SETTING_PREFIX, LMDBOptions
 from statekit.spi.errors import SnapshotError, StateAccessError, StatekitError
 
-LOCK_FILE = "statekit.lock"
 ENV_DIR = "env"
 #: ``items`` of a table reads up to this many entries into memory; a larger range is read from a
 #: read snapshot instead (``keys()`` over a whole table, very large maps)
@@ -100,41 +98,6 @@ def _delete_range(txn: Any, db: Any, lower: bytes, upper: bytes, max_key: int) -
         cursor.close()
 
 
-def acquire_lock(directory: str) -> int:
-    """Take the exclusive lock of an instance directory (held until ``release_lock``).
-
-    LMDB lets any number of processes open one environment; statekit's working state must be used
-    by exactly one (the subtask's worker), so the instance directory carries an ``flock``.
-    """
-    path = os.path.join(directory, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        holder = ""
-        try:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-        except OSError:
-            pass
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise StatekitError(
-                f"the LMDB environment in {directory} is already open (its {LOCK_FILE} is held"
-                f"{' by process ' + holder if holder else ''}); a subtask's working state may be used by "
-                f"one backend in one process only: dispose the other backend first") from None
-        raise StatekitError(f"cannot lock the LMDB environment in {directory}: {exc}") from exc
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
-
-
-def release_lock(fd: int) -> None:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
 class LMDBStore:
     """An LMDB environment in ``directory/env``, locked by ``directory/statekit.lock``."""
 
@@ -159,7 +122,7 @@ class LMDBStore:
         self._dropped: list[ReadSnapshot] = []
         self._closed = False
         os.makedirs(directory, exist_ok=True)
-        self._lock_fd: int | None = acquire_lock(directory)
+        self._lock_fd: int | None = acquire_lock(directory, "the LMDB environment")
         try:
             self.env = lmdb.open(os.path.join(directory, ENV_DIR), map_size=options.initial_map_size,
                                  max_dbs=options.max_dbs, max_readers=options.max_readers,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import uuid
 from typing import Any, Iterator
 
@@ -18,6 +17,7 @@ from rocksdict import Checkpoint, Rdict, SstFileWriter
 from statekit.backends.common.changelog import ChangelogStateHandle
 from statekit.backends.common.key_layout import key_group_bounds
 from statekit.backends.common.kv_backend import KVKeyedStateBackend
+from statekit.backends.common.local_dirs import instance_path
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.rocksdb.handle import IncrementalRocksDBStateHandle
 from statekit.backends.rocksdb.options import RocksDBOptions
@@ -58,11 +58,9 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
     def __init__(self, params: KeyedBackendParams, options: RocksDBOptions, local_dir: str | None = None) -> None:
         super().__init__(params)
         self._options = options
-        subtask = params.subtask
-        base = params.local_dir or local_dir or os.path.join(tempfile.gettempdir(), "statekit-rocksdb")
         self.backend_id = uuid.uuid4().hex
-        self.instance_dir = os.path.join(base, _safe(subtask.job_id), _safe(subtask.operator_id),
-                                         f"{subtask.subtask_index}-{self.backend_id[:12]}")
+        self.instance_dir = instance_path(params.local_dir or local_dir, "rocksdb", params.subtask,
+                                      self.backend_id)
         self.db_dir = os.path.join(self.instance_dir, "db")
         self._db: Any = None
         self._column_families: dict[str, Any] = {}
@@ -234,10 +232,6 @@ def _download(handle: IncrementalRocksDBStateHandle, streams: CheckpointStreams,
             f.write(streams.read(stream))
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-
-
 class _IncrementalSnapshot(PendingSnapshot):
     def __init__(self, backend: RocksDBKeyedStateBackend, checkpoint_id: int, checkpoint_dir: str,
                  confirmed: dict[str, StreamStateHandle]) -> None:
@@ -281,5 +275,3 @@ def _upload(directory: str, name: str, streams: CheckpointStreams, scope: StateS
     except BaseException:
         out.discard()
         raise
-
-
