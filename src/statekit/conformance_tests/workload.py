@@ -9,13 +9,14 @@ checkpoints, failures and rescaling checks every key and every value.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any, Iterator
 
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.runtime.function import (
-    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext,
-    KeyedProcessFunction,
+    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedBatchFunction,
+    KeyedContext, KeyedProcessFunction,
 )
 from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import (
@@ -124,6 +125,17 @@ class FailOnce(WorkloadFunction):
             self._fail_once()
 
 
+class WorkloadBatchFunction(WorkloadFunction, KeyedBatchFunction):
+    """The workload as a ``KeyedBatchFunction``: the same state and output, one call per key and
+    batch of rows."""
+
+    def process_rows(self, key: Any, rows: Any, ctx: KeyedContext) -> list[tuple[str, int]]:
+        out: list[tuple[str, int]] = []
+        for row in rows.to_pylist():
+            out.extend(self.process(row, ctx))
+        return out
+
+
 def make_rows(n_rows: int, n_keys: int, seed: int) -> list[Row]:
     rng = random.Random(seed)
     return [(f"key-{rng.randrange(n_keys)}", rng.choice(CATEGORIES), rng.randrange(-50, 1000))
@@ -157,6 +169,21 @@ def read_key_state(backend: KeyedStateBackend, key: str) -> KeyState:
 
 def expected_key_state(s: KeyState) -> KeyState:
     return {**s, "mean": s["mean"][0] / s["mean"][1]}
+
+
+def expected_state(rows: list[Row]) -> dict[str, KeyState]:
+    """What ``dump_state`` must find after ``rows`` were processed in order."""
+    return {key: expected_key_state(s) for key, s in oracle(rows).items()}
+
+
+def expected_outputs(rows: list[Row], history: list[Row]) -> list[tuple[str, int]]:
+    """The ``(key, count)`` rows ``WorkloadFunction`` emits for ``rows`` after ``history``."""
+    counts = Counter(key for key, _, _ in history)
+    outputs = []
+    for key, _, _ in rows:
+        counts[key] += 1
+        outputs.append((key, counts[key]))
+    return outputs
 
 
 def dump_state(metadata: CheckpointMetadata, streams: CheckpointStreams, local_dir: str, *,

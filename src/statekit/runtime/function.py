@@ -14,12 +14,15 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Union
 
 from statekit.spi.backend import KeyedStateBackend, OperatorStateBackend, SubtaskInfo
 from statekit.spi.descriptors import StateDescriptor
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import State
+
+if TYPE_CHECKING:
+    import pyarrow
 
 
 class KeyedContext:
@@ -63,6 +66,40 @@ class KeyedProcessFunction(ABC):
 
     def close(self) -> None:
         """Called once per epoch after the last row."""
+
+
+class KeyedBatchFunction(ABC):
+    """Processes each key's rows a batch at a time: the vectorized form of
+    ``KeyedProcessFunction``, for per-key work that is cheaper on many rows at once (counts,
+    sums, last values) than one call per row. One instance per subtask.
+
+    ::
+
+        class CountPerKey(KeyedBatchFunction):
+            def open(self, ctx):
+                self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
+
+            def process_rows(self, key, rows, ctx):
+                n = self.count.value() + rows.num_rows
+                self.count.update(n)
+                return [(key, n)]
+    """
+
+    def open(self, ctx: KeyedContext) -> None:
+        """Called once per epoch before any row: register states here."""
+
+    @abstractmethod
+    def process_rows(self, key: Any, rows: "pyarrow.RecordBatch", ctx: KeyedContext) -> Iterable[Any] | None:
+        """Process rows of ``key`` (the current key), in input order, as Arrow columns without the
+        engine's own columns. A key with many rows may be called several times in one epoch, once
+        per input batch it occurs in, in order. Return or yield output rows (or None)."""
+
+    def close(self) -> None:
+        """Called once per epoch after the last row."""
+
+
+#: what a task runs: one call per row, or one call per key and batch of rows
+ProcessFunction = Union[KeyedProcessFunction, KeyedBatchFunction]
 
 
 class FunctionInitializationContext:

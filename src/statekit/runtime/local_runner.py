@@ -136,7 +136,7 @@ class LocalRunner:
             # checkpoints may be referenced by new ones; an external snapshot never is
             share = self._restore_override is None
             restore = TaskRestore(metadata.checkpoint_id, assigned.keyed, assigned.operator, streams, share)
-        task = KeyedTask(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
+        task = KeyedTask.create(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
                          restore=restore, local_dir=self.local_dir)
         try:
             task.open()

@@ -9,12 +9,12 @@ from typing import Any, Iterable, Sequence
 
 from statekit.checkpoint.metadata import SubtaskState
 from statekit.runtime.function import (
-    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext,
-    KeyedProcessFunction,
+    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext, ProcessFunction,
 )
 from statekit.serializers import resolve
 from statekit.spi.backend import (
-    KeyedBackendParams, OperatorBackendParams, PendingSnapshot, SnapshotOptions, StateBackend, SubtaskInfo,
+    KeyedBackendParams, KeyedStateBackend, OperatorBackendParams, OperatorStateBackend, PendingSnapshot,
+    SnapshotOptions, StateBackend, SubtaskInfo,
 )
 from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle
 from statekit.spi.serializer import TypeSerializer
@@ -51,24 +51,42 @@ class PendingTaskSnapshot:
 
 
 class KeyedTask:
-    def __init__(self, function: KeyedProcessFunction, state_backend: StateBackend, subtask: SubtaskInfo,
-                 checkpoint_id: int, *, key_serializer: TypeSerializer | None = None,
-                 restore: TaskRestore | None = None, local_dir: str | None = None) -> None:
+    """One subtask of one epoch over its keyed and operator backends (see ``create``)."""
+
+    def __init__(self, function: ProcessFunction, subtask: SubtaskInfo, checkpoint_id: int,
+                 keyed_backend: KeyedStateBackend, operator_backend: OperatorStateBackend,
+                 restore: TaskRestore | None = None) -> None:
         self.function = function
         self.subtask = subtask
         self.checkpoint_id = checkpoint_id
         self.restore = restore
-        self.keyed_backend = state_backend.create_keyed_backend(KeyedBackendParams(
+        self.keyed_backend = keyed_backend
+        self.operator_backend = operator_backend
+        self.context = KeyedContext(keyed_backend, subtask, checkpoint_id)
+        self._opened = False
+
+    @classmethod
+    def create(cls, function: ProcessFunction, state_backend: StateBackend, subtask: SubtaskInfo,
+               checkpoint_id: int, *, key_serializer: TypeSerializer | None = None,
+               restore: TaskRestore | None = None, local_dir: str | None = None, working_dir: str | None = None,
+               resume_local_state: bool = False) -> "KeyedTask":
+        """Create the backends, restoring them from ``restore`` (or, with ``resume_local_state``,
+        reopening ``working_dir``, which holds the same state)."""
+        keyed = state_backend.create_keyed_backend(KeyedBackendParams(
             subtask=subtask, key_serializer=resolve(key_serializer),
             restore_handles=tuple(restore.keyed) if restore else (),
             restore_streams=restore.streams if restore else None,
             restore_checkpoint_id=restore.checkpoint_id if restore else None,
-            local_dir=local_dir, share_restored_files=restore.share_files if restore else True))
-        self.operator_backend = state_backend.create_operator_backend(OperatorBackendParams(
-            subtask=subtask, restore_handles=tuple(restore.operator) if restore else (),
-            restore_streams=restore.streams if restore else None))
-        self.context = KeyedContext(self.keyed_backend, subtask, checkpoint_id)
-        self._opened = False
+            local_dir=local_dir, share_restored_files=restore.share_files if restore else True,
+            working_dir=working_dir, resume_local_state=resume_local_state))
+        try:
+            operator = state_backend.create_operator_backend(OperatorBackendParams(
+                subtask=subtask, restore_handles=tuple(restore.operator) if restore else (),
+                restore_streams=restore.streams if restore else None))
+        except BaseException:
+            keyed.dispose()
+            raise
+        return cls(function, subtask, checkpoint_id, keyed, operator, restore)
 
     def open(self) -> None:
         if isinstance(self.function, CheckpointedFunction):
@@ -92,6 +110,17 @@ class KeyedTask:
             if produced is not None:
                 out.extend(produced)
 
+    def process_key_runs(self, runs: Iterable[tuple[Any, int, Any]], out: list[Any]) -> None:
+        """For a ``KeyedBatchFunction``: ``runs`` are (key, key group, that key's rows)."""
+        set_key = self.keyed_backend.set_current_key
+        process_rows = self.function.process_rows  # type: ignore[union-attr]
+        ctx = self.context
+        for key, key_group, rows in runs:
+            set_key(key, key_group)
+            produced = process_rows(key, rows, ctx)
+            if produced is not None:
+                out.extend(produced)
+
     def snapshot(self, options: SnapshotOptions = SnapshotOptions()) -> PendingTaskSnapshot:
         """The synchronous part of the epoch's snapshot (after the function's own hook)."""
         if isinstance(self.function, CheckpointedFunction):
@@ -99,10 +128,18 @@ class KeyedTask:
         return PendingTaskSnapshot(self.keyed_backend.snapshot(self.checkpoint_id, options),
                                    self.operator_backend.snapshot(self.checkpoint_id))
 
-    def close(self) -> None:
+    def close(self, keep_backends: bool = False) -> None:
+        """Close the function, and dispose the backends unless the caller keeps them (local
+        recovery); if the function's ``close`` fails, they are disposed regardless."""
         try:
             if self._opened:
                 self.function.close()
+        except BaseException:
+            keep_backends = False
+            raise
         finally:
-            self.keyed_backend.dispose()
-            self.operator_backend.dispose()
+            if not keep_backends:
+                try:
+                    self.keyed_backend.dispose()
+                finally:
+                    self.operator_backend.dispose()

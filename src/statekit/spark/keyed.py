@@ -26,9 +26,10 @@ from pyspark.sql.types import StructType
 
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
-from statekit.runtime.function import KeyedProcessFunction
+from statekit.runtime.function import KeyedBatchFunction, KeyedProcessFunction, ProcessFunction
 from statekit.spark.conf import StatekitConf
-from statekit.spark.task import KEY_GROUP_COLUMN, MARKER_COLUMN, SUBTASK_COLUMN, SubtaskSpec, run_subtask
+from statekit.spark.partitioning import partition_tokens
+from statekit.spark.task import KEY_GROUP_COLUMN, MARKER_COLUMN, PARTITION_COLUMN, SubtaskSpec, run_subtask
 from statekit.spi.errors import ConfigurationError, SnapshotError
 from statekit.spi.key_groups import check_parallelism, default_max_parallelism
 
@@ -45,7 +46,7 @@ class _AcknowledgementParam(AccumulatorParam):
         return a
 
 
-def process_keyed(df: DataFrame, keys: str | Sequence[str], function: KeyedProcessFunction,
+def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFunction,
                   schema: str | StructType, *, operator_id: str = "keyed-process", job_id: str | None = None,
                   conf: StatekitConf | None = None) -> DataFrame:
     """Process a bounded DataFrame as the job's next epoch; returns the output."""
@@ -56,17 +57,20 @@ def process_keyed(df: DataFrame, keys: str | Sequence[str], function: KeyedProce
 class KeyedJob:
     """What stays the same across a job's epochs: function, keys, output schema, conf."""
 
-    def __init__(self, spark: Any, key_columns: tuple[str, ...], function: KeyedProcessFunction,
+    def __init__(self, spark: Any, key_columns: tuple[str, ...], function: ProcessFunction,
                  output: StructType, operator_id: str, job_id: str, conf: StatekitConf) -> None:
         self.spark, self.key_columns, self.function, self.output = spark, key_columns, function, output
         self.operator_id, self.job_id, self.conf = operator_id, job_id, conf
 
     @classmethod
-    def create(cls, spark: Any, columns: Sequence[str], keys: str | Sequence[str], function: KeyedProcessFunction,
+    def create(cls, spark: Any, columns: Sequence[str], keys: str | Sequence[str], function: ProcessFunction,
                schema: str | StructType, operator_id: str, job_id: str | None,
                conf: StatekitConf | None) -> "KeyedJob":
         conf = conf or StatekitConf.from_spark(spark.conf)
         key_columns = (keys,) if isinstance(keys, str) else tuple(keys)
+        if not isinstance(function, (KeyedProcessFunction, KeyedBatchFunction)):
+            raise ConfigurationError(f"the function must be a KeyedProcessFunction or a KeyedBatchFunction, "
+                                     f"not {type(function).__name__}")
         missing = [c for c in key_columns if c not in columns]
         if not key_columns or missing:
             raise ConfigurationError(f"key columns {missing or list(key_columns)} are not columns of the "
@@ -118,29 +122,34 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None) -> Dat
                        max_parallelism, key_columns, to_arrow_schema(output), conf.incremental,
                        restore_point.metadata.to_bytes() if restore_point else None, restore_url, conf.local_dir)
 
+    subtask_of_token = {token: index for index, token in enumerate(partition_tokens(parallelism))}
+
     def subtask(key: Tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return run_subtask(spec, key[0].as_py(), batches, acknowledgements)
+        return run_subtask(spec, subtask_of_token[key[0].as_py()], batches, acknowledgements)
 
     planned = _plan(df, key_columns, parallelism, max_parallelism)
     previous_settings = {k: spark.conf.get(k, None) for k in _QUERY_SETTINGS}
     for k, v in _QUERY_SETTINGS.items():
         spark.conf.set(k, v)
     try:
-        result = planned.groupBy(SUBTASK_COLUMN).applyInArrow(subtask, output).localCheckpoint(eager=True)
+        result = planned.groupBy(PARTITION_COLUMN).applyInArrow(subtask, output).localCheckpoint(eager=True)
     except BaseException:
-        store.abort(epoch, _subtask_states(acknowledgements.value, parallelism).values())
+        store.abort(epoch, [state for state, _ in _subtask_states(acknowledgements.value, parallelism).values()])
         raise
     finally:
         for k, v in previous_settings.items():
             spark.conf.unset(k) if v is None else spark.conf.set(k, v)
     states = _subtask_states(acknowledgements.value, parallelism)
     if len(states) != parallelism:
-        store.abort(epoch, states.values())
+        store.abort(epoch, [state for state, _ in states.values()])
         raise SnapshotError(f"checkpoint {epoch} of job {job_id!r}: only subtasks {sorted(states)} of "
                             f"{parallelism} acknowledged; the checkpoint was aborted")
-    operator = OperatorState(operator_id, parallelism, max_parallelism, tuple(states[i] for i in range(parallelism)))
+    operator = OperatorState(operator_id, parallelism, max_parallelism,
+                             tuple(states[i][0] for i in range(parallelism)))
+    recovery = {str(i): states[i][1] for i in range(parallelism)}
     store.add(CheckpointMetadata(epoch, job_id, {operator_id: operator},
-                                 properties={"backend": spec.state_backend.name, "incremental": conf.incremental}))
+                                 properties={"backend": spec.state_backend.name, "incremental": conf.incremental,
+                                             "recovery": recovery}))
     return result
 
 
@@ -160,24 +169,28 @@ def _driver_access(storage: Any, job_id: str) -> Any:
 
 
 def _plan(df: DataFrame, key_columns: tuple[str, ...], parallelism: int, max_parallelism: int) -> DataFrame:
-    """Key group and subtask in Spark SQL, plus one marker row per subtask."""
+    """Key group and subtask in Spark SQL, plus one marker row per subtask; rows are partitioned
+    by the subtask's partition token, so each subtask gets a partition of its own."""
+    tokens = F.array(*[F.lit(t) for t in partition_tokens(parallelism)])
     key_group = F.pmod(F.xxhash64(*key_columns), F.lit(max_parallelism)).cast("int")
+    subtask = F.expr(f"{KEY_GROUP_COLUMN} * {parallelism} div {max_parallelism}")  # Flink's operator index
     rows = (df.withColumn(KEY_GROUP_COLUMN, key_group)
-            .withColumn(SUBTASK_COLUMN, (F.col(KEY_GROUP_COLUMN) * parallelism / max_parallelism).cast("int"))
+            .withColumn(PARTITION_COLUMN, F.element_at(tokens, (subtask + 1).cast("int")))
             .withColumn(MARKER_COLUMN, F.lit(False)))
     spark = df.sparkSession
     markers = spark.range(parallelism).select(
         *[F.lit(None).cast(df.schema[c].dataType).alias(c) for c in df.columns],
-        F.lit(-1).alias(KEY_GROUP_COLUMN), F.col("id").cast("int").alias(SUBTASK_COLUMN),
+        F.lit(-1).alias(KEY_GROUP_COLUMN), F.element_at(tokens, (F.col("id") + 1).cast("int")).alias(PARTITION_COLUMN),
         F.lit(True).alias(MARKER_COLUMN))
-    return rows.unionByName(markers).repartition(parallelism, SUBTASK_COLUMN)
+    return rows.unionByName(markers).repartition(parallelism, PARTITION_COLUMN)
 
 
-def _subtask_states(acknowledgements: list, parallelism: int) -> dict[int, SubtaskState]:
-    """One state per subtask; a repeated acknowledgement (speculative or retried attempt) replaces
-    the earlier one. Failed attempts' accumulator updates never arrive."""
-    states: dict[int, SubtaskState] = {}
-    for index, payload in acknowledgements:
+def _subtask_states(acknowledgements: list, parallelism: int) -> dict[int, tuple[SubtaskState, str]]:
+    """One state (and how the subtask recovered) per subtask; a repeated acknowledgement
+    (speculative or retried attempt) replaces the earlier one. Failed attempts' accumulator
+    updates never arrive."""
+    states: dict[int, tuple[SubtaskState, str]] = {}
+    for index, payload, recovery in acknowledgements:
         if 0 <= index < parallelism:
-            states[index] = SubtaskState.from_json(json.loads(payload))
+            states[index] = SubtaskState.from_json(json.loads(payload)), recovery
     return states

@@ -22,12 +22,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
-from statekit.runtime.function import KeyedProcessFunction
+from statekit.runtime.function import ProcessFunction
 from statekit.spark.conf import StatekitConf
 from statekit.spark.keyed import KeyedJob
 
 
-def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: KeyedProcessFunction,
+def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: ProcessFunction,
                          schema: str | StructType, sink: Callable[[DataFrame, int], Any], *,
                          checkpoint_location: str, operator_id: str = "keyed-process", job_id: str | None = None,
                          conf: StatekitConf | None = None, trigger: dict[str, Any] | None = None,

@@ -7,27 +7,37 @@ the driver through an accumulator as JSON.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statekit.checkpoint.assignment import assign
-from statekit.checkpoint.metadata import CheckpointMetadata
-from statekit.runtime.function import KeyedProcessFunction
+from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
+from statekit.runtime.function import KeyedBatchFunction, ProcessFunction
+from statekit.runtime.local_recovery import SlotLease, lease_slot
 from statekit.runtime.task import KeyedTask, TaskRestore
+from statekit.spi.errors import StatekitError
 from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.storage import CheckpointStorage
 
 KEY_GROUP_COLUMN = "__statekit_kg"
-SUBTASK_COLUMN = "__statekit_subtask"
+PARTITION_COLUMN = "__statekit_partition"  # the subtask's partition token (``spark.partitioning``)
 MARKER_COLUMN = "__statekit_marker"  # one row per subtask, so every subtask runs every epoch
 OUTPUT_BATCH_ROWS = 10_000
+#: how a subtask got its state at the start of an epoch (recorded in the checkpoint's properties)
+RECOVERY_FRESH = "fresh"  # no restore point
+RECOVERY_PARKED = "parked"  # backends this worker kept open since the previous epoch
+RECOVERY_LOCAL = "local"  # working state reopened from executor-local disk
+RECOVERY_STORAGE = "storage"  # restored from checkpoint storage
 
 
 @dataclass(frozen=True)
 class SubtaskSpec:
-    function: KeyedProcessFunction
+    function: ProcessFunction
     state_backend: StateBackend
     storage: CheckpointStorage
     job_id: str
@@ -48,34 +58,77 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
                 acknowledge: Any) -> Iterator[pa.RecordBatch]:
     subtask = SubtaskInfo(spec.job_id, spec.operator_id, subtask_index, spec.parallelism, spec.max_parallelism)
     access = spec.storage.create_access(spec.job_id)
-    restore = None
-    if spec.restore_metadata is not None:
-        metadata = CheckpointMetadata.from_bytes(spec.restore_metadata)
-        if spec.restore_url is not None:
-            from statekit.storage.filesystem import resolve
-            streams = resolve(spec.restore_url).streams
-        else:
-            streams = access.restore_streams()
-        assigned = assign(metadata.operator(spec.operator_id), subtask_index, spec.parallelism)
-        restore = TaskRestore(metadata.checkpoint_id, assigned.keyed, assigned.operator, streams,
-                              share_files=spec.restore_url is None)
-    task = KeyedTask(spec.function, spec.state_backend, subtask, spec.checkpoint_id, restore=restore,
-                     local_dir=spec.local_dir)
+    restore, own_state = _restore_of(spec, subtask_index, access)
+    lease = lease_slot(spec.local_dir or os.path.join(tempfile.gettempdir(), "statekit"), subtask, own_state)
+    try:
+        task, recovery = _open_task(spec, subtask, restore, lease)
+    except BaseException:
+        lease.release()
+        raise
     outputs: list[Any] = []
     try:
         task.open()
+        batched = isinstance(spec.function, KeyedBatchFunction)
         for batch in batches:
-            task.process_all(_records(batch, spec.key_columns), outputs)
+            if batched:
+                task.process_key_runs(_key_runs(batch, spec.key_columns), outputs)
+            else:
+                task.process_all(_records(batch, spec.key_columns), outputs)
             while len(outputs) >= OUTPUT_BATCH_ROWS:
                 yield _to_batch(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema)
                 del outputs[:OUTPUT_BATCH_ROWS]
         pending = task.snapshot(SnapshotOptions(incremental=spec.incremental))
         state = pending.write(access.streams(spec.checkpoint_id, subtask.name))
-    finally:
+        task.close(keep_backends=True)
+    except BaseException:
         task.close()
-    acknowledge.add([(subtask_index, json.dumps(state.to_json()))])
+        lease.release()
+        raise
+    lease.publish(spec.checkpoint_id, state, task.keyed_backend, task.operator_backend,
+                  on_disk=spec.state_backend.capabilities.local_recovery)
+    acknowledge.add([(subtask_index, json.dumps(state.to_json()), recovery)])
     if outputs:
         yield _to_batch(outputs, spec.output_schema)
+
+
+def _restore_of(spec: SubtaskSpec, subtask_index: int, access: Any) -> tuple[TaskRestore | None, SubtaskState | None]:
+    """What the subtask restores, and its own state in the restore point when local state can
+    equal it (the job's own checkpoint at the same parallelism)."""
+    if spec.restore_metadata is None:
+        return None, None
+    metadata = CheckpointMetadata.from_bytes(spec.restore_metadata)
+    operator = metadata.operator(spec.operator_id)
+    if spec.restore_url is not None:
+        from statekit.storage.filesystem import resolve
+        streams = resolve(spec.restore_url).streams
+    else:
+        streams = access.restore_streams()
+    assigned = assign(operator, subtask_index, spec.parallelism)
+    restore = TaskRestore(metadata.checkpoint_id, assigned.keyed, assigned.operator, streams,
+                          share_files=spec.restore_url is None)
+    same_layout = (spec.restore_url is None and operator.parallelism == spec.parallelism
+                   and operator.max_parallelism == spec.max_parallelism)
+    return restore, operator.subtasks[subtask_index] if same_layout else None
+
+
+def _open_task(spec: SubtaskSpec, subtask: SubtaskInfo, restore: TaskRestore | None,
+               lease: SlotLease) -> tuple[KeyedTask, str]:
+    """Reuse the backends this worker parked, reopen the working state left on this machine, or
+    restore from storage, in that order; also returns which (a ``RECOVERY_*`` name)."""
+    if restore is None:
+        recovery = RECOVERY_FRESH
+    elif lease.parked is not None:
+        lease.parked.keyed.notify_checkpoint_complete(restore.checkpoint_id)
+        task = KeyedTask(spec.function, subtask, spec.checkpoint_id, lease.parked.keyed, lease.parked.operator,
+                         restore)
+        return task, RECOVERY_PARKED
+    else:
+        recovery = RECOVERY_LOCAL if lease.reusable else RECOVERY_STORAGE
+    on_disk = spec.state_backend.capabilities.local_recovery
+    task = KeyedTask.create(spec.function, spec.state_backend, subtask, spec.checkpoint_id, restore=restore,
+                            local_dir=spec.local_dir, working_dir=lease.working_dir if on_disk else None,
+                            resume_local_state=on_disk and lease.reusable)
+    return task, recovery
 
 
 def _records(batch: pa.RecordBatch, key_columns: Sequence[str]) -> Iterator[tuple[Any, int, dict[str, Any]]]:
@@ -85,12 +138,51 @@ def _records(batch: pa.RecordBatch, key_columns: Sequence[str]) -> Iterator[tupl
         if row.pop(MARKER_COLUMN):
             continue
         key_group = row.pop(KEY_GROUP_COLUMN)
-        del row[SUBTASK_COLUMN]
+        del row[PARTITION_COLUMN]
         key = row[single] if single is not None else tuple(row[c] for c in key_columns)
         yield key, key_group, row
 
 
+def _key_runs(batch: pa.RecordBatch, key_columns: Sequence[str]) -> Iterator[tuple[Any, int, pa.RecordBatch]]:
+    """The batch's rows grouped by key: (key, key group, the key's rows in input order), keys in
+    key-group order. Sorting and run detection are Arrow compute; Python sees one item per key."""
+    rows = batch.filter(pc.invert(batch.column(MARKER_COLUMN)))
+    if rows.num_rows == 0:
+        return
+    order = pc.sort_indices(rows, sort_keys=[(KEY_GROUP_COLUMN, "ascending")]
+                            + [(c, "ascending") for c in key_columns])  # stable: input order per key
+    rows = rows.take(order)
+    starts = _run_starts([rows.column(c) for c in key_columns], rows.num_rows)
+    key_groups = pc.take(rows.column(KEY_GROUP_COLUMN), starts).to_pylist()
+    key_values = [pc.take(rows.column(c), starts).to_pylist() for c in key_columns]
+    keys = key_values[0] if len(key_columns) == 1 else list(zip(*key_values))
+    user_rows = rows.drop_columns([KEY_GROUP_COLUMN, PARTITION_COLUMN, MARKER_COLUMN])
+    bounds = starts.to_pylist() + [rows.num_rows]
+    for i, key in enumerate(keys):
+        yield key, key_groups[i], user_rows.slice(bounds[i], bounds[i + 1] - bounds[i])
+
+
+def _run_starts(columns: Sequence[pa.Array], length: int) -> pa.Array:
+    """Positions where a run of equal keys begins in sorted columns (nulls equal each other)."""
+    changed = None
+    for column in columns:
+        previous, current = column.slice(0, length - 1), column.slice(1)
+        differs = pc.fill_null(pc.not_equal(previous, current), True)
+        both_null = pc.and_(pc.is_null(previous), pc.is_null(current))
+        differs = pc.and_(differs, pc.invert(both_null))
+        changed = differs if changed is None else pc.or_(changed, differs)
+    later = pc.add(pc.indices_nonzero(changed), 1) if changed is not None else pa.array([], pa.uint64())
+    return pa.concat_arrays([pa.array([0], pa.uint64()), later.cast(pa.uint64())])
+
+
 def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
+    if all(type(r) is tuple for r in rows):  # the fast path: transpose tuples into columns
+        widths = {len(r) for r in rows}
+        if widths != {len(schema)}:
+            raise StatekitError(f"the function returned rows of {sorted(widths)} values; the output schema has "
+                                f"{len(schema)} columns {schema.names}")
+        columns = list(zip(*rows))
+        return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
     names = schema.names
     dicts = [r if isinstance(r, dict) else dict(zip(names, r)) for r in rows]
     return pa.RecordBatch.from_pylist(dicts, schema=schema)

@@ -34,6 +34,9 @@ class Capabilities:
     async_snapshots: bool = True
     ttl: bool = False
     out_of_core: bool = False  # state may exceed memory
+    #: the working state survives ``dispose`` in ``KeyedBackendParams.working_dir`` and is reopened
+    #: there with ``resume_local_state`` (local recovery without reading checkpoint storage)
+    local_recovery: bool = False
 
     def declared(self) -> dict[str, bool]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -89,8 +92,14 @@ class KeyedBackendParams:
     restore_streams: CheckpointStreams | None = None
     #: the checkpoint the restore handles belong to (local recovery may reuse local state)
     restore_checkpoint_id: int | None = None
-    #: executor-local working directory for backends that keep files
+    #: executor-local directory under which backends that keep files make their instance directory
     local_dir: str | None = None
+    #: an exact directory for the working state, used by this backend alone, whose files outlive
+    #: ``dispose`` (local recovery; only backends declaring ``local_recovery`` get one)
+    working_dir: str | None = None
+    #: ``working_dir`` already holds exactly the state of ``restore_handles``: reopen it, and use
+    #: the handles for bookkeeping only (which files the next incremental checkpoint may share)
+    resume_local_state: bool = False
     #: may the next checkpoint reference files of the restored snapshot? False when restoring in
     #: no-claim mode, whose first checkpoint must not depend on the snapshot restored from
     share_restored_files: bool = True

@@ -26,7 +26,7 @@ from statekit.backends.common.registration import RegisteredState, default_value
 from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError, StateAccessError
-from statekit.spi.handles import KeyGroupsStateHandle, StateHandle, StateMetaInfo
+from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo
 from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
 from statekit.spi.state import State, VOID_NAMESPACE
@@ -154,8 +154,18 @@ class KVKeyedStateBackend(KeyedStateBackend):
             else:
                 for key_group, batch in read_key_groups(handle, streams, handle.restore_key_groups(self.key_group_range)):
                     self._load_batch(key_group, batch)
+        self._adopt_chain(handles)
+
+    def resume_bookkeeping(self, handles: Sequence[KeyedStateHandle]) -> None:
+        """Local recovery: the store already holds the state of ``handles``; learn its states and
+        changelog chain from them without loading anything."""
+        for handle in handles:
+            self.adopt_state_metas(handle.states, handle.key_serializer)  # type: ignore[attr-defined]
+        self._adopt_chain(handles)
+
+    def _adopt_chain(self, handles: Sequence[StateHandle]) -> None:
         if len(handles) == 1 and self.params.share_restored_files:
-            self._changelog.adopt(handles[0], handles[0].key_group_range == self.key_group_range)
+            self._changelog.adopt(handles[0], handles[0].key_group_range == self.key_group_range)  # type: ignore[attr-defined]
 
     def _apply_delta(self, key_group: int, batch: Any) -> None:
         deletes, puts = split_ops(batch)

@@ -88,7 +88,8 @@ class LMDBStateBackend(StateBackend):
     incremental ones as changelog deltas (``common.changelog``)."""
 
     name = "lmdb"
-    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False, out_of_core=True)
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False, out_of_core=True,
+                                local_recovery=True)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -117,13 +118,17 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
                                f"take a savepoint with the backend that wrote it and restore from the savepoint")
         self._options = options or LMDBOptions()
         self.backend_id = uuid.uuid4().hex
-        self.instance_dir = instance_path(params.local_dir or local_dir, "lmdb", params.subtask,
-                                      self.backend_id)
+        #: a working directory given for local recovery outlives this instance
+        self._keeps_dir = params.working_dir is not None
+        self.instance_dir = params.working_dir or instance_path(params.local_dir or local_dir, "lmdb",
+                                                                params.subtask, self.backend_id)
         self._tables: dict[str, LMDBTable] = {}
         self._store: LMDBStore | None = None
         try:
             self._store = LMDBStore(self.instance_dir, self._options)
-            if params.restore_handles:
+            if params.resume_local_state:  # local recovery: the environment already holds the state
+                self.resume_bookkeeping(params.restore_handles)
+            elif params.restore_handles:
                 self.restore_canonical(params.restore_handles, params.restore_streams)
                 self._store.commit()
         except BaseException:
@@ -152,7 +157,10 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
         store, self._store = self._store, None
         try:
             if store is not None:
+                if self._keeps_dir and os.getpid() == store._pid:
+                    store.sync()  # what the next epoch reopens is on disk before anyone says so
                 store.close()
         finally:
-            if store is None or os.getpid() == store._pid:  # a forked child leaves the parent's files
+            # a forked child leaves the parent's files; a working directory stays for local recovery
+            if not self._keeps_dir and (store is None or os.getpid() == store._pid):
                 shutil.rmtree(self.instance_dir, ignore_errors=True)

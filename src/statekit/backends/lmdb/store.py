@@ -176,6 +176,11 @@ class LMDBStore:
         self._owner = threading.get_ident()
         return self.txn
 
+    def sync(self) -> None:
+        """Flush what was committed to disk (commits do not, with the default ``sync=false``)."""
+        self._check_usable()
+        self.env.sync(True)
+
     def commit(self) -> None:
         """Commit the write transaction (if one is open); the writes are then durable in the map."""
         self._release_dropped()

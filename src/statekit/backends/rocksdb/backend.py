@@ -38,7 +38,8 @@ class RocksDBStateBackend(StateBackend):
     """Keyed state in RocksDB on executor-local disk; incremental checkpoints share SST files."""
 
     name = "rocksdb"
-    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False, out_of_core=True)
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False, out_of_core=True,
+                                local_recovery=True)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -59,8 +60,10 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         super().__init__(params)
         self._options = options
         self.backend_id = uuid.uuid4().hex
-        self.instance_dir = instance_path(params.local_dir or local_dir, "rocksdb", params.subtask,
-                                      self.backend_id)
+        #: a working directory given for local recovery outlives this instance
+        self._keeps_dir = params.working_dir is not None
+        self.instance_dir = params.working_dir or instance_path(params.local_dir or local_dir, "rocksdb",
+                                                                params.subtask, self.backend_id)
         self.db_dir = os.path.join(self.instance_dir, "db")
         self._db: Any = None
         self._column_families: dict[str, Any] = {}
@@ -71,7 +74,10 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         self._pending: dict[int, dict[str, StreamStateHandle]] = {}
         os.makedirs(self.instance_dir, exist_ok=True)
         try:
-            self._restore(params)
+            if params.resume_local_state:
+                self._resume(params)
+            else:
+                self._restore(params)
             if self._db is None:
                 self._open(self.db_dir, [])
         except BaseException:
@@ -150,6 +156,15 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
                 self._open(self.db_dir, [])
             self.restore_canonical(canonical, params.restore_streams)
 
+    def _resume(self, params: KeyedBackendParams) -> None:
+        """Local recovery: reopen the database the previous epoch left in the working directory."""
+        self.resume_bookkeeping(params.restore_handles)
+        if os.path.exists(os.path.join(self.db_dir, "CURRENT")):
+            self._open(self.db_dir, Rdict.list_cf(self.db_dir, self._options.db_options()))
+        incremental = [h for h in params.restore_handles if isinstance(h, IncrementalRocksDBStateHandle)]
+        if len(incremental) == 1 and params.share_restored_files:
+            self._confirmed = dict(incremental[0].shared)
+
     def _restore_incremental(self, handles: list[IncrementalRocksDBStateHandle], streams: CheckpointStreams) -> None:
         target = self.key_group_range
         for handle in handles:
@@ -215,6 +230,8 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
 
     # --- lifecycle
     def dispose(self) -> None:
+        for table in self._tables.values():
+            table.close()
         self._tables.clear()
         self._column_families.clear()
         if self._db is not None:
@@ -222,7 +239,8 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
                 self._db.close()  # flushes and releases the LOCK
             finally:
                 self._db = None
-        shutil.rmtree(self.instance_dir, ignore_errors=True)
+        if not self._keeps_dir:
+            shutil.rmtree(self.instance_dir, ignore_errors=True)
 
 
 def _download(handle: IncrementalRocksDBStateHandle, streams: CheckpointStreams, directory: str) -> None:

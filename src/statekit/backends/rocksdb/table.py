@@ -7,6 +7,7 @@ import shutil
 from rocksdict import AccessType, Rdict, ReadOptions, WriteBatch
 
 from statekit.backends.common.kv_store import KVTable, KVView
+from statekit.spi.errors import StatekitError
 
 
 def bounded_items(source: Any, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -33,6 +34,12 @@ class ColumnFamilyTable(KVTable):
         self.get = column_family.get  # type: ignore[method-assign]  # hot paths: bound C methods
         self.put = column_family.put  # type: ignore[method-assign]
         self.delete = column_family.delete  # type: ignore[method-assign]
+
+    def close(self) -> None:
+        """Drop every reference to the native column family: RocksDB releases its LOCK only when
+        none is left, and state objects (held by user functions) may outlive the backend."""
+        self._db = self._cf = self._handle = None
+        self.get = self.put = self.delete = _disposed  # type: ignore[method-assign,assignment]
 
     def get(self, key: bytes) -> bytes | None:  # replaced per instance
         return self._cf.get(key)
@@ -67,6 +74,10 @@ class ColumnFamilyTable(KVTable):
                 batch.set_default_column_family(self._handle)
         if not batch.is_empty():
             self._db.write(batch)
+
+
+def _disposed(*args: Any) -> Any:
+    raise StatekitError("keyed state was used after its RocksDB backend was disposed")
 
 
 class CheckpointView(KVView):

@@ -1,0 +1,190 @@
+"""Local recovery on an executor, driven without Spark: ``run_subtask`` is called exactly as the
+Python worker calls it, and a small coordinator commits or drops each epoch's checkpoint.
+
+Each epoch records how the subtask got its state (``parked``, ``local``, ``storage``, ``fresh``),
+and the state of the last checkpoint is compared with the oracle on every key and value."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+
+import pyarrow as pa
+import pytest
+
+from statekit.backends.common.local_dirs import acquire_lock, release_lock
+from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.store import CheckpointStore
+from statekit.conformance_tests.workload import (
+    WorkloadFunction, dump_state, expected_key_state, make_rows, oracle,
+)
+from statekit.runtime import local_recovery
+from statekit.spark.conf import StatekitConf
+from statekit.spark.task import KEY_GROUP_COLUMN, MARKER_COLUMN, PARTITION_COLUMN, SubtaskSpec, run_subtask
+from statekit.spi import key_group_for_key
+
+JOB, OPERATOR, MAX_PARALLELISM = "local-recovery", "keyed-process", 128
+SCHEMA = pa.schema([("key", pa.string()), ("count", pa.int64())])
+
+
+class _Acknowledgements(list):
+    def add(self, items):
+        self.extend(items)
+
+
+class _Coordinator:
+    """The driver's part: run epochs of one subtask (parallelism 1) and commit their checkpoints."""
+
+    def __init__(self, tmp_path, backend: str):
+        self.conf = StatekitConf.parse({"backend": backend, "checkpoint.storage": "filesystem",
+                                        "checkpoint.dir": f"file://{tmp_path}/checkpoints",
+                                        "checkpoint.incremental": "true", "local.dir": str(tmp_path / "local")})
+        self.storage = self.conf.create_storage()
+        self.backend = self.conf.create_backend()
+        self.store = CheckpointStore(self.storage.create_access(JOB), 3)
+        self.tmp_path = tmp_path
+
+    def spec(self, epoch: int, function=None) -> SubtaskSpec:
+        restore = self.store.latest_before(epoch)
+        return SubtaskSpec(function or WorkloadFunction(), self.backend, self.storage, JOB, OPERATOR, epoch, 1,
+                           MAX_PARALLELISM, ("key",), SCHEMA, True,
+                           restore.metadata.to_bytes() if restore else None, None, self.conf.local_dir)
+
+    def run(self, epoch: int, rows, *, commit: bool = True, function=None) -> str:
+        """Run ``epoch`` over ``rows``; returns how the subtask recovered."""
+        acknowledgements = _Acknowledgements()
+        list(run_subtask(self.spec(epoch, function), 0, iter([_batch(rows)]), acknowledgements))
+        (index, payload, recovery), = acknowledgements
+        state = SubtaskState.from_json(json.loads(payload))
+        if commit:
+            operator = OperatorState(OPERATOR, 1, MAX_PARALLELISM, (state,))
+            self.store.add(CheckpointMetadata(epoch, JOB, {OPERATOR: operator}))
+        else:
+            self.store.abort(epoch, [state])
+        return recovery
+
+    def state(self):
+        latest = self.store.latest()
+        return dump_state(latest.metadata, self.store.access.restore_streams(), str(self.tmp_path / "dump"),
+                          state_backend=self.backend)
+
+
+def _batch(rows) -> pa.RecordBatch:
+    keys = [r[0] for r in rows]
+    return pa.RecordBatch.from_pydict({
+        "key": keys, "category": [r[1] for r in rows], "amount": [r[2] for r in rows],
+        KEY_GROUP_COLUMN: pa.array([key_group_for_key(k, MAX_PARALLELISM) for k in keys], pa.int32()),
+        PARTITION_COLUMN: pa.array([0] * len(rows), pa.int32()), MARKER_COLUMN: [False] * len(rows)})
+
+
+def _want(*epochs):
+    return {k: expected_key_state(v) for k, v in oracle([r for e in epochs for r in e]).items()}
+
+
+BACKENDS = ["heap", "rocksdb", "lmdb"]
+#: how the next epoch recovers when the same worker ran the previous one
+SAME_WORKER = {"heap": "parked", "rocksdb": "local", "lmdb": "local"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_next_epoch_reuses_the_working_state(tmp_path, backend):
+    coordinator = _Coordinator(tmp_path, backend)
+    epochs = [make_rows(400, 80, seed) for seed in (1, 2, 3)]
+    assert coordinator.run(1, epochs[0]) == "fresh"
+    assert coordinator.run(2, epochs[1]) == SAME_WORKER[backend]
+    assert coordinator.run(3, epochs[2]) == SAME_WORKER[backend]
+    assert coordinator.state() == _want(*epochs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_aborted_checkpoint_is_not_reused(tmp_path, backend):
+    coordinator = _Coordinator(tmp_path, backend)
+    epochs = [make_rows(300, 60, seed) for seed in (4, 5)]
+    coordinator.run(1, epochs[0])
+    coordinator.run(2, epochs[1], commit=False)  # e.g. another subtask failed: checkpoint 2 aborted
+    assert coordinator.run(2, epochs[1]) == "storage", "state with epoch 2 applied must not be reused"
+    assert coordinator.state() == _want(*epochs)
+
+
+class _FailAfter(WorkloadFunction):
+    def process(self, row, ctx):
+        if self.processed == 50:
+            raise RuntimeError("injected failure")
+        yield from super().process(row, ctx)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failed_attempt_leaves_nothing_to_reuse(tmp_path, backend):
+    coordinator = _Coordinator(tmp_path, backend)
+    epochs = [make_rows(300, 60, seed) for seed in (6, 7)]
+    coordinator.run(1, epochs[0])
+    with pytest.raises(RuntimeError, match="injected failure"):
+        coordinator.run(2, epochs[1], function=_FailAfter())
+    assert coordinator.run(2, epochs[1]) == "storage", "the failed attempt's half-applied state was reused"
+    assert coordinator.state() == _want(*epochs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_busy_slot_is_left_alone(tmp_path, backend):
+    """Another process holds the subtask's slot (e.g. a speculative attempt): this one works in
+    a private directory, restores from storage and removes the directory afterwards."""
+    coordinator = _Coordinator(tmp_path, backend)
+    epochs = [make_rows(300, 60, seed) for seed in (8, 9)]
+    coordinator.run(1, epochs[0])
+    operator_dir = tmp_path / "local" / JOB / OPERATOR
+    slot = operator_dir / f"subtask-0-of-1-max-{MAX_PARALLELISM}"
+    lock = acquire_lock(str(slot), "the test's hold on the slot")
+    try:
+        assert coordinator.run(2, epochs[1]) == "storage"
+    finally:
+        release_lock(lock)
+    assert sorted(p.name for p in operator_dir.iterdir()) == [slot.name], "the private directory was left behind"
+    assert coordinator.state() == _want(*epochs)
+
+
+def _run_first_epoch(tmp_path, backend, rows):
+    _Coordinator(tmp_path, backend).run(1, rows)
+
+
+@pytest.mark.parametrize("backend", ["rocksdb", "lmdb"])
+def test_another_process_reopens_the_working_state(tmp_path, backend):
+    """A Python worker ran epoch 1 and was killed; a new worker reopens its files from disk."""
+    epochs = [make_rows(300, 60, seed) for seed in (10, 11)]
+    child = multiprocessing.get_context("spawn").Process(target=_run_first_epoch, args=(tmp_path, backend, epochs[0]))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0
+    coordinator = _Coordinator(tmp_path, backend)
+    assert coordinator.run(2, epochs[1]) == "local"
+    assert coordinator.state() == _want(*epochs)
+
+
+def test_heap_state_parked_by_another_process_is_restored_from_storage(tmp_path):
+    coordinator = _Coordinator(tmp_path, "heap")
+    epochs = [make_rows(300, 60, seed) for seed in (12, 13)]
+    coordinator.run(1, epochs[0])
+    parked = local_recovery._PARKED.copy()
+    local_recovery._PARKED.clear()  # as if epoch 1 had run in another worker
+    try:
+        assert coordinator.run(2, epochs[1]) == "storage"
+    finally:
+        for backends in parked.values():
+            backends.dispose()
+    assert coordinator.state() == _want(*epochs)
+
+
+def test_a_working_state_of_an_earlier_job_with_the_same_id_is_not_reused(tmp_path):
+    """The job's checkpoints were deleted and the job started again under the same id: the old
+    working state says "checkpoint 1" too, but it is not the new checkpoint 1."""
+    coordinator = _Coordinator(tmp_path, "rocksdb")
+    old = make_rows(300, 60, 14)
+    coordinator.run(1, old)
+    coordinator.run(2, make_rows(300, 60, 15))
+    import shutil
+    shutil.rmtree(tmp_path / "checkpoints")
+    coordinator = _Coordinator(tmp_path, "rocksdb")
+    epochs = [make_rows(300, 60, seed) for seed in (16, 17)]
+    assert coordinator.run(1, epochs[0]) == "fresh"
+    assert coordinator.run(2, epochs[1]) == "local"
+    assert coordinator.state() == _want(*epochs)
+    assert os.path.isdir(tmp_path / "local" / JOB / OPERATOR)
