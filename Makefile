@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.statekit-installed
+PLUGIN_EXAMPLE := examples/statekit-sqlite
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -19,10 +20,12 @@ help:
 $(VENV_PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstalls only when pyproject.toml changes (or the virtual environment is new).
-$(STAMP): pyproject.toml | $(VENV_PY)
+# Reinstalls only when a pyproject.toml changes (or the virtual environment is new). The example
+# plugin is installed too: its tests run with the suite.
+$(STAMP): pyproject.toml $(PLUGIN_EXAMPLE)/pyproject.toml | $(VENV_PY)
 	$(VENV_PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(VENV_PY) -m pip install -q --disable-pip-version-check -e '.[test,s3]'
+	$(VENV_PY) -m pip install -q --disable-pip-version-check -e $(PLUGIN_EXAMPLE)
 	@touch $@
 
 venv: $(STAMP)

@@ -1,0 +1,21 @@
+"""The sqlite backend against statekit's conformance suite, subclassed fsspec-style: the mixins
+bring the tests, ``state_backend`` builds the backend under test. Every level runs with snapshots
+kept inline (the ``jobmanager`` storage) and written as files (the ``filesystem`` storage)."""
+import pytest
+
+from statekit.conformance_tests.semantics import StateSemantics
+from statekit.conformance_tests.snapshots import (
+    IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
+)
+from statekit_sqlite import SQLiteStateBackend
+
+
+class TestSQLite(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+    @pytest.fixture
+    def state_backend(self, tmp_path):
+        # options as Spark conf passes them: strings, named as after spark.statekit.backend.sqlite.
+        return SQLiteStateBackend(**{"local-dir": str(tmp_path / "sqlite"), "cache-size": "4m"})
+
+
+class TestSQLiteOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+    state_backend = TestSQLite.state_backend
