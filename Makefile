@@ -6,14 +6,18 @@ VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.statekit-installed
 PLUGIN_EXAMPLE := examples/statekit-sqlite
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo demo-local test clean distclean
+.PHONY: help venv demo demo-local test bench bench-quick clean distclean
 
 help:
 	@echo "make demo       run the main example on local Spark: examples/spark_demo.py (creates $(VENV) on first run)"
 	@echo "make demo-local the same pipeline on statekit's local runner, without Spark: examples/local_demo.py"
 	@echo "make test       run the test suite; extra pytest arguments via PYTEST_ARGS='...'"
+	@echo "make bench      run every benchmark at full size (long): bench-results.json, a table, and a chart"
+	@echo "                bench-results.png if matplotlib is installed; extra arguments via BENCH_ARGS='...'"
+	@echo "make bench-quick the same at the quick sizes (several minutes); see benchmarks/README.md"
 	@echo "make clean      remove build artifacts and caches (keeps $(VENV))"
 	@echo "make distclean  clean, and remove $(VENV) too"
 
@@ -39,8 +43,14 @@ demo-local: $(STAMP)
 test: $(STAMP)
 	$(VENV_PY) -m pytest $(PYTEST_ARGS)
 
+bench: $(STAMP)
+	$(VENV_PY) -m benchmarks --json bench-results.json --png bench-results.png $(BENCH_ARGS)
+
+bench-quick: $(STAMP)
+	$(VENV_PY) -m benchmarks --quick --json bench-results.json --png bench-results.png $(BENCH_ARGS)
+
 clean:
-	rm -rf build dist .pytest_cache .hypothesis spark-warehouse metastore_db derby.log bench-results.json
+	rm -rf build dist .pytest_cache .hypothesis spark-warehouse metastore_db derby.log bench-results.json bench-results.png
 	find . -path ./$(VENV) -prune -o -name '*.egg-info' -type d -prune -exec rm -rf {} +
 	find . -path ./$(VENV) -prune -o -name '__pycache__' -type d -prune -exec rm -rf {} +
 

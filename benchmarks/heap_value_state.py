@@ -12,7 +12,7 @@ import argparse
 import time
 from typing import Callable
 
-from benchmarks.report import report
+from benchmarks.report import record, report
 from statekit.backends.heap import HeapStateBackend
 from statekit.serializers import PickleSerializer
 from statekit.spi import KeyedBackendParams, SubtaskInfo, ValueStateDescriptor, key_group_for_key
@@ -51,8 +51,8 @@ def run(n_keys: int, n_ops: int, rounds: int = 5) -> dict:
 
     ours = n_ops / _best(statekit_loop, rounds)
     peer = n_ops / _best(dict_loop, rounds)
-    return {"name": "heap ValueState get+update vs raw dict", "ours": ours, "peer": peer,
-            "unit": "ops/s", "ratio": ours / peer, "keys": n_keys, "ops": n_ops}
+    return record("heap ValueState get+update vs raw dict", ours, peer, "ops/s", group="operations", keys=n_keys,
+                  ops=n_ops)
 
 
 def main() -> None:

@@ -14,28 +14,20 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import struct
 import tempfile
 import time
 
 import lmdb
 
-from benchmarks.report import report
-from statekit.backends.lmdb import LMDBStateBackend
-from statekit.serializers import Int64Serializer, StringSerializer
-from statekit.spi import KeyedBackendParams, SubtaskInfo, ValueStateDescriptor, key_group_for_key
-
-MAX_P = 128
-
-
-def _backend(local_dir: str, **options: str):
-    factory = LMDBStateBackend(**{"local-dir": local_dir, **options})
-    return factory.create_keyed_backend(KeyedBackendParams(SubtaskInfo("bench", "op", 0, 1, MAX_P),
-                                                           StringSerializer(), local_dir=local_dir))
+from benchmarks.fixtures import MAX_P, keyed_backend
+from benchmarks.operations import increment_counters
+from benchmarks.report import record, report
+from statekit.serializers import Int64Serializer
+from statekit.spi import ValueStateDescriptor, key_group_for_key
 
 
 def _ours(work: str, keys: list[str], groups: list[int], order: list[int], options: dict) -> float:
-    backend = _backend(os.path.join(work, "ours"), **options)
+    backend = keyed_backend("lmdb", os.path.join(work, "ours"), **options)
     try:
         state = backend.get_state(ValueStateDescriptor("count", Int64Serializer()))
         set_key = backend.set_current_key
@@ -63,15 +55,10 @@ def _raw(work: str, keys: list[str], groups: list[int], order: list[int], option
     try:
         db = env.open_db(b"count")
         stored = _stored_keys(keys, groups)
-        pack, unpack = struct.Struct(">q").pack, struct.Struct(">q").unpack
         started = time.perf_counter()
         txn = env.begin(write=True)
         cursor = txn.cursor(db)
-        get, put = cursor.get, cursor.put
-        for i in order:
-            key = stored[i]
-            data = get(key)
-            put(key, pack((unpack(data)[0] if data is not None else 0) + 1))
+        increment_counters(cursor.get, cursor.put, stored, order)
         txn.commit()
         return len(order) / (time.perf_counter() - started)
     finally:
@@ -81,17 +68,12 @@ def _raw(work: str, keys: list[str], groups: list[int], order: list[int], option
 
 def _table_only(work: str, keys: list[str], groups: list[int], order: list[int], options: dict) -> float:
     """The backend's ``KVTable`` alone (no state layer): get + put of the same stored keys."""
-    backend = _backend(os.path.join(work, "table"), **options)
+    backend = keyed_backend("lmdb", os.path.join(work, "table"), **options)
     try:
         table = backend._table("count")
         stored = _stored_keys(keys, groups)
-        pack, unpack = struct.Struct(">q").pack, struct.Struct(">q").unpack
-        get, put = table.get, table.put
         started = time.perf_counter()
-        for i in order:
-            key = stored[i]
-            data = get(key)
-            put(key, pack((unpack(data)[0] if data is not None else 0) + 1))
+        increment_counters(table.get, table.put, stored, order)
         backend.store.commit()
         return len(order) / (time.perf_counter() - started)
     finally:
@@ -109,11 +91,9 @@ def per_operation(work: str, n_keys: int, n_ops: int, rounds: int = 3, **options
         peer = max(peer, _raw(work, keys, groups, order, options))
     label = ", ".join(f"{k}={v}" for k, v in options.items())
     suffix = f" ({label})" if label else ""
-    common = {"unit": "ops/s", "keys": n_keys, "ops": n_ops, "options": options}
-    return [{"name": f"lmdb ValueState get+update vs raw py-lmdb{suffix}", "ours": ours, "peer": peer,
-             "ratio": ours / peer, **common},
-            {"name": f"lmdb KVTable get+put vs raw py-lmdb{suffix}", "ours": table, "peer": peer,
-             "ratio": table / peer, **common}]
+    common = {"group": "operations", "keys": n_keys, "ops": n_ops, "options": options}
+    return [record(f"lmdb ValueState get+update vs raw py-lmdb{suffix}", ours, peer, "ops/s", **common),
+            record(f"lmdb KVTable get+put vs raw py-lmdb{suffix}", table, peer, "ops/s", **common)]
 
 
 def main() -> None:

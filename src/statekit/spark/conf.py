@@ -17,7 +17,10 @@ KNOWN_KEYS = {
     "backend", "checkpoint.storage", "checkpoint.dir", "checkpoint.incremental", "checkpoint.num-retained",
     "parallelism", "max-parallelism", "savepoint.dir", "restore.path", "restore.mode", "local.dir",
     "job-id",  # the job's name in the checkpoint directory (default: the Spark application name)
+    "batch.max-rows",
 }
+#: a KeyedBatchFunction sees up to this many of a subtask's input rows grouped at once
+DEFAULT_BATCH_MAX_ROWS = 1_000_000
 
 
 def _positive_int(value: Any, key: str) -> int:
@@ -45,6 +48,7 @@ class StatekitConf:
     restore_path: str | None = None
     restore_mode: RestoreMode = RestoreMode.NO_CLAIM
     local_dir: str | None = None
+    batch_max_rows: int = DEFAULT_BATCH_MAX_ROWS
 
     @classmethod
     def from_spark(cls, conf: Any) -> "StatekitConf":
@@ -75,7 +79,8 @@ class StatekitConf:
                              if "max-parallelism" in settings else None),
             savepoint_dir=settings.get("savepoint.dir"), restore_path=settings.get("restore.path"),
             restore_mode=RestoreMode.parse(settings.get("restore.mode", "no-claim")),
-            local_dir=settings.get("local.dir"))
+            local_dir=settings.get("local.dir"),
+            batch_max_rows=_positive_int(settings.get("batch.max-rows", DEFAULT_BATCH_MAX_ROWS), "batch.max-rows"))
         conf.create_backend()  # resolves the names and parses every option now, before a job runs
         conf.create_storage()
         if conf.parallelism is not None:

@@ -1,0 +1,180 @@
+"""Checkpoint costs per backend, each side measured in the same run on the same state:
+
+* incremental vs full checkpoint, bytes written and seconds, after 1% and after 10% of the keys
+  changed (RocksDB: shared SST files; heap and LMDB: changelog deltas on a base);
+* full checkpoint throughput vs the disk's sequential write bandwidth (a file of the same size
+  written and fsynced; checkpoint files are not fsynced, so the fraction may exceed 1);
+* restore at the same parallelism from the incremental checkpoint vs from the full one;
+* rescale 4 -> 8 vs plain restore 4 -> 4, from the same incremental checkpoint (restores: best
+  of two rounds).
+
+State: ``keys`` value cells of 64 incompressible bytes, in 4 subtasks of 128 key groups on the
+``filesystem`` storage (local disk). Seconds are summed over the subtasks (run one after another).
+
+    python -m benchmarks.checkpointing [--backends heap,rocksdb,lmdb] [--keys 500000] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from array import array
+from typing import Any
+
+from benchmarks.fixtures import BACKENDS, MAX_P, incompressible, key_groups, key_name, keyed_backend
+from benchmarks.report import record, report
+from statekit.checkpoint.assignment import assign
+from statekit.checkpoint.metadata import OperatorState, SubtaskState
+from statekit.serializers import BytesSerializer
+from statekit.spi import (
+    KeyedStateBackend, SnapshotOptions, StreamStateHandle, ValueStateDescriptor, operator_index_for_key_group,
+)
+from statekit.storage.filesystem import FileSystemCheckpointStorage
+
+PARALLELISM = 4
+RESCALED = 8
+CHURNS = (0.01, 0.1)
+RESTORE_ROUNDS = 2
+VALUE_BYTES = 64
+STATE = ValueStateDescriptor("value", BytesSerializer())
+
+
+def disk_write_bandwidth(directory: str, size: int) -> float:
+    """Bytes/s of writing ``size`` bytes sequentially to a new file in ``directory`` and fsyncing it."""
+    path = os.path.join(directory, "bandwidth-probe")
+    chunk = incompressible(0, 4 << 20)
+    started = time.perf_counter()
+    with open(path, "wb") as f:
+        for _ in range(max(1, size // len(chunk))):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    seconds = time.perf_counter() - started
+    os.remove(path)
+    return max(1, size // len(chunk)) * len(chunk) / seconds
+
+
+def _identity(stream: StreamStateHandle) -> tuple[str, int]:
+    return getattr(stream, "path", None) or stream.checksum, stream.size
+
+
+class _Job:
+    """``PARALLELISM`` keyed backends of one backend kind and their checkpoints on local disk."""
+
+    def __init__(self, backend_name: str, work: str, groups: array) -> None:
+        self.name, self.work, self.groups = backend_name, work, groups
+        self.access = FileSystemCheckpointStorage(os.path.join(work, "storage")).create_access("bench")
+        self.backends = [keyed_backend(backend_name, os.path.join(work, "local"), subtask=i, parallelism=PARALLELISM)
+                         for i in range(PARALLELISM)]
+        self.states = [b.get_state(STATE) for b in self.backends]
+        self.subtask_of = [operator_index_for_key_group(MAX_P, PARALLELISM, g) for g in range(MAX_P)]
+        #: the streams of the incremental checkpoints taken so far, which later ones may reference
+        self.written: dict[tuple[str, int], int] = {}
+
+    def write(self, indices: range, version: int) -> None:
+        for i in indices:
+            subtask = self.subtask_of[self.groups[i]]
+            self.backends[subtask].set_current_key(key_name(i), self.groups[i])
+            self.states[subtask].update(incompressible(i + version, VALUE_BYTES))
+
+    def checkpoint(self, checkpoint_id: int, incremental: bool) -> tuple[int, float, OperatorState]:
+        """Bytes of the streams this checkpoint wrote (files and inline; not those it references
+        from earlier checkpoints) and seconds (sync and async parts, all subtasks)."""
+        handles, seconds = [], 0.0
+        for i, backend in enumerate(self.backends):
+            started = time.perf_counter()
+            pending = backend.snapshot(checkpoint_id, SnapshotOptions(incremental=incremental))
+            handles.append(pending.write(self.access.streams(checkpoint_id, f"op-{i}")))
+            seconds += time.perf_counter() - started
+        streams = {_identity(s): s.size for h in handles for s in h.stream_handles()}
+        written = sum(size for identity, size in streams.items() if identity not in self.written)
+        if incremental:  # full checkpoints stay outside the incremental chain
+            self.written.update(streams)
+            for backend in self.backends:
+                backend.notify_checkpoint_complete(checkpoint_id)
+        return written, seconds, OperatorState("op", PARALLELISM, MAX_P, tuple(SubtaskState((h,)) for h in handles))
+
+    def restore_seconds(self, operator: OperatorState, parallelism: int) -> float:
+        """Seconds to restore every subtask of ``parallelism`` from ``operator``'s handles."""
+        total = 0.0
+        for index in range(parallelism):
+            handles = assign(operator, index, parallelism).keyed
+            started = time.perf_counter()
+            backend: KeyedStateBackend = keyed_backend(
+                self.name, os.path.join(self.work, "restored"), subtask=index, parallelism=parallelism,
+                restore=handles, streams=self.access.restore_streams())
+            total += time.perf_counter() - started
+            backend.dispose()
+        return total
+
+    def dispose(self) -> None:
+        for backend in self.backends:
+            backend.dispose()
+
+
+def compare(backend_name: str, work: str, groups: array) -> list[dict]:
+    n_keys = len(groups)
+    job = _Job(backend_name, work, groups)
+    started = time.perf_counter()
+    job.write(range(n_keys), 0)
+    common: dict[str, Any] = {"backend": backend_name, "keys": n_keys, "value_bytes": VALUE_BYTES,
+                              "parallelism": PARALLELISM, "load_seconds": time.perf_counter() - started}
+    base_bytes, base_seconds, _ = job.checkpoint(1, incremental=True)
+    common.update(base_bytes=base_bytes, base_seconds=base_seconds)
+    results, checkpoint_id = [], 1
+    for churn in CHURNS:
+        step = round(1 / churn)
+        job.write(range(checkpoint_id % step, n_keys, step), checkpoint_id)
+        incremental_bytes, incremental_seconds, incremental = job.checkpoint(checkpoint_id + 1, incremental=True)
+        full_bytes, full_seconds, full = job.checkpoint(checkpoint_id + 2, incremental=False)
+        checkpoint_id += 2
+        details = {**common, "churn": churn}
+        label = f"{churn:.0%} churn"
+        results += [
+            record(f"{backend_name} checkpoint bytes at {label}: incremental vs full", incremental_bytes, full_bytes,
+                   "bytes", group="checkpoint", aim=2 * churn, **details),
+            record(f"{backend_name} checkpoint seconds at {label}: incremental vs full", incremental_seconds,
+                   full_seconds, "s", group="checkpoint", aim=2 * churn, **details)]
+    job.dispose()
+    disk = disk_write_bandwidth(work, full_bytes)
+    results.append(record(f"{backend_name} full checkpoint throughput vs disk write+fsync", full_bytes / full_seconds,
+                          disk, "bytes/s", group="checkpoint", **common, full_bytes=full_bytes))
+    restores = {"incremental": (incremental, PARALLELISM), "full": (full, PARALLELISM),
+                "rescaled": (incremental, RESCALED)}
+    best = {name: float("inf") for name in restores}
+    for _ in range(RESTORE_ROUNDS):  # interleaved, best of each: load on the machine hits every side alike
+        for name, (operator, parallelism) in restores.items():
+            best[name] = min(best[name], job.restore_seconds(operator, parallelism))
+    results += [
+        record(f"{backend_name} restore {PARALLELISM}->{PARALLELISM} seconds: incremental vs full checkpoint",
+               best["incremental"], best["full"], "s", group="checkpoint", **common),
+        record(f"{backend_name} rescale {PARALLELISM}->{RESCALED} vs restore {PARALLELISM}->{PARALLELISM} seconds",
+               best["rescaled"], best["incremental"], "s", group="checkpoint", **common)]
+    return results
+
+
+def run(backends: tuple[str, ...] = BACKENDS, n_keys: int = 500_000) -> list[dict]:
+    groups = key_groups(n_keys)
+    results = []
+    for name in backends:
+        work = tempfile.mkdtemp(prefix="statekit-bench-checkpoints-")
+        try:
+            results += compare(name, work, groups)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--keys", type=int, default=500_000)
+    parser.add_argument("--json", help="write the result records to this file")
+    args = parser.parse_args()
+    report(run(tuple(args.backends.split(",")), args.keys), args.json)
+
+
+if __name__ == "__main__":
+    main()

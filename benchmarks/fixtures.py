@@ -1,0 +1,75 @@
+"""What the benchmarks share: backends built as the runtime builds them, incompressible values,
+key groups of synthetic keys, peak memory and directory sizes."""
+from __future__ import annotations
+
+import os
+import resource
+from array import array
+from typing import Any, Sequence
+
+from statekit.plugins import backend_class
+from statekit.serializers import StringSerializer
+from statekit.spi import KeyedBackendParams, KeyedStateBackend, SubtaskInfo, key_group_for_key
+from statekit.spi.storage import CheckpointStreams
+
+MAX_P = 128
+BACKENDS = ("heap", "rocksdb", "lmdb")
+_RANDOM = os.urandom(1 << 20)
+
+
+def keyed_backend(name: str, local_dir: str, *, subtask: int = 0, parallelism: int = 1,
+                  restore: Sequence[Any] = (), streams: CheckpointStreams | None = None,
+                  **options: str) -> KeyedStateBackend:
+    """A keyed backend of ``name`` (string keys) for one subtask, restored from ``restore``."""
+    if name != "heap":
+        options = {"local-dir": local_dir, **options}
+    factory = backend_class(name)(**options)
+    return factory.create_keyed_backend(KeyedBackendParams(
+        SubtaskInfo("bench", "op", subtask, parallelism, MAX_P), StringSerializer(), restore_handles=tuple(restore),
+        restore_streams=streams, local_dir=local_dir))
+
+
+def flush(backend: KeyedStateBackend) -> None:
+    """Make written state durable in the backend's files (RocksDB memtables, LMDB's open transaction)."""
+    if hasattr(backend, "store"):  # lmdb
+        backend.store.commit()
+    elif getattr(backend, "_db", None) is not None:  # rocksdb
+        backend._db.flush()
+
+
+def incompressible(i: int, size: int) -> bytes:
+    """``size`` bytes that do not compress (a window of a random buffer) and differ per ``i``."""
+    offset = (i * 7919) % (len(_RANDOM) - size)
+    return _RANDOM[offset:offset + size - 8] + i.to_bytes(8, "big")
+
+
+def key_name(i: int) -> str:
+    return f"key-{i:09d}"
+
+
+def key_groups(n_keys: int) -> array:
+    """The key group of ``key_name(i)`` for every ``i < n_keys`` (2 bytes each)."""
+    return array("H", (key_group_for_key(key_name(i), MAX_P) for i in range(n_keys)))
+
+
+def directory_bytes(path: str) -> int:
+    """Bytes of all regular files under ``path``."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            if not os.path.islink(full):
+                total += os.path.getsize(full)
+    return total
+
+
+def memory_status() -> dict[str, int]:
+    """This process's ``/proc/self/status`` memory figures in bytes (VmHWM: peak resident set;
+    RssAnon, RssFile: current anonymous and file-backed resident memory). ``ru_maxrss`` is only a
+    fallback: Linux keeps it across exec, so a child would report its parent's peak."""
+    try:
+        with open("/proc/self/status") as status:
+            return {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in status)
+                    if k in ("VmHWM", "VmRSS", "RssAnon", "RssFile")}
+    except OSError:
+        return {"VmHWM": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}

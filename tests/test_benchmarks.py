@@ -1,0 +1,52 @@
+"""The benchmark harness runs (its non-Spark sections, at a tiny size) and writes the documented
+schema. Nothing here is timed: the figures themselves are not checked."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORD_FIELDS = {"name": str, "group": str, "ours": (int, float), "peer": (int, float), "unit": str,
+                 "better": str}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict:
+    path = tmp_path_factory.mktemp("bench") / "results.json"
+    subprocess.run([sys.executable, "-m", "benchmarks", "--size", "tiny", "--sections",
+                    "operations,checkpoint,memory", "--json", str(path)], cwd=ROOT, check=True,
+                   capture_output=True, text=True, timeout=120)
+    return json.loads(path.read_text())
+
+
+def test_top_level(results: dict) -> None:
+    assert results["schema_version"] == 1
+    assert results["run"]["size"] == "tiny"
+    assert results["run"]["sections"] == ["operations", "checkpoint", "memory"]
+    assert {r["group"] for r in results["records"]} == {"operations", "checkpoint", "memory"}
+
+
+def test_records(results: dict) -> None:
+    records = results["records"]
+    assert len({r["name"] for r in records}) == len(records), "record names are unique"
+    for r in records:
+        for field, kind in RECORD_FIELDS.items():
+            assert isinstance(r[field], kind), (r["name"], field)
+        assert r["better"] in ("higher", "lower")
+        assert r["ratio"] is None or math.isclose(r["ratio"], r["ours"] / r["peer"])
+        assert r.get("aim") is None or isinstance(r["aim"], (int, float))
+
+
+def test_every_comparison_is_there(results: dict) -> None:
+    names = {r["name"] for r in results["records"]}
+    for backend in ("heap", "rocksdb", "lmdb"):
+        assert f"{backend} ValueState get+update vs raw " + {"heap": "dict", "rocksdb": "rocksdict",
+                                                              "lmdb": "py-lmdb"}[backend] in names
+        assert f"{backend} checkpoint bytes at 10% churn: incremental vs full" in names
+        assert f"{backend} rescale 4->8 vs restore 4->4 seconds" in names
+    assert {r["backend"] for r in results["records"] if r["group"] == "memory"} == {"rocksdb", "lmdb"}
