@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 
@@ -31,6 +31,7 @@ LAST = ValueStateDescriptor("last", Int64Serializer())
 PEERS = ("transformWithStateInPandas", "applyInPandasWithState", "built-in streaming aggregation")
 #: statekit's aims against each peer (issue 8): 100x Spark's Python state API, not slower than built-in
 AIMS = {"transformWithStateInPandas": 100.0, "built-in streaming aggregation": 1.0}
+WARM_UP_ROWS = 10_000
 
 
 class CountAndLast(KeyedProcessFunction):
@@ -63,7 +64,7 @@ def session() -> Any:
     return spark
 
 
-def _timed_query(start_query) -> float:
+def _timed_query(start_query: Callable[[], Any]) -> float:
     started = time.perf_counter()
     start_query().awaitTermination()
     return time.perf_counter() - started
@@ -97,33 +98,34 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
 
     from statekit.spark import process_keyed_stream
 
-    source = os.path.join(work, "source")
-    # one file per micro-batch, each a contiguous range of ids
-    spark.range(0, rows, 1, micro_batches).select((F.col("id") % keys).alias("k"), F.col("id").alias("v")) \
-        .write.parquet(source)
+    def write_source(name: str, n_rows: int, files: int) -> str:
+        """``n_rows`` rows in ``files`` files (one per micro-batch), each a contiguous range of ids."""
+        path = os.path.join(work, name)
+        spark.range(0, n_rows, 1, files).select((F.col("id") % keys).alias("k"), F.col("id").alias("v")) \
+            .write.parquet(path)
+        return path
 
-    def stream():
+    def stream(source: str):
         return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
 
     def checkpoint(name: str) -> str:
         return os.path.join(work, "spark-checkpoints", name)
 
-    # untimed warm-up, so the first measured query does not pay for JVM and worker start-up
-    _timed_query(lambda: stream().groupBy("k").count().writeStream.format("noop").outputMode("update")
-                 .option("checkpointLocation", checkpoint("warm-up")).trigger(availableNow=True).start())
-    seconds: dict[str, float] = {}
-    for backend in backends:
-        for name, value in {"backend": backend, "checkpoint.storage": "filesystem", "parallelism": "2",
-                            "checkpoint.dir": f"file://{work}/statekit-{backend}", "checkpoint.incremental": "true",
-                            "local.dir": os.path.join(work, "local")}.items():
-            spark.conf.set(f"spark.statekit.{name}", value)
-        seconds[f"statekit {backend}"] = _timed_query(lambda: process_keyed_stream(
-            stream(), "k", CountAndLast(), OUTPUT, lambda out, batch_id: out.count(), job_id=f"bench-{backend}",
-            checkpoint_location=checkpoint(backend), trigger={"availableNow": True}))
+    def noop_sink(df: Any, name: str):
+        return (df.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint(name))
+                .trigger(availableNow=True).start())
 
-    seconds["built-in streaming aggregation"] = _timed_query(lambda: stream().groupBy("k").agg(
-        F.count("*").alias("count"), F.last("v").alias("last")).writeStream.format("noop").outputMode("update")
-        .option("checkpointLocation", checkpoint("builtin")).trigger(availableNow=True).start())
+    def statekit(backend: str):
+        def start(source: str, phase: str):
+            for name, value in {"backend": backend, "checkpoint.storage": "filesystem", "parallelism": "2",
+                                "checkpoint.dir": f"file://{work}/statekit-{backend}-{phase}",
+                                "checkpoint.incremental": "true", "local.dir": os.path.join(work, "local")}.items():
+                spark.conf.set(f"spark.statekit.{name}", value)
+            return process_keyed_stream(
+                stream(source), "k", CountAndLast(), OUTPUT, lambda out, batch_id: out.count(),
+                job_id=f"bench-{backend}-{phase}", checkpoint_location=checkpoint(f"{backend}-{phase}"),
+                trigger={"availableNow": True})
+        return start
 
     def count_and_last(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         count, last = state.get if state.exists else (0, None)
@@ -132,11 +134,6 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
             last = int(pdf["v"].iloc[-1])
         state.update((count, last))
         yield pd.DataFrame({"k": [key[0]], "count": [count], "last": [last]})
-
-    seconds["applyInPandasWithState"] = _timed_query(lambda: stream().groupBy("k").applyInPandasWithState(
-        count_and_last, OUTPUT, "count long, last long", "update", GroupStateTimeout.NoTimeout)
-        .writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint("aipws"))
-        .trigger(availableNow=True).start())
 
     class TwsCountAndLast(StatefulProcessor):
         def init(self, handle: Any) -> None:
@@ -153,9 +150,23 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
         def close(self) -> None:
             pass
 
-    seconds["transformWithStateInPandas"] = _timed_query(lambda: stream().groupBy("k").transformWithStateInPandas(
-        TwsCountAndLast(), OUTPUT, "Update", "None").writeStream.format("noop").outputMode("update")
-        .option("checkpointLocation", checkpoint("tws")).trigger(availableNow=True).start())
+    sides = {f"statekit {backend}": statekit(backend) for backend in backends}
+    sides["built-in streaming aggregation"] = lambda source, phase: noop_sink(stream(source).groupBy("k").agg(
+        F.count("*").alias("count"), F.last("v").alias("last")), f"builtin-{phase}")
+    sides["applyInPandasWithState"] = lambda source, phase: noop_sink(stream(source).groupBy("k").applyInPandasWithState(
+        count_and_last, OUTPUT, "count long, last long", "update", GroupStateTimeout.NoTimeout), f"aipws-{phase}")
+    sides["transformWithStateInPandas"] = lambda source, phase: noop_sink(
+        stream(source).groupBy("k").transformWithStateInPandas(TwsCountAndLast(), OUTPUT, "Update", "None"),
+        f"tws-{phase}")
+
+    # every side first runs untimed on a small input, so no timed query pays for JVM warm-up or for
+    # starting and importing into its Python workers
+    sources = {"warm-up": write_source("warm-up-source", min(rows, WARM_UP_ROWS), 1),
+               "timed": write_source("source", rows, micro_batches)}
+    seconds: dict[str, float] = {}
+    for phase, source in sources.items():
+        for name, start in sides.items():
+            seconds[name] = _timed_query(lambda: start(source, phase))
 
     size = f"{_count(rows)} rows/{_count(keys)} keys/{micro_batches} batch{'es' if micro_batches > 1 else ''}"
     return [record(f"spark {size}: statekit {backend} vs {peer}", rows / seconds[f"statekit {backend}"],
