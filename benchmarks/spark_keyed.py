@@ -159,14 +159,15 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
         stream(source).groupBy("k").transformWithStateInPandas(TwsCountAndLast(), OUTPUT, "Update", "None"),
         f"tws-{phase}")
 
-    # every side first runs untimed on a small input, so no timed query pays for JVM warm-up or for
-    # starting and importing into its Python workers
-    sources = {"warm-up": write_source("warm-up-source", min(rows, WARM_UP_ROWS), 1),
-               "timed": write_source("source", rows, micro_batches)}
+    # every side runs untimed on a small input right before its timed run, so the timed query pays
+    # neither for JVM warm-up nor for starting its Python workers and importing into them (Spark
+    # reuses idle workers for any side: a side warmed up earlier may find them cold again)
+    warm_up = write_source("warm-up-source", min(rows, WARM_UP_ROWS), 1)
+    source = write_source("source", rows, micro_batches)
     seconds: dict[str, float] = {}
-    for phase, source in sources.items():
-        for name, start in sides.items():
-            seconds[name] = _timed_query(lambda: start(source, phase))
+    for name, start in sides.items():
+        _timed_query(lambda: start(warm_up, "warm-up"))
+        seconds[name] = _timed_query(lambda: start(source, "timed"))
 
     size = f"{_count(rows)} rows/{_count(keys)} keys/{micro_batches} batch{'es' if micro_batches > 1 else ''}"
     return [record(f"spark {size}: statekit {backend} vs {peer}", rows / seconds[f"statekit {backend}"],
