@@ -12,10 +12,9 @@ from typing import Any
 
 from statekit.spi.backend import StateBackend
 from statekit.spi.errors import ConfigurationError
+from statekit.spi.handles import BACKEND_GROUP, STORAGE_GROUP
 from statekit.spi.storage import CheckpointStorage
 
-BACKEND_GROUP = "statekit.backends"
-STORAGE_GROUP = "statekit.storages"
 BUILTIN_BACKENDS = {
     "heap": "statekit.backends.heap:HeapStateBackend",
     "rocksdb": "statekit.backends.rocksdb:RocksDBStateBackend",

@@ -44,6 +44,24 @@ def register_handle(tag: str) -> Callable[[H], H]:
     return decorate
 
 
+#: the entry-point groups of backend and storage plugins (``statekit.plugins`` resolves names in them)
+BACKEND_GROUP = "statekit.backends"
+STORAGE_GROUP = "statekit.storages"
+
+
+def _import_plugins() -> None:
+    """Import every installed backend and storage module, so that their handle types register:
+    metadata may be read (by the CLI, or on a restart) before the backend that wrote it is used."""
+    from importlib.metadata import entry_points
+
+    for group in (BACKEND_GROUP, STORAGE_GROUP):
+        for entry_point in entry_points(group=group):
+            try:
+                entry_point.load()
+            except Exception:  # noqa: BLE001 - a broken plugin fails where it is selected, with its own error
+                continue
+
+
 class StateHandle(ABC):
     TAG: ClassVar[str]
 
@@ -61,6 +79,9 @@ class StateHandle(ABC):
     def from_json(data: dict[str, Any]) -> "StateHandle":
         tag = data.get("type")
         cls = _HANDLE_TYPES.get(tag)  # type: ignore[arg-type]
+        if cls is None:
+            _import_plugins()  # a backend registers its handle types when its module is imported
+            cls = _HANDLE_TYPES.get(tag)  # type: ignore[arg-type]
         if cls is None:
             raise RestoreError(
                 f"unknown state handle type {tag!r}; the package that wrote it (a backend or storage "
