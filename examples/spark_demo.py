@@ -58,8 +58,10 @@ def main() -> None:
         for epoch, batch in enumerate(batches, start=1):
             directory = source if epoch <= 3 else later
             os.makedirs(directory, exist_ok=True)
-            with open(os.path.join(directory, f"readings-{epoch}.json"), "w") as f:
+            path = os.path.join(directory, f"readings-{epoch}.json")
+            with open(path, "w") as f:
                 f.writelines(json.dumps({"sensor": s, "hour": h, "temperature": t}) + "\n" for s, h, t in batch)
+            os.utime(path, (1_700_000_000 + epoch,) * 2)  # the file source takes the oldest file first
         print(f"statekit on Spark ({master}): sensor alerts from a streaming file source, heap backend, "
               f"parallelism 4, incremental checkpoints to a local directory")
 
