@@ -5,7 +5,7 @@ The user-facing API is re-exported here; contracts for plugin authors live in ``
 Importing statekit does not import pyspark.
 """
 from statekit.runtime.function import (
-    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext,
+    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedBatchFunction, KeyedContext,
     KeyedProcessFunction,
 )
 from statekit.spi.descriptors import (
@@ -17,6 +17,6 @@ from statekit.spi.errors import StatekitError
 __version__ = "0.1.0"
 
 __all__ = ["AggregateFunction", "AggregatingStateDescriptor", "CheckpointedFunction",
-           "FunctionInitializationContext", "FunctionSnapshotContext", "KeyedContext", "KeyedProcessFunction",
+           "FunctionInitializationContext", "FunctionSnapshotContext", "KeyedBatchFunction", "KeyedContext", "KeyedProcessFunction",
            "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor", "StateTtlConfig",
            "StatekitError", "ValueStateDescriptor", "__version__"]
