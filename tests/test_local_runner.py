@@ -86,3 +86,21 @@ def test_every_key_matches_the_oracle_after_three_epochs():
         found = dump_state(runner.latest_metadata(), runner.streams, tmp)
     expected = oracle(rows[0] + rows[1] + rows[2])
     assert found == {k: expected_key_state(v) for k, v in expected.items()}
+
+
+def test_a_batch_function_keeps_the_same_state_as_the_row_function(tmp_path):
+    """``KeyedBatchFunction``: each key's rows of an epoch in one call, in input order."""
+    from statekit.conformance_tests.workload import WorkloadBatchFunction, dump_state
+    epochs = [[{"key": k, "category": c, "amount": a} for k, c, a in make_rows(400, 90, s)] for s in (5, 6)]
+    runner = LocalRunner(WorkloadBatchFunction(), lambda row: row["key"], parallelism=2, max_parallelism=128)
+    outputs = [runner.run_epoch(rows) for rows in epochs]
+    assert sorted(outputs[1]) == sorted(_expected_outputs(epochs))
+    found = dump_state(runner.latest_metadata(), runner.streams, str(tmp_path))
+    expected = oracle([(r["key"], r["category"], r["amount"]) for rows in epochs for r in rows])
+    assert found == {k: expected_key_state(v) for k, v in expected.items()}
+
+
+def _expected_outputs(epochs):
+    from statekit.conformance_tests.workload import expected_outputs
+    as_rows = [[(r["key"], r["category"], r["amount"]) for r in rows] for rows in epochs]
+    return expected_outputs(as_rows[1], as_rows[0])

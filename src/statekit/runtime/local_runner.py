@@ -6,12 +6,12 @@ in-process tests and the conformance suite use.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from statekit.checkpoint.assignment import assign, check_max_parallelism
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint, RestoreMode
-from statekit.runtime.function import KeyedProcessFunction
+from statekit.runtime.function import KeyedBatchFunction, ProcessFunction
 from statekit.runtime.savepoints import snapshot_as_savepoint
 from statekit.runtime.task import KeyedTask, TaskRestore
 from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
@@ -25,7 +25,7 @@ from statekit.storage.inline import InlineStreams
 
 
 class LocalRunner:
-    def __init__(self, function: KeyedProcessFunction, key_selector: Callable[[Any], Any], *,
+    def __init__(self, function: ProcessFunction, key_selector: Callable[[Any], Any], *,
                  parallelism: int = 2, max_parallelism: int | None = None,
                  state_backend: StateBackend | None = None, storage: CheckpointStorage | None = None,
                  job_id: str = "local-job", operator_id: str = "keyed-process",
@@ -137,10 +137,13 @@ class LocalRunner:
             share = self._restore_override is None
             restore = TaskRestore(metadata.checkpoint_id, assigned.keyed, assigned.operator, streams, share)
         task = KeyedTask.create(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
-                         restore=restore, local_dir=self.local_dir)
+                                restore=restore, local_dir=self.local_dir)
         try:
             task.open()
-            task.process_all(records, outputs)
+            if isinstance(self.function, KeyedBatchFunction):
+                task.process_key_runs(_key_runs(records), outputs)
+            else:
+                task.process_all(records, outputs)
             pending = task.snapshot(options)
             return pending.write(self.storage.streams(epoch, subtask.name))
         finally:
@@ -156,3 +159,12 @@ class LocalRunner:
         self._restore_override = None
 
 
+def _key_runs(records: list[tuple[Any, int, Any]]) -> Iterator[tuple[Any, int, Any]]:
+    """A ``KeyedBatchFunction``'s input: each key's rows (dicts) as one Arrow batch, in input order."""
+    import pyarrow as pa
+
+    groups: dict[Any, tuple[int, list[Any]]] = {}
+    for key, key_group, row in records:
+        groups.setdefault(key, (key_group, []))[1].append(row)
+    for key, (key_group, rows) in groups.items():
+        yield key, key_group, pa.RecordBatch.from_pylist(rows)
