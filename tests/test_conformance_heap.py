@@ -1,10 +1,12 @@
-"""The heap backend against the conformance suite's state-semantics level."""
+"""The heap backend against the conformance suite's state-semantics level, and its Spark level
+with both storages."""
 from __future__ import annotations
 
 import pytest
 
 from statekit.backends.heap import HeapStateBackend
 from statekit.conformance_tests.semantics import StateSemantics
+from statekit.conformance_tests.spark import SparkTests
 from statekit.spi import StateBackend
 
 
@@ -14,3 +16,19 @@ class TestHeapSemantics(StateSemantics):
     @pytest.fixture
     def state_backend(self) -> StateBackend:
         return HeapStateBackend()
+
+
+class TestHeapSpark(SparkTests):
+    """Checkpoints to the ``filesystem`` storage (the default of the Spark level)."""
+
+    @pytest.fixture
+    def backend_settings(self) -> dict[str, str]:
+        return {"backend": "heap"}
+
+
+class TestHeapSparkOnJobManager(TestHeapSpark):
+    """Checkpoints held in the driver's memory (the ``jobmanager`` storage)."""
+
+    @pytest.fixture
+    def checkpoint_settings(self) -> dict[str, str]:
+        return {"checkpoint.storage": "jobmanager"}

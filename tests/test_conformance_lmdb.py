@@ -1,4 +1,4 @@
-"""The LMDB backend against the semantics, snapshot/restore and rescale levels, with snapshots
+"""The LMDB backend against the semantics, snapshot/restore, rescale and Spark levels, with snapshots
 kept inline (the jobmanager storage) and written as files (the filesystem storage)."""
 import pytest
 
@@ -7,6 +7,7 @@ from statekit.conformance_tests.semantics import StateSemantics
 from statekit.conformance_tests.snapshots import (
     IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
 )
+from statekit.conformance_tests.spark import SparkTests
 
 
 class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
@@ -17,3 +18,9 @@ class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, R
 
 class TestLMDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
     state_backend = TestLMDB.state_backend
+
+
+class TestLMDBSpark(SparkTests):
+    @pytest.fixture
+    def backend_settings(self):
+        return {"backend": "lmdb", "backend.lmdb.map-size": "64k"}

@@ -1,4 +1,4 @@
-"""The RocksDB backend against the semantics, snapshot/restore and rescale levels, with snapshots
+"""The RocksDB backend against the semantics, snapshot/restore, rescale and Spark levels, with snapshots
 kept inline (the jobmanager storage) and written as files (the filesystem storage)."""
 import pytest
 
@@ -7,6 +7,7 @@ from statekit.conformance_tests.semantics import StateSemantics
 from statekit.conformance_tests.snapshots import (
     IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
 )
+from statekit.conformance_tests.spark import SparkTests
 
 
 class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
@@ -18,3 +19,10 @@ class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests
 
 class TestRocksDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
     state_backend = TestRocksDB.state_backend
+
+
+class TestRocksDBSpark(SparkTests):
+    @pytest.fixture
+    def backend_settings(self):
+        return {"backend": "rocksdb", "backend.rocksdb.block-cache-size": "16m",
+                "backend.rocksdb.write-buffer-size": "4m"}

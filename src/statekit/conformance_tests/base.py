@@ -5,13 +5,14 @@ A plugin overrides exactly one fixture, ``state_backend``, returning its configu
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, Iterator, Sequence
 
 import pytest
 
 from statekit.serializers import PickleSerializer
 from statekit.spi import (
-    KeyedBackendParams, KeyedStateBackend, KeyedStateHandle, StateBackend, SubtaskInfo,
+    Capabilities, KeyedBackendParams, KeyedStateBackend, KeyedStateHandle, StateBackend, SubtaskInfo,
     key_group_for_key,
 )
 from statekit.spi.storage import CheckpointStreams
@@ -19,13 +20,34 @@ from statekit.spi.storage import CheckpointStreams
 MAX_PARALLELISM = 128
 
 
+#: what a backend may declare it lacks; everything else the suite tests is required behaviour
+OPTIONAL_CAPABILITIES = tuple(f.name for f in fields(Capabilities))
+
+
+def declared_capabilities(state_backend: StateBackend | type[StateBackend]) -> dict[str, bool]:
+    """The optional capabilities a backend (or backend class) declares, by name. Fields a plugin
+    adds to its own ``Capabilities`` subclass are not capabilities: they are left out."""
+    capabilities = state_backend.capabilities
+    if not isinstance(capabilities, Capabilities):
+        raise AssertionError(f"{_name(state_backend)}.capabilities must be a statekit.spi.Capabilities, "
+                             f"not {type(capabilities).__name__}")
+    declared = capabilities.declared()
+    return {name: bool(declared[name]) for name in OPTIONAL_CAPABILITIES}
+
+
 def requires(state_backend: StateBackend, capability: str) -> None:
-    """Skip the calling test unless the backend declares ``capability``."""
-    declared = state_backend.capabilities.declared()
-    if capability not in declared:
-        raise AssertionError(f"unknown capability {capability!r}; known: {sorted(declared)}")
-    if not declared[capability]:
-        pytest.skip(f"{type(state_backend).__name__} does not declare capability {capability!r}")
+    """Skip the calling test unless the backend declares the optional ``capability``. Any other
+    name is an error: required behaviour cannot be declared away."""
+    if capability not in OPTIONAL_CAPABILITIES:
+        raise AssertionError(f"{capability!r} is not an optional capability ({', '.join(OPTIONAL_CAPABILITIES)}): "
+                             f"required behaviour cannot be skipped")
+    if not declared_capabilities(state_backend)[capability]:
+        pytest.skip(f"{_name(state_backend)} does not declare capability {capability!r}")
+
+
+def _name(state_backend: StateBackend | type[StateBackend]) -> str:
+    cls = state_backend if isinstance(state_backend, type) else type(state_backend)
+    return cls.__name__
 
 
 def open_keyed_backend(state_backend: StateBackend, local_dir: str, *, subtask_index: int = 0,

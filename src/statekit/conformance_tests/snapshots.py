@@ -13,8 +13,9 @@ import pytest
 
 from statekit.checkpoint.assignment import assign
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
+from statekit.conformance_tests.compare import assert_same_rows, assert_same_state
 from statekit.conformance_tests.workload import (
-    COUNT, LAST, MAXIMUM, MEAN, SUMS, WorkloadFunction, dump_state, expected_key_state, make_rows, oracle,
+    COUNT, LAST, MAXIMUM, MEAN, SUMS, WorkloadFunction, dump_state, expected_outputs, expected_state, make_rows,
 )
 from statekit.runtime.local_runner import LocalRunner
 from statekit.serializers import Int64Serializer, StringSerializer
@@ -87,7 +88,7 @@ class SnapshotRestoreTests(BackendTestBase):
         handle = StateHandle.from_json(json.loads(json.dumps(handle.to_json())))
         restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
         try:
-            assert _read_all(restored) == expected
+            assert_same_state(_read_all(restored), expected, "state restored from the snapshot")
         finally:
             restored.dispose()
 
@@ -146,7 +147,8 @@ class SnapshotRestoreTests(BackendTestBase):
             middle.dispose()
         restored = self._restore(state_backend, tmp_path, [second], snapshot_streams)
         try:
-            assert _read_all(restored) == expected
+            assert_same_state(_read_all(restored), expected, "restored state not registered again in the "
+                                                             "middle epoch")
         finally:
             restored.dispose()
 
@@ -161,7 +163,8 @@ class SnapshotRestoreTests(BackendTestBase):
         handle = pending.write(snapshot_streams)
         restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
         try:
-            assert _read_all(restored) == expected
+            assert_same_state(_read_all(restored), expected, "writes made after the synchronous part leaked into "
+                                                             "the snapshot")
             set_key(restored, "key-1")
             assert restored.get_state(MEAN).get() == 10, "an in-place accumulator update leaked into the snapshot"
         finally:
@@ -180,7 +183,7 @@ class SnapshotRestoreTests(BackendTestBase):
         for name, handle, want in (("one", first_handle, first_expected), ("two", second_handle, want_second)):
             restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams, name=name)
             try:
-                assert _read_all(restored) == want, f"snapshot {name} does not hold its own point in time"
+                assert_same_state(_read_all(restored), want, f"snapshot {name} does not hold its own point in time")
             finally:
                 restored.dispose()
 
@@ -204,7 +207,7 @@ class SnapshotRestoreTests(BackendTestBase):
         assert "error" not in result, f"the asynchronous part failed while processing continued: {result.get('error')!r}"
         restored = self._restore(state_backend, tmp_path, [result["handle"]], snapshot_streams)
         try:
-            assert _read_all(restored) == expected
+            assert_same_state(_read_all(restored), expected, "a snapshot written while processing continued")
         finally:
             restored.dispose()
 
@@ -315,6 +318,8 @@ INCREMENTAL = SnapshotOptions(incremental=True)
 class IncrementalSnapshotTests(BackendTestBase):
     """Incremental snapshots that build on completed ones (skipped without the capability)."""
 
+    conformance_level = "incremental"
+
     @pytest.fixture
     def snapshot_streams(self) -> CheckpointStreams:
         return InlineStreams()
@@ -357,7 +362,7 @@ class IncrementalSnapshotTests(BackendTestBase):
             handle = self._checkpoint(keyed_backend, checkpoint_id, snapshot_streams)
             restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, f"r{checkpoint_id}")
             try:
-                assert _read_all(restored) == expected, f"state restored from checkpoint {checkpoint_id} differs"
+                assert_same_state(_read_all(restored), expected, f"state restored from checkpoint {checkpoint_id}")
             finally:
                 restored.dispose()
 
@@ -372,7 +377,7 @@ class IncrementalSnapshotTests(BackendTestBase):
         handle = self._checkpoint(keyed_backend, 3, snapshot_streams)
         restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, "restored")
         try:
-            assert _read_all(restored) == expected, "changes of an aborted checkpoint were lost"
+            assert_same_state(_read_all(restored), expected, "changes of an aborted checkpoint were lost")
         finally:
             restored.dispose()
 
@@ -390,7 +395,7 @@ class IncrementalSnapshotTests(BackendTestBase):
         keyed_backend.notify_checkpoint_complete(3)
         restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, "restored")
         try:
-            assert _read_all(restored) == expected
+            assert_same_state(_read_all(restored), expected, "checkpoint 3, taken while 2 was pending")
         finally:
             restored.dispose()
 
@@ -410,7 +415,7 @@ class IncrementalSnapshotTests(BackendTestBase):
                 found.update(part)
             finally:
                 restored.dispose()
-        assert found == expected
+        assert_same_state(found, expected, "state of 3 subtasks restored from an incremental chain")
 
 
 def _mutate_everything(backend: KeyedStateBackend, salt: int = 0) -> None:
@@ -437,6 +442,8 @@ def _mutate_everything(backend: KeyedStateBackend, salt: int = 0) -> None:
 class RescaleTests(BackendTestBase):
     """Checkpoint at one parallelism, continue at another, compare every key with the oracle."""
 
+    conformance_level = "rescale"
+
     @pytest.fixture
     def checkpoint_storage(self) -> CheckpointStorage | None:
         """The storage the rescaled jobs checkpoint to; None = the ``jobmanager`` storage."""
@@ -453,19 +460,10 @@ class RescaleTests(BackendTestBase):
         runner.run_epoch(rows_1)
         runner.rescale(new)
         outputs = runner.run_epoch(rows_2)
-        expected = oracle(rows_1 + rows_2)
-        assert len(outputs) == len(rows_2)
-        final_counts: dict[str, int] = {}
-        for key, count in outputs:
-            final_counts[key] = max(final_counts.get(key, 0), count)
-        assert final_counts == {k: expected[k]["count"] for k in final_counts}
+        assert_same_rows(outputs, expected_outputs(rows_2, rows_1), f"outputs after rescale {old}->{new}")
         found = dump_state(runner.latest_metadata(), runner.streams, str(tmp_path), state_backend=state_backend,
                            parallelism=new, operator_id=runner.operator_id)
-        assert found.keys() == expected.keys(), (
-            f"keys differ after {old}->{new}: missing {sorted(expected.keys() - found.keys())[:5]}, "
-            f"extra {sorted(found.keys() - expected.keys())[:5]}")
-        for key, want in expected.items():
-            assert found[key] == expected_key_state(want), f"state of {key!r} differs after {old}->{new}"
+        assert_same_state(found, expected_state(rows_1 + rows_2), f"state after rescale {old}->{new}")
 
     @pytest.mark.parametrize("old,new", [(4, 2), (2, 3)], ids=["4to2", "2to3"])
     def test_operator_state_redistribution(self, state_backend, checkpoint_storage, tmp_path, old, new):

@@ -6,26 +6,21 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from statekit.checkpoint.store import CheckpointStore
 from statekit.runtime.savepoints import snapshot_as_savepoint
+from statekit.spark.checkpoints import latest_checkpoint
 from statekit.spark.conf import StatekitConf
-from statekit.spi.errors import ConfigurationError, RestoreError
+from statekit.spi.errors import ConfigurationError
 from statekit.storage.filesystem import SavepointLocation
 
 
 def savepoint(spark: Any, job_id: str, conf: StatekitConf | None = None) -> str:
     """Write a savepoint of ``job_id``'s latest completed checkpoint; returns its URL."""
-    from statekit.spark.keyed import _driver_access
-
     conf = conf or StatekitConf.from_spark(spark.conf)
     if not conf.savepoint_dir:
         raise ConfigurationError("a savepoint needs spark.statekit.savepoint.dir (a directory URL)")
-    access = _driver_access(conf.create_storage(), job_id)
-    latest = CheckpointStore(access, conf.num_retained).latest()
-    if latest is None:
-        raise RestoreError(f"job {job_id!r} has no completed checkpoint to take a savepoint of")
+    latest, streams = latest_checkpoint(spark, job_id, conf)
     location = SavepointLocation(conf.savepoint_dir, f"{job_id}-{latest.checkpoint_id}")
     with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir:
-        metadata = snapshot_as_savepoint(latest.metadata, access.restore_streams(), conf.create_backend(),
+        metadata = snapshot_as_savepoint(latest.metadata, streams, conf.create_backend(),
                                          lambda subtask: location.streams, local_dir=local_dir)
     return location.commit(metadata.checkpoint_id, metadata.to_bytes()).external_pointer

@@ -1,0 +1,62 @@
+"""Every level of the conformance suite against the backend and storage of the command line
+(``python -m statekit.conformance_tests --backend NAME`` or ``pytest --statekit-backend NAME``).
+
+statekit's pytest plugin collects this module for such a run; the fixtures below build the
+backend and storage from the ``statekit_target`` fixture. To choose fixtures yourself, subclass
+the mixins in a test module of your own instead (docs/plugin-authors.md).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from statekit.conformance_tests.semantics import StateSemantics
+from statekit.conformance_tests.snapshots import IncrementalSnapshotTests, RescaleTests, SnapshotRestoreTests
+from statekit.conformance_tests.spark import SparkTests
+from statekit.conformance_tests.storage import StorageTests
+from statekit.conformance_tests.target import SuiteTarget
+from statekit.spi.backend import StateBackend
+from statekit.spi.storage import CheckpointStorage, CheckpointStreams
+
+
+class Configured:
+    """Fixtures of the mixins, built from the command line's backend and storage."""
+
+    @pytest.fixture
+    def state_backend(self, statekit_target: SuiteTarget) -> StateBackend:
+        return statekit_target.create_backend()
+
+    @pytest.fixture
+    def checkpoint_storage(self, statekit_target: SuiteTarget, tmp_path: Path) -> CheckpointStorage:
+        return statekit_target.create_storage((tmp_path / "checkpoints").as_uri())
+
+    @pytest.fixture
+    def snapshot_streams(self, checkpoint_storage: CheckpointStorage) -> CheckpointStreams:
+        return checkpoint_storage.create_access("conformance-job").streams(1, "op-0")
+
+    @pytest.fixture
+    def backend_settings(self, statekit_target: SuiteTarget) -> dict[str, str]:
+        return statekit_target.backend_settings()
+
+    @pytest.fixture
+    def checkpoint_settings(self, statekit_target: SuiteTarget, tmp_path: Path) -> dict[str, str]:
+        return statekit_target.checkpoint_settings((tmp_path / "checkpoints").as_uri())
+
+
+class TestSemantics(Configured, StateSemantics):
+    pass
+
+
+class TestSnapshots(Configured, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+    pass
+
+
+class TestStorage(Configured, StorageTests):
+    @pytest.fixture(autouse=True)
+    def _storage_knobs(self, statekit_target: SuiteTarget) -> None:
+        self.writes_files, self.shared_files, self.durable = statekit_target.storage_knobs()
+
+
+class TestSpark(Configured, SparkTests):
+    pass

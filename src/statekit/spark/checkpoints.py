@@ -1,0 +1,24 @@
+"""The latest completed checkpoint of a Spark job, read on the driver (any storage, including
+``jobmanager``, whose checkpoints live in the driver's memory)."""
+from __future__ import annotations
+
+from typing import Any
+
+from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
+from statekit.spark.conf import StatekitConf
+from statekit.spi.errors import RestoreError
+from statekit.spi.storage import CheckpointStreams
+
+
+def latest_checkpoint(spark: Any, job_id: str,
+                      conf: StatekitConf | None = None) -> tuple[CompletedCheckpoint, CheckpointStreams]:
+    """``job_id``'s latest completed checkpoint and the streams that read its state, from the
+    storage ``spark.statekit.*`` selects (or ``conf``)."""
+    from statekit.spark.keyed import _driver_access
+
+    conf = conf or StatekitConf.from_spark(spark.conf)
+    access = _driver_access(conf.create_storage(), job_id)
+    latest = CheckpointStore(access, conf.num_retained).latest()
+    if latest is None:
+        raise RestoreError(f"job {job_id!r} has no completed checkpoint")
+    return latest, access.restore_streams()

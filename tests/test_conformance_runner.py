@@ -1,0 +1,86 @@
+"""The one command (and the pytest option) on a small subset of every level but Spark: the suite
+runs against a backend named on the command line and ends with the conformance report.
+Capabilities: only optional ones can be missing. The levels themselves run in
+tests/test_conformance_*.py; here only the command, the plugin and the report are tested."""
+from __future__ import annotations
+
+import pytest
+
+from conformance_command import run_suite
+from statekit.backends.heap import HeapStateBackend
+from statekit.conformance_tests.base import requires
+from statekit.conformance_tests.report import capability_lines
+from statekit.spi import Capabilities
+
+#: one or two tests per level (Spark excluded: TestHeapSpark runs it)
+SUBSET = ("test_value_update_then_value or test_round_trip_every_key_and_value or test_aborted_checkpoint "
+          "or test_operator_state_redistribution or test_small_stream_round_trip or test_flipped_byte_is_a")
+
+
+class FullSnapshotsHeap(HeapStateBackend):
+    """The heap backend declaring no incremental snapshots (loaded by the command by module:Class)."""
+
+    capabilities = Capabilities(incremental_snapshots=False, async_snapshots=True)
+
+
+@pytest.mark.parametrize("module,options", [
+    ("statekit.conformance_tests", ("--backend", "test_conformance_runner:FullSnapshotsHeap",
+                                    "--storage", "jobmanager")),
+    ("pytest", ("--statekit-backend", "test_conformance_runner:FullSnapshotsHeap",
+                "--statekit-storage", "jobmanager")),
+], ids=["command", "pytest-option"])
+def test_the_suite_runs_by_name_and_reports_every_level(tmp_path, module, options):
+    run = run_suite(tmp_path, *options, "-k", SUBSET, module=module)
+    assert run.returncode == 0, run.output[-3000:]
+    report = run.output[run.output.index("statekit conformance report"):]
+    for line in ("backend: test_conformance_runner:FullSnapshotsHeap",
+                 "storage: jobmanager (statekit.storage.memory.JobManagerCheckpointStorage)",
+                 "declared capabilities: async_snapshots",
+                 "not declared (their tests skip): incremental_snapshots, ttl, out_of_core"):
+        assert line in report, report
+    table = ["level         passed  failed  skipped",
+             "semantics          1       0        0",
+             "snapshots          2       0        1",
+             "incremental        0       0        1",
+             "rescale            2       0        0",
+             "storage            1       0        1",
+             "spark                         not run",
+             "total              6       0        3"]
+    assert "\n".join(table) in report, report
+    for line in ("  incremental    1  FullSnapshotsHeap does not declare capability 'incremental_snapshots'",
+                 "  snapshots      1  FullSnapshotsHeap does not declare capability 'incremental_snapshots'",
+                 "  storage        1  the storage keeps every byte inline (writes_files=False): no file to damage",
+                 "statekit conformance: PASSED (3 skipped, reasons above)"):
+        assert line in report.splitlines(), report
+
+def test_an_unknown_backend_fails_at_once_naming_the_accepted_ones(tmp_path):
+    run = run_suite(tmp_path, "--backend", "nosuch")
+    assert run.returncode == 4, run.output  # pytest's usage error: nothing ran
+    assert "--backend='nosuch' is unknown; accepted: heap, lmdb, rocksdb" in run.output
+
+
+def test_only_optional_capabilities_can_be_required():
+    with pytest.raises(AssertionError, match="'rescaling' is not an optional capability .* required behaviour"):
+        requires(HeapStateBackend(), "rescaling")
+    with pytest.raises(pytest.skip.Exception, match="FullSnapshotsHeap does not declare capability 'incremental_"):
+        requires(FullSnapshotsHeap(), "incremental_snapshots")
+    requires(HeapStateBackend(), "incremental_snapshots")  # declared: no skip
+
+
+def test_a_plugin_cannot_declare_required_behaviour_away():
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class MoreCapabilities(Capabilities):
+        rescaling: bool = False
+
+    class Claims(HeapStateBackend):
+        capabilities = MoreCapabilities()
+
+    class NotCapabilities(HeapStateBackend):
+        capabilities = {"ttl": True}  # type: ignore[assignment]
+
+    assert capability_lines(Claims)[-1] == ("ignored, not optional capabilities (required behaviour cannot be "
+                                            "declared away): rescaling")
+    assert capability_lines(NotCapabilities) == [
+        "capabilities: NotCapabilities.capabilities must be a statekit.spi.Capabilities, not dict"]
