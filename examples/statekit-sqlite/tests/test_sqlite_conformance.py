@@ -1,12 +1,15 @@
 """The sqlite backend against statekit's conformance suite, subclassed fsspec-style: the mixins
-bring the tests, ``state_backend`` builds the backend under test. Every level runs with snapshots
-kept inline (the ``jobmanager`` storage) and written as files (the ``filesystem`` storage)."""
+bring the tests, ``state_backend`` builds the backend under test. The semantics, snapshot and
+rescale levels run with snapshots kept inline (the ``jobmanager`` storage) and written as files
+(the ``filesystem`` storage); the Spark level selects the backend by ``spark.statekit.*`` conf in
+a real local SparkSession."""
 import pytest
 
 from statekit.conformance_tests.semantics import StateSemantics
 from statekit.conformance_tests.snapshots import (
     IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
 )
+from statekit.conformance_tests.spark import SparkTests
 from statekit_sqlite import SQLiteStateBackend
 
 
@@ -19,3 +22,9 @@ class TestSQLite(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests,
 
 class TestSQLiteOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
     state_backend = TestSQLite.state_backend
+
+
+class TestSQLiteOnSpark(SparkTests):
+    @pytest.fixture
+    def backend_settings(self):
+        return {"backend": "sqlite", "backend.sqlite.cache-size": "4m"}
