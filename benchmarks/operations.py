@@ -213,6 +213,7 @@ class _Rocksdict(_RawStore):
 
         self._options = RocksDBOptions()
         self._db = Rdict(path, self._options.db_options())
+        self._db.set_write_options(self._options.write_options())  # as the backend: no write-ahead log
         self._tables: dict[str, Any] = {}
 
     def use(self, table: str) -> None:

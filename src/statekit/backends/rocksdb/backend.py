@@ -96,6 +96,7 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
                                     f"backend (its LOCK is held); each subtask's working state must be used by one "
                                     f"process only: {exc}") from exc
             raise
+        self._db.set_write_options(self._options.write_options())
         for name in column_families:
             if name != DEFAULT_COLUMN_FAMILY:
                 self._column_families[name] = self._db.get_column_family(name)
@@ -236,7 +237,9 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         self._column_families.clear()
         if self._db is not None:
             try:
-                self._db.close()  # flushes and releases the LOCK
+                if self._keeps_dir:
+                    self._db.flush()  # what the next epoch reopens must not be in a memtable
+                self._db.close()  # releases the LOCK
             finally:
                 self._db = None
         if not self._keeps_dir:
