@@ -10,14 +10,27 @@ from statekit.spi.errors import RestoreError
 from statekit.spi.storage import CheckpointStreams
 
 
+_DRIVER_MEMORY_ACCESSES: dict[str, Any] = {}
+
+
+def driver_access(storage: Any, job_id: str) -> Any:
+    """The job's storage access; for the ``jobmanager`` storage one per job for the life of the
+    driver process, since its checkpoints live in that access's memory."""
+    from statekit.storage.memory import JobManagerCheckpointStorage
+    if not isinstance(storage, JobManagerCheckpointStorage):
+        return storage.create_access(job_id)
+    access = _DRIVER_MEMORY_ACCESSES.get(job_id)
+    if access is None:
+        access = _DRIVER_MEMORY_ACCESSES[job_id] = storage.create_access(job_id)
+    return access
+
+
 def latest_checkpoint(spark: Any, job_id: str,
                       conf: StatekitConf | None = None) -> tuple[CompletedCheckpoint, CheckpointStreams]:
     """``job_id``'s latest completed checkpoint and the streams that read its state, from the
     storage ``spark.statekit.*`` selects (or ``conf``)."""
-    from statekit.spark.keyed import _driver_access
-
     conf = conf or StatekitConf.from_spark(spark.conf)
-    access = _driver_access(conf.create_storage(), job_id)
+    access = driver_access(conf.create_storage(), job_id)
     latest = CheckpointStore(access, conf.num_retained).latest()
     if latest is None:
         raise RestoreError(f"job {job_id!r} has no completed checkpoint")

@@ -27,6 +27,7 @@ from pyspark.sql.types import StructType
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
 from statekit.runtime.function import KeyedBatchFunction, KeyedProcessFunction, ProcessFunction
+from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import StatekitConf
 from statekit.spark.partitioning import partition_tokens
 from statekit.spark.task import KEY_GROUP_COLUMN, MARKER_COLUMN, PARTITION_COLUMN, SubtaskSpec, run_subtask
@@ -90,7 +91,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None) -> Dat
     spark, conf, key_columns, function = job.spark, job.conf, job.key_columns, job.function
     job_id, operator_id, output = job.job_id, job.operator_id, job.output
     storage = conf.create_storage()
-    access = _driver_access(storage, job_id)
+    access = driver_access(storage, job_id)
     restore_url, restored = None, None
     store = CheckpointStore(access, conf.num_retained)
     if store.latest() is None and conf.restore_path:
@@ -152,21 +153,6 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None) -> Dat
                                  properties={"backend": spec.state_backend.name, "incremental": conf.incremental,
                                              "recovery": recovery}))
     return result
-
-
-_DRIVER_MEMORY_ACCESSES: dict[str, Any] = {}
-
-
-def _driver_access(storage: Any, job_id: str) -> Any:
-    """The job's storage access; for the ``jobmanager`` storage one per job for the life of the
-    driver process, since its checkpoints live in that access's memory."""
-    from statekit.storage.memory import JobManagerCheckpointStorage
-    if not isinstance(storage, JobManagerCheckpointStorage):
-        return storage.create_access(job_id)
-    access = _DRIVER_MEMORY_ACCESSES.get(job_id)
-    if access is None:
-        access = _DRIVER_MEMORY_ACCESSES[job_id] = storage.create_access(job_id)
-    return access
 
 
 def _plan(df: DataFrame, key_columns: tuple[str, ...], parallelism: int, max_parallelism: int) -> DataFrame:

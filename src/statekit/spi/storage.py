@@ -52,7 +52,7 @@ class CheckpointStreams(ABC):
     @abstractmethod
     def read_range(self, handle: StreamStateHandle, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset``; a short read raises ``CorruptStateError``. The
-        caller verifies the checksums of the ``ByteRange``s inside (``verify_range``)."""
+        caller verifies the checksums of the ``ByteRange``s inside (``verify_checksum``)."""
 
 
 @dataclass(frozen=True)
