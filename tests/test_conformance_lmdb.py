@@ -5,12 +5,12 @@ import pytest
 from statekit.backends.lmdb import LMDBStateBackend
 from statekit.conformance_tests.semantics import StateSemantics
 from statekit.conformance_tests.snapshots import (
-    IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
+    IncrementalSnapshotTests, LocalRecoveryTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
 )
 from statekit.conformance_tests.spark import SparkTests
 
 
-class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return LMDBStateBackend(**{"local-dir": str(tmp_path / "lmdb"), "map-size": "64k"})

@@ -5,12 +5,12 @@ import pytest
 from statekit.backends.rocksdb import RocksDBStateBackend
 from statekit.conformance_tests.semantics import StateSemantics
 from statekit.conformance_tests.snapshots import (
-    IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
+    IncrementalSnapshotTests, LocalRecoveryTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
 )
 from statekit.conformance_tests.spark import SparkTests
 
 
-class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return RocksDBStateBackend(**{"local-dir": str(tmp_path / "rocksdb"), "block-cache-size": "16m",

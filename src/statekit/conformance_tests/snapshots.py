@@ -315,6 +315,58 @@ class SnapshotRestoreTests(BackendTestBase):
 INCREMENTAL = SnapshotOptions(incremental=True)
 
 
+class _WriteOnlyStreams(CheckpointStreams):
+    """Writes through to ``streams``; any read fails (local recovery must not read storage)."""
+
+    def __init__(self, streams: CheckpointStreams) -> None:
+        self._streams = streams
+
+    def create_output(self, *args: Any, **kwargs: Any) -> Any:
+        return self._streams.create_output(*args, **kwargs)
+
+    def read(self, handle: Any) -> bytes:
+        raise AssertionError(f"local recovery read {handle} from checkpoint storage")
+
+    def read_range(self, handle: Any, offset: int, length: int) -> bytes:
+        raise AssertionError(f"local recovery read {handle} from checkpoint storage")
+
+
+class LocalRecoveryTests(BackendTestBase):
+    """A backend declaring ``local_recovery`` keeps its working state in ``working_dir`` across
+    ``dispose`` and reopens it with ``resume_local_state``, without reading checkpoint storage;
+    later snapshots build on the resumed state (skipped without the capability)."""
+
+    conformance_level = "snapshots"
+
+    @pytest.mark.parametrize("mode", SNAPSHOT_MODES)
+    def test_working_state_is_reopened_without_reading_storage(self, state_backend, tmp_path, mode):
+        requires(state_backend, "local_recovery")
+        options = snapshot_options_for(mode, state_backend)
+        streams, working = InlineStreams(), str(tmp_path / "working")
+        backend = open_keyed_backend(state_backend, str(tmp_path / "local"), working_dir=working)
+        try:
+            expected = _fill(backend, range(800))
+            handle = backend.snapshot(1, options).write(streams)
+            backend.notify_checkpoint_complete(1)
+        finally:
+            backend.dispose()
+        resumed = open_keyed_backend(state_backend, str(tmp_path / "local"), restore_handles=[handle],
+                                     restore_streams=_WriteOnlyStreams(streams), restore_checkpoint_id=1,
+                                     working_dir=working, resume_local_state=True)
+        try:
+            assert_same_state(_read_all(resumed), expected, "working state reopened by local recovery")
+            expected.update(_fill(resumed, range(600, 1000), base=7))  # then a snapshot on top of it
+            second = resumed.snapshot(2, options).write(streams)
+        finally:
+            resumed.dispose()
+        restored = open_keyed_backend(state_backend, str(tmp_path / "restored"), restore_handles=[second],
+                                      restore_streams=streams, restore_checkpoint_id=2)
+        try:
+            assert_same_state(_read_all(restored), expected, "snapshot taken after local recovery, restored")
+        finally:
+            restored.dispose()
+
+
 class IncrementalSnapshotTests(BackendTestBase):
     """Incremental snapshots that build on completed ones (skipped without the capability)."""
 

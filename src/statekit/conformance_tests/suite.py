@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from statekit.conformance_tests.semantics import StateSemantics
-from statekit.conformance_tests.snapshots import IncrementalSnapshotTests, RescaleTests, SnapshotRestoreTests
+from statekit.conformance_tests.snapshots import (
+    IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests, SnapshotRestoreTests,
+)
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.storage import StorageTests
 from statekit.conformance_tests.target import SuiteTarget
@@ -48,7 +50,7 @@ class TestSemantics(Configured, StateSemantics):
     pass
 
 
-class TestSnapshots(Configured, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+class TestSnapshots(Configured, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests):
     pass
 
 
