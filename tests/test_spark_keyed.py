@@ -25,6 +25,7 @@ def test_invalid_conf_fails_before_any_job(spark, statekit_settings):
     ({"restore.mode": "steal"}, r"spark\.statekit\.restore\.mode must be one of"),
     ({"backend.rocksdb.compression": "brotli", "backend": "rocksdb"}, r"compression must be one of"),
     ({"chekpoint.dir": "/tmp"}, r"unknown setting spark\.statekit\.chekpoint\.dir"),
+    ({"batch.max-bytes": "lots"}, r"spark\.statekit\.batch\.max-bytes must be a positive size"),
 ])
 def test_conf_errors_name_the_setting(settings, message):
     with pytest.raises(ConfigurationError, match=message):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from statekit.backends.common.option_values import parse_bool
+from statekit.backends.common.option_values import parse_bool, parse_size
 from statekit.checkpoint.store import DEFAULT_NUM_RETAINED, RestoreMode
 from statekit.plugins import available_backends, available_storages, backend_class, storage_class
 from statekit.spi.backend import StateBackend
@@ -17,10 +17,10 @@ KNOWN_KEYS = {
     "backend", "checkpoint.storage", "checkpoint.dir", "checkpoint.incremental", "checkpoint.num-retained",
     "parallelism", "max-parallelism", "savepoint.dir", "restore.path", "restore.mode", "local.dir",
     "job-id",  # the job's name in the checkpoint directory (default: the Spark application name)
-    "batch.max-rows",
+    "batch.max-bytes",
 }
-#: a KeyedBatchFunction sees up to this many of a subtask's input rows grouped at once
-DEFAULT_BATCH_MAX_ROWS = 1_000_000
+#: a KeyedBatchFunction's input is grouped by key in batches of up to this many bytes (Arrow)
+DEFAULT_BATCH_MAX_BYTES = 64 << 20
 
 
 def _positive_int(value: Any, key: str) -> int:
@@ -48,7 +48,7 @@ class StatekitConf:
     restore_path: str | None = None
     restore_mode: RestoreMode = RestoreMode.NO_CLAIM
     local_dir: str | None = None
-    batch_max_rows: int = DEFAULT_BATCH_MAX_ROWS
+    batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
 
     @classmethod
     def from_spark(cls, conf: Any) -> "StatekitConf":
@@ -80,7 +80,8 @@ class StatekitConf:
             savepoint_dir=settings.get("savepoint.dir"), restore_path=settings.get("restore.path"),
             restore_mode=RestoreMode.parse(settings.get("restore.mode", "no-claim")),
             local_dir=settings.get("local.dir"),
-            batch_max_rows=_positive_int(settings.get("batch.max-rows", DEFAULT_BATCH_MAX_ROWS), "batch.max-rows"))
+            batch_max_bytes=parse_size(settings.get("batch.max-bytes", DEFAULT_BATCH_MAX_BYTES),
+                                       PREFIX + "batch.max-bytes"))
         conf.create_backend()  # resolves the names and parses every option now, before a job runs
         conf.create_storage()
         if conf.parallelism is not None:

@@ -122,7 +122,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None) -> Dat
     spec = SubtaskSpec(function, conf.create_backend(), storage, job_id, operator_id, epoch, parallelism,
                        max_parallelism, key_columns, to_arrow_schema(output), conf.incremental,
                        restore_point.metadata.to_bytes() if restore_point else None, restore_url, conf.local_dir,
-                       conf.batch_max_rows)
+                       conf.batch_max_bytes)
 
     subtask_of_token = {token: index for index, token in enumerate(partition_tokens(parallelism))}
 

@@ -20,7 +20,7 @@ from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
 from statekit.runtime.function import KeyedBatchFunction, ProcessFunction
 from statekit.runtime.local_recovery import SlotLease, lease_slot
 from statekit.runtime.task import KeyedTask, TaskRestore
-from statekit.spark.conf import DEFAULT_BATCH_MAX_ROWS
+from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spi.errors import StatekitError
 from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.storage import CheckpointStorage
@@ -53,8 +53,8 @@ class SubtaskSpec:
     restore_metadata: bytes | None
     restore_url: str | None  # an external checkpoint or savepoint; None: this job's own storage
     local_dir: str | None
-    #: a KeyedBatchFunction's input is grouped by key in batches of up to this many rows
-    batch_max_rows: int = DEFAULT_BATCH_MAX_ROWS
+    #: a KeyedBatchFunction's input is grouped by key in batches of up to this many bytes
+    batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
@@ -72,7 +72,7 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
     try:
         task.open()
         batched = isinstance(spec.function, KeyedBatchFunction)
-        for batch in (_coalesced(batches, spec.batch_max_rows) if batched else batches):
+        for batch in (_coalesced(batches, spec.batch_max_bytes) if batched else batches):
             if batched:
                 task.process_key_runs(_key_runs(batch, spec.key_columns), outputs)
             else:
@@ -146,17 +146,17 @@ def _records(batch: pa.RecordBatch, key_columns: Sequence[str]) -> Iterator[tupl
         yield key, key_group, row
 
 
-def _coalesced(batches: Iterator[pa.RecordBatch], max_rows: int) -> Iterator[pa.RecordBatch]:
-    """Spark's Arrow batches (10,000 rows by default) joined up to ``max_rows``: the more rows a
+def _coalesced(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[pa.RecordBatch]:
+    """Spark's Arrow batches (10,000 rows by default) joined up to ``max_bytes``: the more rows a
     batch has, the more rows of each key one ``process_rows`` call gets."""
     pending: list[pa.RecordBatch] = []
-    rows = 0
+    size = 0
     for batch in batches:
         pending.append(batch)
-        rows += batch.num_rows
-        if rows >= max_rows:
+        size += batch.nbytes
+        if size >= max_bytes:
             yield pa.concat_batches(pending)
-            pending, rows = [], 0
+            pending, size = [], 0
     if pending:
         yield pa.concat_batches(pending)
 
