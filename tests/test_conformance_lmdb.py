@@ -24,3 +24,11 @@ class TestLMDBSpark(SparkTests):
     @pytest.fixture
     def backend_settings(self):
         return {"backend": "lmdb", "backend.lmdb.map-size": "64k"}
+
+
+class TestLMDBSparkOnJobManager(TestLMDBSpark):
+    """The Spark level with checkpoints in the driver's memory (the test state is small)."""
+
+    @pytest.fixture
+    def checkpoint_settings(self):
+        return {"checkpoint.storage": "jobmanager"}

@@ -26,3 +26,11 @@ class TestRocksDBSpark(SparkTests):
     def backend_settings(self):
         return {"backend": "rocksdb", "backend.rocksdb.block-cache-size": "16m",
                 "backend.rocksdb.write-buffer-size": "4m"}
+
+
+class TestRocksDBSparkOnJobManager(TestRocksDBSpark):
+    """The Spark level with checkpoints in the driver's memory (the test state is small)."""
+
+    @pytest.fixture
+    def checkpoint_settings(self):
+        return {"checkpoint.storage": "jobmanager"}
