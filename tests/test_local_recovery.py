@@ -35,7 +35,8 @@ class _Acknowledgements(list):
 class _Coordinator:
     """The driver's part: run epochs of one subtask (parallelism 1) and commit their checkpoints."""
 
-    def __init__(self, tmp_path, backend: str):
+    def __init__(self, tmp_path, backend: str, parallelism: int = 1):
+        self.parallelism = parallelism
         self.conf = StatekitConf.parse({"backend": backend, "checkpoint.storage": "filesystem",
                                         "checkpoint.dir": f"file://{tmp_path}/checkpoints",
                                         "checkpoint.incremental": "true", "local.dir": str(tmp_path / "local")})
@@ -46,22 +47,25 @@ class _Coordinator:
 
     def spec(self, epoch: int, function=None) -> SubtaskSpec:
         restore = self.store.latest_before(epoch)
-        return SubtaskSpec(function or WorkloadFunction(), self.backend, self.storage, JOB, OPERATOR, epoch, 1,
-                           MAX_PARALLELISM, ("key",), SCHEMA, True,
+        return SubtaskSpec(function or WorkloadFunction(), self.backend, self.storage, JOB, OPERATOR, epoch,
+                           self.parallelism, MAX_PARALLELISM, ("key",), SCHEMA, True,
                            restore.metadata.to_bytes() if restore else None, None, self.conf.local_dir)
 
     def run(self, epoch: int, rows, *, commit: bool = True, function=None) -> str:
-        """Run ``epoch`` over ``rows``; returns how the subtask recovered."""
+        """Run ``epoch`` over ``rows``, subtask by subtask; returns how the subtasks recovered
+        (when all recovered alike, else a comma-separated list)."""
         acknowledgements = _Acknowledgements()
-        list(run_subtask(self.spec(epoch, function), 0, iter([_batch(rows)]), acknowledgements))
-        (index, payload, recovery), = acknowledgements
-        state = SubtaskState.from_json(json.loads(payload))
+        for index in range(self.parallelism):
+            mine = [r for r in rows if key_group_for_key(r[0], MAX_PARALLELISM) * self.parallelism
+                    // MAX_PARALLELISM == index]
+            list(run_subtask(self.spec(epoch, function), index, iter([_batch(mine)]), acknowledgements))
+        states = [SubtaskState.from_json(json.loads(payload)) for _, payload, _ in acknowledgements]
         if commit:
-            operator = OperatorState(OPERATOR, 1, MAX_PARALLELISM, (state,))
+            operator = OperatorState(OPERATOR, self.parallelism, MAX_PARALLELISM, tuple(states))
             self.store.add(CheckpointMetadata(epoch, JOB, {OPERATOR: operator}))
         else:
-            self.store.abort(epoch, [state])
-        return recovery
+            self.store.abort(epoch, states)
+        return ",".join(sorted({recovery for _, _, recovery in acknowledgements}))
 
     def state(self):
         latest = self.store.latest()
@@ -132,7 +136,7 @@ def test_a_busy_slot_is_left_alone(tmp_path, backend):
     epochs = [make_rows(300, 60, seed) for seed in (8, 9)]
     coordinator.run(1, epochs[0])
     operator_dir = tmp_path / "local" / JOB / OPERATOR
-    slot = operator_dir / f"subtask-0-of-1-max-{MAX_PARALLELISM}"
+    slot = operator_dir / f"{backend}-subtask-0-of-1-max-{MAX_PARALLELISM}"
     lock = acquire_lock(str(slot), "the test's hold on the slot")
     try:
         assert coordinator.run(2, epochs[1]) == "storage"
@@ -168,8 +172,8 @@ def test_heap_state_parked_by_another_process_is_restored_from_storage(tmp_path)
     try:
         assert coordinator.run(2, epochs[1]) == "storage"
     finally:
-        for backends in parked.values():
-            backends.dispose()
+        for backend in parked.values():
+            backend.keyed.dispose()
     assert coordinator.state() == _want(*epochs)
 
 
@@ -188,3 +192,45 @@ def test_a_working_state_of_an_earlier_job_with_the_same_id_is_not_reused(tmp_pa
     assert coordinator.run(2, epochs[1]) == "local"
     assert coordinator.state() == _want(*epochs)
     assert os.path.isdir(tmp_path / "local" / JOB / OPERATOR)
+
+
+def test_switching_backends_on_the_same_machine_restores_from_storage(tmp_path):
+    """LMDB's checkpoints restored by RocksDB: RocksDB must not resume LMDB's working directory."""
+    epochs = [make_rows(300, 60, seed) for seed in (18, 19)]
+    _Coordinator(tmp_path, "lmdb").run(1, epochs[0])
+    coordinator = _Coordinator(tmp_path, "rocksdb")
+    assert coordinator.run(2, epochs[1]) == "storage"
+    assert coordinator.state() == _want(*epochs)
+
+
+def test_parked_heap_restores_operator_state_as_storage_does(tmp_path):
+    """Union list state goes to every subtask on every restore: a parked keyed backend must not
+    keep a subtask's operator state to itself."""
+    def operator_states(coordinator):
+        from statekit.backends.heap import HeapStateBackend
+        from statekit.checkpoint.assignment import assign
+        from statekit.serializers import Int64Serializer
+        from statekit.spi import OperatorBackendParams, SubtaskInfo
+        operator = coordinator.store.latest().metadata.operator(OPERATOR)
+        found = []
+        for index in range(2):
+            backend = HeapStateBackend().create_operator_backend(OperatorBackendParams(
+                SubtaskInfo(JOB, OPERATOR, index, 2, MAX_PARALLELISM), tuple(assign(operator, index, 2).operator),
+                coordinator.store.access.restore_streams()))
+            found.append(sorted(backend.get_union_list_state("epochs", Int64Serializer()).get()))
+        return found
+
+    epochs = [make_rows(300, 60, seed) for seed in (20, 21, 22)]
+    parked, restored = _Coordinator(tmp_path / "a", "heap", 2), _Coordinator(tmp_path / "b", "heap", 2)
+    for epoch, rows in enumerate(epochs, start=1):
+        recovery = parked.run(epoch, rows)
+        assert recovery == ("fresh" if epoch == 1 else "parked")
+        kept = dict(local_recovery._PARKED)
+        local_recovery._PARKED.clear()  # the second job always restores from storage
+        restored.run(epoch, rows)
+        for backend in local_recovery._PARKED.values():
+            backend.keyed.dispose()
+        local_recovery._PARKED.clear()
+        local_recovery._PARKED.update(kept)
+    assert operator_states(parked) == operator_states(restored)
+    assert parked.state() == restored.state() == _want(*epochs)

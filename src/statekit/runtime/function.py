@@ -65,7 +65,8 @@ class KeyedProcessFunction(ABC):
         """Process one row of ``ctx.current_key``; return or yield output rows (or None)."""
 
     def close(self) -> None:
-        """Called once per epoch after the last row."""
+        """Called once per epoch after the last row and after the epoch's snapshot: state changes
+        made here are not part of the checkpoint, so do not change state here."""
 
 
 class KeyedBatchFunction(ABC):
@@ -95,7 +96,8 @@ class KeyedBatchFunction(ABC):
         per input batch it occurs in, in order. Return or yield output rows (or None)."""
 
     def close(self) -> None:
-        """Called once per epoch after the last row."""
+        """Called once per epoch after the last row and after the epoch's snapshot: state changes
+        made here are not part of the checkpoint, so do not change state here."""
 
 
 #: what a task runs: one call per row, or one call per key and batch of rows

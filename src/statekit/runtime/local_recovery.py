@@ -17,8 +17,9 @@ named by (job, operator, subtask index, parallelism, max parallelism), not by pr
 
 Backends that declare ``local_recovery`` close their files after each epoch and reopen them in
 whichever process runs the subtask next. Other backends (the heap) cannot leave their state on
-disk; their open backends stay in the worker's memory, and are reused when the same worker runs
-the subtask again. Either way a miss costs only a restore from storage.
+disk; their open keyed backend stays in the worker's memory, and is reused when the same worker
+runs the subtask again. Either way a miss costs only a restore from storage. Operator state (small)
+is always restored from storage, since union list state is redistributed on every restore.
 """
 from __future__ import annotations
 
@@ -42,22 +43,16 @@ PROCESS_TOKEN = uuid.uuid4().hex
 
 
 @dataclass
-class ParkedBackends:
-    """Open backends kept in this process between epochs (backends without on-disk recovery)."""
+class ParkedBackend:
+    """A keyed backend kept open in this process between epochs (backends without on-disk
+    recovery). Operator state is not kept: its restore redistributes union state every time."""
 
     keyed: KeyedStateBackend
-    operator: OperatorStateBackend
     digest: str
 
-    def dispose(self) -> None:
-        try:
-            self.keyed.dispose()
-        finally:
-            self.operator.dispose()
 
-
-#: slot directory -> backends parked by this process
-_PARKED: dict[str, ParkedBackends] = {}
+#: slot directory -> the keyed backend this process parked
+_PARKED: dict[str, ParkedBackend] = {}
 
 
 def subtask_state_digest(state: SubtaskState) -> str:
@@ -68,12 +63,12 @@ class SlotLease:
     """This process's use of one subtask's slot for one epoch."""
 
     def __init__(self, directory: str, lock_fd: int | None, reusable: bool,
-                 parked: ParkedBackends | None) -> None:
+                 parked: ParkedBackend | None) -> None:
         self.directory = directory
         self._lock_fd = lock_fd
         #: the working directory holds exactly the restore point (reopen it, do not restore)
         self.reusable = reusable
-        #: this process's open backends holding exactly the restore point
+        #: this process's open keyed backend holding exactly the restore point
         self.parked = parked
 
     @property
@@ -88,16 +83,22 @@ class SlotLease:
     def publish(self, checkpoint_id: int, state: SubtaskState, keyed: KeyedStateBackend,
                 operator: OperatorStateBackend, on_disk: bool) -> None:
         """The working state now equals ``state``, the snapshot just uploaded for ``checkpoint_id``.
-        ``on_disk`` backends are closed (their files stay); others are parked in this process."""
-        digest = subtask_state_digest(state)
-        if not on_disk and self.exclusive:
-            _PARKED[self.directory] = ParkedBackends(keyed, operator, digest)
-        else:
-            ParkedBackends(keyed, operator, digest).dispose()
-        if self.exclusive:
-            _write_reflects(self.directory, {"checkpoint_id": checkpoint_id, "digest": digest,
-                                             "process": PROCESS_TOKEN if not on_disk else None})
-        self.release()
+        ``on_disk`` keyed backends are closed (their files stay); others are parked in this process."""
+        try:
+            digest = subtask_state_digest(state)
+            park = not on_disk and self.exclusive
+            try:
+                operator.dispose()
+            finally:
+                if park:
+                    _PARKED[self.directory] = ParkedBackend(keyed, digest)
+                else:
+                    keyed.dispose()
+            if self.exclusive:
+                _write_reflects(self.directory, {"checkpoint_id": checkpoint_id, "digest": digest,
+                                                 "process": PROCESS_TOKEN if park else None})
+        finally:
+            self.release()
 
     def release(self) -> None:
         """End the lease; a private (non-exclusive) directory is deleted."""
@@ -108,15 +109,17 @@ class SlotLease:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def lease_slot(local_root: str, subtask: SubtaskInfo, restore: SubtaskState | None) -> SlotLease:
-    """Take the subtask's slot for an epoch restoring ``restore`` (None: fresh state).
+def lease_slot(local_root: str, backend_name: str, subtask: SubtaskInfo, restore: SubtaskState | None) -> SlotLease:
+    """Take the subtask's slot for an epoch of backend ``backend_name`` restoring ``restore``
+    (None: fresh state). Each backend has slots of its own: after a switch of backends the
+    working state of the other one is never reopened.
 
     Drops whatever this process parked for slots that now reflect another process's state, and
     claims the slot: after this call the slot makes no claim until ``publish``."""
     _drop_stale_parked()
     parent = os.path.join(local_root, safe_name(subtask.job_id), safe_name(subtask.operator_id))
-    directory = os.path.join(parent, f"subtask-{subtask.subtask_index}-of-{subtask.parallelism}"
-                                     f"-max-{subtask.max_parallelism}")
+    directory = os.path.join(parent, f"{safe_name(backend_name)}-subtask-{subtask.subtask_index}-of-"
+                                     f"{subtask.parallelism}-max-{subtask.max_parallelism}")
     os.makedirs(directory, exist_ok=True)
     try:
         fd = acquire_lock(directory, "the subtask's working state")
@@ -130,7 +133,7 @@ def lease_slot(local_root: str, subtask: SubtaskInfo, restore: SubtaskState | No
     parked = _PARKED.pop(directory, None)
     if parked is not None and not (matches and reflects.get("process") == PROCESS_TOKEN
                                    and parked.digest == wanted):
-        parked.dispose()
+        parked.keyed.dispose()
         parked = None
     reusable = matches and reflects.get("process") is None
     _remove_reflects(directory)
@@ -145,7 +148,7 @@ def _drop_stale_parked() -> None:
         reflects = _read_reflects(directory)
         if reflects is None or reflects.get("process") != PROCESS_TOKEN or reflects.get("digest") != parked.digest:
             del _PARKED[directory]
-            parked.dispose()
+            parked.keyed.dispose()
 
 
 def _read_reflects(directory: str) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, Su
 from statekit.spi.key_groups import (
     check_parallelism, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
 )
-from statekit.spi.errors import RestoreError
+from statekit.spi.errors import ConfigurationError, RestoreError
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.filesystem import SavepointLocation
 from statekit.storage.inline import InlineStreams
@@ -165,6 +165,9 @@ def _key_runs(records: list[tuple[Any, int, Any]]) -> Iterator[tuple[Any, int, A
 
     groups: dict[Any, tuple[int, list[Any]]] = {}
     for key, key_group, row in records:
+        if not isinstance(row, dict):
+            raise ConfigurationError(f"a KeyedBatchFunction gets its rows as Arrow columns: give the local runner "
+                                     f"rows as dicts of column name to value, not {type(row).__name__}")
         groups.setdefault(key, (key_group, []))[1].append(row)
     for key, (key_group, rows) in groups.items():
         yield key, key_group, pa.RecordBatch.from_pylist(rows)

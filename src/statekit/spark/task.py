@@ -22,7 +22,7 @@ from statekit.runtime.local_recovery import SlotLease, lease_slot
 from statekit.runtime.task import KeyedTask, TaskRestore
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spi.errors import StatekitError
-from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
+from statekit.spi.backend import OperatorBackendParams, SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.storage import CheckpointStorage
 
 KEY_GROUP_COLUMN = "__statekit_kg"
@@ -62,7 +62,8 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
     subtask = SubtaskInfo(spec.job_id, spec.operator_id, subtask_index, spec.parallelism, spec.max_parallelism)
     access = spec.storage.create_access(spec.job_id)
     restore, own_state = _restore_of(spec, subtask_index, access)
-    lease = lease_slot(spec.local_dir or os.path.join(tempfile.gettempdir(), "statekit"), subtask, own_state)
+    lease = lease_slot(spec.local_dir or os.path.join(tempfile.gettempdir(), "statekit"), spec.state_backend.name,
+                       subtask, own_state)
     try:
         task, recovery = _open_task(spec, subtask, restore, lease)
     except BaseException:
@@ -82,9 +83,15 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
                 del outputs[:OUTPUT_BATCH_ROWS]
         pending = task.snapshot(SnapshotOptions(incremental=spec.incremental))
         state = pending.write(access.streams(spec.checkpoint_id, subtask.name))
-        task.close(keep_backends=True)
     except BaseException:
-        task.close()
+        try:
+            task.close()
+        finally:
+            lease.release()
+        raise
+    try:
+        task.close(keep_backends=True)  # if the function's close fails, the backends are disposed
+    except BaseException:
         lease.release()
         raise
     lease.publish(spec.checkpoint_id, state, task.keyed_backend, task.operator_backend,
@@ -121,10 +128,15 @@ def _open_task(spec: SubtaskSpec, subtask: SubtaskInfo, restore: TaskRestore | N
     if restore is None:
         recovery = RECOVERY_FRESH
     elif lease.parked is not None:
-        lease.parked.keyed.notify_checkpoint_complete(restore.checkpoint_id)
-        task = KeyedTask(spec.function, subtask, spec.checkpoint_id, lease.parked.keyed, lease.parked.operator,
-                         restore)
-        return task, RECOVERY_PARKED
+        keyed = lease.parked.keyed
+        keyed.notify_checkpoint_complete(restore.checkpoint_id)
+        try:
+            operator = spec.state_backend.create_operator_backend(OperatorBackendParams(
+                subtask=subtask, restore_handles=tuple(restore.operator), restore_streams=restore.streams))
+        except BaseException:
+            keyed.dispose()
+            raise
+        return KeyedTask(spec.function, subtask, spec.checkpoint_id, keyed, operator, restore), RECOVERY_PARKED
     else:
         recovery = RECOVERY_LOCAL if lease.reusable else RECOVERY_STORAGE
     on_disk = spec.state_backend.capabilities.local_recovery
@@ -185,7 +197,10 @@ def _run_starts(columns: Sequence[pa.Array], length: int) -> pa.Array:
     changed = None
     for column in columns:
         previous, current = column.slice(0, length - 1), column.slice(1)
-        differs = pc.fill_null(pc.not_equal(previous, current), True)
+        try:
+            differs = pc.fill_null(pc.not_equal(previous, current), True)
+        except pa.ArrowNotImplementedError:  # nested types (struct, list keys): compare in Python
+            differs = pa.array([a != b for a, b in zip(previous.to_pylist(), current.to_pylist())])
         both_null = pc.and_(pc.is_null(previous), pc.is_null(current))
         differs = pc.and_(differs, pc.invert(both_null))
         changed = differs if changed is None else pc.or_(changed, differs)

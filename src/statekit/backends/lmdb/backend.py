@@ -124,6 +124,9 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
                                                                 params.subtask, self.backend_id)
         self._tables: dict[str, LMDBTable] = {}
         self._store: LMDBStore | None = None
+        if params.resume_local_state and params.restore_handles and not LMDBStore.exists(self.instance_dir):
+            raise RestoreError(f"local recovery: {self.instance_dir} holds no LMDB environment, but the state to "
+                               f"resume is not empty; restore it from checkpoint storage instead")
         try:
             self._store = LMDBStore(self.instance_dir, self._options)
             if params.resume_local_state:  # local recovery: the environment already holds the state

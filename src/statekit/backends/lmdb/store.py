@@ -176,6 +176,11 @@ class LMDBStore:
         self._owner = threading.get_ident()
         return self.txn
 
+    @staticmethod
+    def exists(directory: str) -> bool:
+        """Whether ``directory`` holds an environment (an earlier store's)."""
+        return os.path.exists(os.path.join(directory, ENV_DIR, "data.mdb"))
+
     def sync(self) -> None:
         """Flush what was committed to disk (commits do not, with the default ``sync=false``)."""
         self._check_usable()

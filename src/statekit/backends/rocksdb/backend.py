@@ -101,6 +101,13 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
             if name != DEFAULT_COLUMN_FAMILY:
                 self._column_families[name] = self._db.get_column_family(name)
 
+    def _flush(self) -> None:
+        """Write every memtable to SST files (there is no write-ahead log). ``Rdict.flush`` flushes
+        the default column family only."""
+        self._db.flush()
+        for column_family in self._column_families.values():
+            column_family.flush()
+
     def _table(self, name: str) -> ColumnFamilyTable:
         table = self._tables.get(name)
         if table is None:
@@ -118,7 +125,7 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
     def _native_checkpoint(self, label: str) -> str:
         """Hard-link the current database into a new directory: a consistent, cheap copy."""
         directory = os.path.join(self.instance_dir, f"{label}-{uuid.uuid4().hex[:12]}")
-        self._db.flush()
+        self._flush()
         Checkpoint(self._db).create_checkpoint(directory)
         return directory
 
@@ -162,6 +169,9 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         self.resume_bookkeeping(params.restore_handles)
         if os.path.exists(os.path.join(self.db_dir, "CURRENT")):
             self._open(self.db_dir, Rdict.list_cf(self.db_dir, self._options.db_options()))
+        elif params.restore_handles:
+            raise RestoreError(f"local recovery: {self.instance_dir} holds no RocksDB database, but the state to "
+                               f"resume is not empty; restore it from checkpoint storage instead")
         incremental = [h for h in params.restore_handles if isinstance(h, IncrementalRocksDBStateHandle)]
         if len(incremental) == 1 and params.share_restored_files:
             self._confirmed = dict(incremental[0].shared)
@@ -231,15 +241,15 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
 
     # --- lifecycle
     def dispose(self) -> None:
+        if self._db is not None and self._keeps_dir:
+            self._flush()  # what the next epoch reopens must not be in a memtable
         for table in self._tables.values():
             table.close()
         self._tables.clear()
         self._column_families.clear()
         if self._db is not None:
             try:
-                if self._keeps_dir:
-                    self._db.flush()  # what the next epoch reopens must not be in a memtable
-                self._db.close()  # releases the LOCK
+                self._db.close()  # releases the LOCK once no column family object is referenced
             finally:
                 self._db = None
         if not self._keeps_dir:

@@ -76,7 +76,8 @@ class RocksDBOptions:
     @staticmethod
     def write_options() -> WriteOptions:
         """No write-ahead log (as Flink): checkpoints are the durability point, and every snapshot
-        and every close for local recovery flushes the memtables first. 2.5x faster puts."""
+        and every dispose that keeps the files for local recovery flushes every column family's
+        memtable first. 2.5x faster puts."""
         options = WriteOptions()
         options.disable_wal = True
         return options
