@@ -66,6 +66,8 @@ class SlotLease:
                  parked: ParkedBackend | None) -> None:
         self.directory = directory
         self._lock_fd = lock_fd
+        #: a private directory (the slot was busy) is deleted when the lease ends
+        self._private = lock_fd is None
         #: the working directory holds exactly the restore point (reopen it, do not restore)
         self.reusable = reusable
         #: this process's open keyed backend holding exactly the restore point
@@ -78,7 +80,7 @@ class SlotLease:
     @property
     def exclusive(self) -> bool:
         """False when another process held the slot: the lease works in a private directory."""
-        return self._lock_fd is not None
+        return not self._private
 
     def publish(self, checkpoint_id: int, state: SubtaskState, keyed: KeyedStateBackend,
                 operator: OperatorStateBackend, on_disk: bool) -> None:
@@ -105,7 +107,7 @@ class SlotLease:
         fd, self._lock_fd = self._lock_fd, None
         if fd is not None:
             release_lock(fd)
-        elif os.path.isdir(self.directory) and os.path.basename(self.directory).startswith("private-"):
+        elif self._private:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 

@@ -141,7 +141,7 @@ class LocalRunner:
         try:
             task.open()
             if isinstance(self.function, KeyedBatchFunction):
-                task.process_key_runs(_key_runs(records), outputs)
+                task.process_key_runs(_rows_by_key(records), outputs)
             else:
                 task.process_all(records, outputs)
             pending = task.snapshot(options)
@@ -159,7 +159,7 @@ class LocalRunner:
         self._restore_override = None
 
 
-def _key_runs(records: list[tuple[Any, int, Any]]) -> Iterator[tuple[Any, int, Any]]:
+def _rows_by_key(records: list[tuple[Any, int, Any]]) -> Iterator[tuple[Any, int, Any]]:
     """A ``KeyedBatchFunction``'s input: each key's rows (dicts) as one Arrow batch, in input order."""
     import pyarrow as pa
 

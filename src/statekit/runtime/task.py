@@ -69,10 +69,11 @@ class KeyedTask:
     def create(cls, function: ProcessFunction, state_backend: StateBackend, subtask: SubtaskInfo,
                checkpoint_id: int, *, key_serializer: TypeSerializer | None = None,
                restore: TaskRestore | None = None, local_dir: str | None = None, working_dir: str | None = None,
-               resume_local_state: bool = False) -> "KeyedTask":
+               resume_local_state: bool = False, keyed_backend: KeyedStateBackend | None = None) -> "KeyedTask":
         """Create the backends, restoring them from ``restore`` (or, with ``resume_local_state``,
-        reopening ``working_dir``, which holds the same state)."""
-        keyed = state_backend.create_keyed_backend(KeyedBackendParams(
+        reopening ``working_dir``, which holds the same state). An open ``keyed_backend`` that
+        already holds the restore point is used as it is; operator state is always restored."""
+        keyed = keyed_backend or state_backend.create_keyed_backend(KeyedBackendParams(
             subtask=subtask, key_serializer=resolve(key_serializer),
             restore_handles=tuple(restore.keyed) if restore else (),
             restore_streams=restore.streams if restore else None,

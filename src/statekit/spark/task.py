@@ -22,7 +22,7 @@ from statekit.runtime.local_recovery import SlotLease, lease_slot
 from statekit.runtime.task import KeyedTask, TaskRestore
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spi.errors import StatekitError
-from statekit.spi.backend import OperatorBackendParams, SnapshotOptions, StateBackend, SubtaskInfo
+from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.storage import CheckpointStorage
 
 KEY_GROUP_COLUMN = "__statekit_kg"
@@ -125,24 +125,18 @@ def _open_task(spec: SubtaskSpec, subtask: SubtaskInfo, restore: TaskRestore | N
                lease: SlotLease) -> tuple[KeyedTask, str]:
     """Reuse the backends this worker parked, reopen the working state left on this machine, or
     restore from storage, in that order; also returns which (a ``RECOVERY_*`` name)."""
+    parked = lease.parked.keyed if lease.parked is not None and restore is not None else None
     if restore is None:
         recovery = RECOVERY_FRESH
-    elif lease.parked is not None:
-        keyed = lease.parked.keyed
-        keyed.notify_checkpoint_complete(restore.checkpoint_id)
-        try:
-            operator = spec.state_backend.create_operator_backend(OperatorBackendParams(
-                subtask=subtask, restore_handles=tuple(restore.operator), restore_streams=restore.streams))
-        except BaseException:
-            keyed.dispose()
-            raise
-        return KeyedTask(spec.function, subtask, spec.checkpoint_id, keyed, operator, restore), RECOVERY_PARKED
+    elif parked is not None:
+        parked.notify_checkpoint_complete(restore.checkpoint_id)
+        recovery = RECOVERY_PARKED
     else:
         recovery = RECOVERY_LOCAL if lease.reusable else RECOVERY_STORAGE
     on_disk = spec.state_backend.capabilities.local_recovery
     task = KeyedTask.create(spec.function, spec.state_backend, subtask, spec.checkpoint_id, restore=restore,
                             local_dir=spec.local_dir, working_dir=lease.working_dir if on_disk else None,
-                            resume_local_state=on_disk and lease.reusable)
+                            resume_local_state=on_disk and lease.reusable, keyed_backend=parked)
     return task, recovery
 
 
