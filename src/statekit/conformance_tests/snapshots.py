@@ -22,7 +22,7 @@ from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import (
     SnapshotOptions, CorruptStateError, IncompatibleSerializerError, InlineStateHandle, KeyedStateBackend,
     KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, StateBackend,
-    StateHandle, ValueStateDescriptor,
+    SnapshotType, StateHandle, ValueStateDescriptor,
 )
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.inline import InlineStreams
@@ -167,6 +167,62 @@ class SnapshotRestoreTests(BackendTestBase):
                                                              "the snapshot")
             set_key(restored, "key-1")
             assert restored.get_state(MEAN).get() == 10, "an in-place accumulator update leaked into the snapshot"
+        finally:
+            restored.dispose()
+
+    def test_in_place_mutation_after_sync_part_does_not_reach_snapshot(self, state_backend, keyed_backend,
+                                                                        snapshot_streams, snapshot_options, tmp_path):
+        """Objects read from state and mutated in place (no update()) after the synchronous part:
+        the snapshot keeps its point in time."""
+        profile = keyed_backend.get_state(ValueStateDescriptor("profile"))
+        tags = keyed_backend.get_state(MapStateDescriptor("tags"))
+        history = keyed_backend.get_state(ListStateDescriptor("history"))
+        set_key(keyed_backend, "k")
+        profile.update({"n": 1})
+        tags.put("a", [1])
+        history.add({"seen": 1})
+        pending = keyed_backend.snapshot(1, snapshot_options)
+        profile.value()["n"] = 99
+        tags.get("a").append(99)
+        history.get()[0]["seen"] = 99
+        handle = pending.write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            set_key(restored, "k")
+            found = (restored.get_state(ValueStateDescriptor("profile")).value(),
+                     restored.get_state(MapStateDescriptor("tags")).get("a"),
+                     restored.get_state(ListStateDescriptor("history")).get())
+            assert found == ({"n": 1}, [1], [{"seen": 1}]), \
+                f"an in-place mutation after the synchronous part reached the snapshot: restored {found!r}"
+        finally:
+            restored.dispose()
+
+    def test_map_user_keys_survive_a_backend_switch(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        """Map entries whose user keys are equal in Python but not in bytes (1, True, 1.0) stay
+        distinct through savepoints from this backend into the heap backend and back."""
+        from statekit.backends.heap import HeapStateBackend
+
+        descriptor = MapStateDescriptor("m")
+        set_key(keyed_backend, "k")
+        state = keyed_backend.get_state(descriptor)
+        for user_key, value in ((1, "int"), (True, "bool"), (1.0, "float")):
+            state.put(user_key, value)
+        want = sorted([("1", "int"), ("True", "bool"), ("1.0", "float")])
+        savepoint = SnapshotOptions(SnapshotType.SAVEPOINT)
+        handle = keyed_backend.snapshot(1, savepoint).write(snapshot_streams)
+        heap = self._restore(HeapStateBackend(), tmp_path, [handle], snapshot_streams, name="heap")
+        try:
+            set_key(heap, "k")
+            found = sorted((repr(k), v) for k, v in heap.get_state(descriptor).items())
+            assert found == want, f"the heap backend restored this backend's map as {found}, expected {want}"
+            back = heap.snapshot(2, savepoint).write(snapshot_streams)
+        finally:
+            heap.dispose()
+        restored = self._restore(state_backend, tmp_path, [back], snapshot_streams)
+        try:
+            set_key(restored, "k")
+            found = sorted((repr(k), v) for k, v in restored.get_state(descriptor).items())
+            assert found == want, f"after switching to heap and back, the map is {found}, expected {want}"
         finally:
             restored.dispose()
 
