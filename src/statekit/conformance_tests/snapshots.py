@@ -15,14 +15,17 @@ from statekit.checkpoint.assignment import assign
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.compare import assert_same_rows, assert_same_state
 from statekit.conformance_tests.workload import (
-    COUNT, LAST, MAXIMUM, MEAN, SUMS, WorkloadFunction, dump_state, expected_outputs, expected_state, make_rows,
+    COUNT, LAST, MAXIMUM, MEAN, SUMS, Row, WorkloadFunction, dump_state, expected_outputs, expected_state, make_rows,
+    read_key_state,
 )
 from statekit.runtime.local_runner import LocalRunner
+from statekit.runtime.snapshot_upload import SnapshotUpload
+from statekit.runtime.task import KeyedTask
 from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import (
     SnapshotOptions, CorruptStateError, IncompatibleSerializerError, InlineStateHandle, KeyedStateBackend,
     KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, StateBackend,
-    SnapshotType, StateHandle, ValueStateDescriptor,
+    SnapshotType, StateHandle, SubtaskInfo, ValueStateDescriptor, key_group_for_key,
 )
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.inline import InlineStreams
@@ -43,6 +46,11 @@ def _fill(backend: KeyedStateBackend, keys: range, base: int = 0) -> dict[str, A
         sums.put_all({"a": k, "b": base})
         expected[key] = (base + k, [k, k + 1, base], {"a": k, "b": base})
     return expected
+
+
+def _records(rows: list[Row]) -> list[tuple[Any, int, Row]]:
+    """Workload rows as a task processes them: (key, key group, row)."""
+    return [(row[0], key_group_for_key(row[0], MAX_P), row) for row in rows]
 
 
 def _read_all(backend: KeyedStateBackend) -> dict[str, Any]:
@@ -264,6 +272,31 @@ class SnapshotRestoreTests(BackendTestBase):
         restored = self._restore(state_backend, tmp_path, [result["handle"]], snapshot_streams)
         try:
             assert_same_state(_read_all(restored), expected, "a snapshot written while processing continued")
+        finally:
+            restored.dispose()
+
+    def test_task_upload_isolated_from_processing_that_goes_on(self, state_backend, snapshot_streams, tmp_path):
+        """The path a Spark task takes: its snapshot uploads on a thread (``SnapshotUpload``) while
+        the task goes on; rows processed meanwhile never reach the uploaded snapshot."""
+        requires(state_backend, "async_snapshots")
+        subtask = SubtaskInfo("conformance-job", "op", 0, 1, MAX_P)
+        first, later = make_rows(3000, 400, seed=1), make_rows(3000, 400, seed=2)
+        task = KeyedTask.create(WorkloadFunction(), state_backend, subtask, 1, local_dir=str(tmp_path / "task"))
+        try:
+            task.open()
+            task.process_all(_records(first), [])
+            upload = SnapshotUpload(task.snapshot(), snapshot_streams, concurrent=True)
+            task.process_all(_records(later), [])
+            written = upload.result()
+        finally:
+            task.close()
+        restored = self._restore(state_backend, tmp_path, list(written.keyed), snapshot_streams)
+        try:
+            found = {}
+            for key in restored.keys(COUNT.name):
+                set_key(restored, key)
+                found[key] = read_key_state(restored, key)
+            assert_same_state(found, expected_state(first), "a snapshot uploaded while the task processed more rows")
         finally:
             restored.dispose()
 

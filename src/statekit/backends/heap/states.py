@@ -40,9 +40,10 @@ class HeapState(State):
         return entries
 
     def _private(self, value: Any) -> Any:
-        """``value``, copied if a pending snapshot may share it: reduce and aggregate functions
-        commonly update their accumulator in place."""
-        return value if self._table.owned[self._backend._index] else detached(value)
+        """A copy of a held value for a function that may update it in place (reduce and aggregate
+        functions commonly do): a pending snapshot may still hold the original even where its key
+        group was copied already, since copy-on-write copies the key group's maps, not its values."""
+        return value if type(value) in ATOMIC else detached(value)
 
     def _put(self, value: Any) -> None:
         self._entries_for_write()[self._backend._key] = value
