@@ -15,14 +15,17 @@ from statekit.checkpoint.assignment import assign
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.compare import assert_same_rows, assert_same_state
 from statekit.conformance_tests.workload import (
-    COUNT, LAST, MAXIMUM, MEAN, SUMS, WorkloadFunction, dump_state, expected_outputs, expected_state, make_rows,
+    COUNT, LAST, MAXIMUM, MEAN, SUMS, Row, WorkloadFunction, dump_state, expected_outputs, expected_state, make_rows,
+    read_key_state,
 )
 from statekit.runtime.local_runner import LocalRunner
+from statekit.runtime.snapshot_upload import SnapshotUpload
+from statekit.runtime.task import KeyedTask
 from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import (
     SnapshotOptions, CorruptStateError, IncompatibleSerializerError, InlineStateHandle, KeyedStateBackend,
     KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, StateBackend,
-    StateHandle, ValueStateDescriptor,
+    SnapshotType, StateHandle, SubtaskInfo, ValueStateDescriptor, key_group_for_key,
 )
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.inline import InlineStreams
@@ -43,6 +46,11 @@ def _fill(backend: KeyedStateBackend, keys: range, base: int = 0) -> dict[str, A
         sums.put_all({"a": k, "b": base})
         expected[key] = (base + k, [k, k + 1, base], {"a": k, "b": base})
     return expected
+
+
+def _records(rows: list[Row]) -> list[tuple[Any, int, Row]]:
+    """Workload rows as a task processes them: (key, key group, row)."""
+    return [(row[0], key_group_for_key(row[0], MAX_P), row) for row in rows]
 
 
 def _read_all(backend: KeyedStateBackend) -> dict[str, Any]:
@@ -170,6 +178,62 @@ class SnapshotRestoreTests(BackendTestBase):
         finally:
             restored.dispose()
 
+    def test_in_place_mutation_after_sync_part_does_not_reach_snapshot(self, state_backend, keyed_backend,
+                                                                        snapshot_streams, snapshot_options, tmp_path):
+        """Objects read from state and mutated in place (no update()) after the synchronous part:
+        the snapshot keeps its point in time."""
+        profile = keyed_backend.get_state(ValueStateDescriptor("profile"))
+        tags = keyed_backend.get_state(MapStateDescriptor("tags"))
+        history = keyed_backend.get_state(ListStateDescriptor("history"))
+        set_key(keyed_backend, "k")
+        profile.update({"n": 1})
+        tags.put("a", [1])
+        history.add({"seen": 1})
+        pending = keyed_backend.snapshot(1, snapshot_options)
+        profile.value()["n"] = 99
+        tags.get("a").append(99)
+        history.get()[0]["seen"] = 99
+        handle = pending.write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            set_key(restored, "k")
+            found = (restored.get_state(ValueStateDescriptor("profile")).value(),
+                     restored.get_state(MapStateDescriptor("tags")).get("a"),
+                     restored.get_state(ListStateDescriptor("history")).get())
+            assert found == ({"n": 1}, [1], [{"seen": 1}]), \
+                f"an in-place mutation after the synchronous part reached the snapshot: restored {found!r}"
+        finally:
+            restored.dispose()
+
+    def test_map_user_keys_survive_a_backend_switch(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        """Map entries whose user keys are equal in Python but not in bytes (1, True, 1.0) stay
+        distinct through savepoints from this backend into the heap backend and back."""
+        from statekit.backends.heap import HeapStateBackend
+
+        descriptor = MapStateDescriptor("m")
+        set_key(keyed_backend, "k")
+        state = keyed_backend.get_state(descriptor)
+        for user_key, value in ((1, "int"), (True, "bool"), (1.0, "float")):
+            state.put(user_key, value)
+        want = sorted([("1", "int"), ("True", "bool"), ("1.0", "float")])
+        savepoint = SnapshotOptions(SnapshotType.SAVEPOINT)
+        handle = keyed_backend.snapshot(1, savepoint).write(snapshot_streams)
+        heap = self._restore(HeapStateBackend(), tmp_path, [handle], snapshot_streams, name="heap")
+        try:
+            set_key(heap, "k")
+            found = sorted((repr(k), v) for k, v in heap.get_state(descriptor).items())
+            assert found == want, f"the heap backend restored this backend's map as {found}, expected {want}"
+            back = heap.snapshot(2, savepoint).write(snapshot_streams)
+        finally:
+            heap.dispose()
+        restored = self._restore(state_backend, tmp_path, [back], snapshot_streams)
+        try:
+            set_key(restored, "k")
+            found = sorted((repr(k), v) for k, v in restored.get_state(descriptor).items())
+            assert found == want, f"after switching to heap and back, the map is {found}, expected {want}"
+        finally:
+            restored.dispose()
+
     def test_overlapping_snapshots_each_see_their_own_point(self, state_backend, keyed_backend,
                                                             snapshot_streams, snapshot_options, tmp_path):
         first_expected = _fill(keyed_backend, range(500))
@@ -208,6 +272,31 @@ class SnapshotRestoreTests(BackendTestBase):
         restored = self._restore(state_backend, tmp_path, [result["handle"]], snapshot_streams)
         try:
             assert_same_state(_read_all(restored), expected, "a snapshot written while processing continued")
+        finally:
+            restored.dispose()
+
+    def test_task_upload_isolated_from_processing_that_goes_on(self, state_backend, snapshot_streams, tmp_path):
+        """The path a Spark task takes: its snapshot uploads on a thread (``SnapshotUpload``) while
+        the task goes on; rows processed meanwhile never reach the uploaded snapshot."""
+        requires(state_backend, "async_snapshots")
+        subtask = SubtaskInfo("conformance-job", "op", 0, 1, MAX_P)
+        first, later = make_rows(3000, 400, seed=1), make_rows(3000, 400, seed=2)
+        task = KeyedTask.create(WorkloadFunction(), state_backend, subtask, 1, local_dir=str(tmp_path / "task"))
+        try:
+            task.open()
+            task.process_all(_records(first), [])
+            upload = SnapshotUpload(task.snapshot(), snapshot_streams, concurrent=True)
+            task.process_all(_records(later), [])
+            written = upload.result()
+        finally:
+            task.close()
+        restored = self._restore(state_backend, tmp_path, list(written.keyed), snapshot_streams)
+        try:
+            found = {}
+            for key in restored.keys(COUNT.name):
+                set_key(restored, key)
+                found[key] = read_key_state(restored, key)
+            assert_same_state(found, expected_state(first), "a snapshot uploaded while the task processed more rows")
         finally:
             restored.dispose()
 

@@ -1,4 +1,5 @@
-"""One subtask's lifecycle, engine-independent: restore -> open -> process -> snapshot -> close.
+"""One subtask's lifecycle, engine-independent: restore -> open -> process -> snapshot (the synchronous
+part; ``snapshot_upload`` runs the asynchronous part) -> close.
 
 Both the local runner and the Spark executor code drive this class.
 """

@@ -19,6 +19,7 @@ from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
 from statekit.runtime.function import KeyedBatchFunction, ProcessFunction
 from statekit.runtime.local_recovery import SlotLease, lease_slot
+from statekit.runtime.snapshot_upload import SnapshotUpload
 from statekit.runtime.task import KeyedTask, TaskRestore
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spi.errors import StatekitError
@@ -82,7 +83,16 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
                 yield _to_batch(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema)
                 del outputs[:OUTPUT_BATCH_ROWS]
         pending = task.snapshot(SnapshotOptions(incremental=spec.incremental))
-        state = pending.write(access.streams(spec.checkpoint_id, subtask.name))
+        upload = SnapshotUpload(pending, access.streams(spec.checkpoint_id, subtask.name),
+                                concurrent=spec.state_backend.capabilities.async_snapshots)
+        try:
+            while outputs:  # the rest of the output goes to Spark while the snapshot uploads
+                yield _to_batch(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema)
+                del outputs[:OUTPUT_BATCH_ROWS]
+            state = upload.result()
+        except BaseException:
+            upload.abandon()
+            raise
     except BaseException:
         try:
             task.close()
@@ -97,8 +107,6 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
     lease.publish(spec.checkpoint_id, state, task.keyed_backend, task.operator_backend,
                   on_disk=spec.state_backend.capabilities.local_recovery)
     acknowledge.add([(subtask_index, json.dumps(state.to_json()), recovery)])
-    if outputs:
-        yield _to_batch(outputs, spec.output_schema)
 
 
 def _restore_of(spec: SubtaskSpec, subtask_index: int, access: Any) -> tuple[TaskRestore | None, SubtaskState | None]:

@@ -11,6 +11,7 @@ from statekit.backends.common.namespaces import decode_namespace, encode_namespa
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.common.option_values import parse_options
 from statekit.backends.common.registration import RegisteredState, default_value, register
+from statekit.backends.heap.copies import UserKeys
 from statekit.backends.heap.state_table import KeyGroupMap, StateTable
 from statekit.backends.heap.states import (
     HeapAggregatingState, HeapListState, HeapMapState, HeapReducingState, HeapState, HeapValueState,
@@ -182,15 +183,16 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             table = self._tables.get(name)
             if table is None:
                 raise RestoreError(f"snapshot rows for state {name!r}, which its handle does not describe")
-            _load_rows(table.registration, table.writable(index), columns, start, end, key_cache, deserialize_key)
+            _load_rows(table, table.writable(index), columns, start, end, key_cache, deserialize_key)
 
 
-def _load_rows(registration: RegisteredState, group: KeyGroupMap, columns: dict[str, list[Any]],
+def _load_rows(table: StateTable, group: KeyGroupMap, columns: dict[str, list[Any]],
                start: int, end: int, key_cache: dict[bytes, Any], deserialize_key: Any) -> None:
+    registration = table.registration
     kind = registration.kind
     ns_serializer = registration.namespace_serializer
     value_of = registration.value_serializer.deserialize
-    user_key_of = registration.user_key_serializer.deserialize if kind is StateKind.MAP else None
+    held_user_key = table.user_keys.held_from_bytes if table.user_keys is not None else None
     keys, namespaces, user_keys, values = (columns["key"], columns["namespace"], columns["user_key"],
                                            columns["value"])
     for i in range(start, end):
@@ -206,7 +208,7 @@ def _load_rows(registration: RegisteredState, group: KeyGroupMap, columns: dict[
         if kind is StateKind.LIST:
             entries.setdefault(key, []).append(value)
         elif kind is StateKind.MAP:
-            entries.setdefault(key, {})[user_key_of(user_keys[i])] = value  # type: ignore[misc]
+            entries.setdefault(key, {})[held_user_key(user_keys[i])] = value  # type: ignore[misc]
         else:
             entries[key] = value
 
@@ -225,6 +227,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
         self._shared = shared
         self._metas = [table.registration.meta() for table, _, _ in shared.values()]
         self._registrations = {name: table.registration for name, (table, _, _) in shared.items()}
+        self._user_keys = {name: table.user_keys for name, (table, _, _) in shared.items()}
         self._changelog = backend._changelog
         self._chain = self._changelog.chain
         self._changed = changed  # None: write a full snapshot (a new base when incremental)
@@ -256,8 +259,8 @@ class _HeapPendingSnapshot(PendingSnapshot):
                 for name, (_, view, _) in self._shared.items():
                     group = view[index]
                     if group:
-                        _write_group(writer, key_group, name, self._registrations[name], group,
-                                     key_cache, serialize_key)
+                        _write_group(writer, key_group, name, self._registrations[name], self._user_keys[name],
+                                     group, key_cache, serialize_key)
             return writer.finish(self._key_group_range, self._key_serializer.snapshot(), self._metas)
         except BaseException:
             writer.abort()
@@ -306,7 +309,8 @@ class _HeapPendingSnapshot(PendingSnapshot):
                 writer.add_rows(key_group, name, [keys[i] for i in rows], [namespaces[i] for i in rows], None,
                                 [b""] * len(rows), [OP_DELETE] * len(rows))
             if current:
-                _write_group(writer, key_group, name, registration, current, key_cache, serialize_key, OP_PUT)
+                _write_group(writer, key_group, name, registration, self._user_keys[name], current, key_cache,
+                             serialize_key, OP_PUT)
 
     def release(self) -> None:
         for table, view, owned in self._shared.values():
@@ -314,8 +318,8 @@ class _HeapPendingSnapshot(PendingSnapshot):
         self._shared = {}
 
 
-def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str,
-                 registration: RegisteredState, group: KeyGroupMap, key_cache: dict[Any, bytes],
+def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, registration: RegisteredState,
+                 user_keys_of: UserKeys | None, group: KeyGroupMap, key_cache: dict[Any, bytes],
                  serialize_key: Any, op: int | None = None) -> None:
     kind = registration.kind
     value_serializer = registration.value_serializer
@@ -331,11 +335,11 @@ def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str,
                 values.extend(value_serializer.serialize_many(elements))
         elif kind is StateKind.MAP:
             user_keys, values = [], []
-            uk_serializer = registration.user_key_serializer
+            user_key_bytes = user_keys_of.to_bytes  # type: ignore[union-attr]
             for key, mapping in entries.items():
                 key_bytes = _key_bytes(key, key_cache, serialize_key)
                 keys.extend([key_bytes] * len(mapping))
-                user_keys.extend(uk_serializer.serialize_many(mapping.keys()))
+                user_keys.extend([user_key_bytes(k) for k in mapping])
                 values.extend(value_serializer.serialize_many(mapping.values()))
         else:
             keys = [_key_bytes(k, key_cache, serialize_key) for k in entries]

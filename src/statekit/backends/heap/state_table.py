@@ -7,14 +7,16 @@ containers in it) so the snapshot keeps seeing the old ones. When the snapshot h
 the key groups it still shares become exclusive again, so a snapshot that is written before
 processing resumes costs no copies at all.
 
-Values of value, reducing and aggregating state are held by reference: a value object must not
-be mutated in place after it was passed to ``update``/``add`` (as with Flink's heap backend).
+Held values are never shared with user code (``copies``): they are copied on the way in and
+out, so the only writes to a key group are the state methods', and those go through
+``writable``.
 """
 from __future__ import annotations
 
 from typing import Any, Iterator
 
 from statekit.backends.common.registration import RegisteredState
+from statekit.backends.heap.copies import UserKeys
 from statekit.spi.descriptors import StateKind
 from statekit.spi.errors import StateAccessError
 from statekit.spi.key_groups import KeyGroupRange
@@ -41,6 +43,8 @@ NO_CURRENT_KEY = _NoCurrentKey()
 class StateTable:
     def __init__(self, registration: RegisteredState, key_groups: KeyGroupRange) -> None:
         self.registration = registration
+        #: map state: how user keys are held (by serialized bytes unless plain)
+        self.user_keys = UserKeys(registration.user_key_serializer) if registration.kind is StateKind.MAP else None
         self.size = len(key_groups)
         # one slot per key group, plus NO_CURRENT_KEY at index ``size``
         self.groups: list[KeyGroupMap] = [{} for _ in range(self.size)] + [NO_CURRENT_KEY]

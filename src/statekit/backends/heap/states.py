@@ -1,10 +1,10 @@
 """The five keyed state kinds on a heap ``StateTable``."""
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from statekit.backends.common.registration import checked_list_elements
+from statekit.backends.heap.copies import ATOMIC, detached, detached_list
 from statekit.spi.errors import StateAccessError
 from statekit.spi.state import (
     AggregatingState, ListState, MapState, ReducingState, State, ValueState, VOID_NAMESPACE,
@@ -13,9 +13,6 @@ from statekit.spi.state import (
 if TYPE_CHECKING:
     from statekit.backends.heap.backend import HeapKeyedStateBackend
     from statekit.backends.heap.state_table import StateTable
-
-_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset)
-
 
 class HeapState(State):
     def __init__(self, backend: "HeapKeyedStateBackend", table: "StateTable") -> None:
@@ -43,11 +40,10 @@ class HeapState(State):
         return entries
 
     def _private(self, value: Any) -> Any:
-        """``value``, deep-copied if a pending snapshot may share it: reduce and aggregate
-        functions commonly update their accumulator in place."""
-        if self._table.owned[self._backend._index] or isinstance(value, _IMMUTABLE):
-            return value
-        return copy.deepcopy(value)
+        """A copy of a held value for a function that may update it in place (reduce and aggregate
+        functions commonly do): a pending snapshot may still hold the original even where its key
+        group was copied already, since copy-on-write copies the key group's maps, not its values."""
+        return value if type(value) in ATOMIC else detached(value)
 
     def _put(self, value: Any) -> None:
         self._entries_for_write()[self._backend._key] = value
@@ -71,15 +67,14 @@ class HeapValueState(HeapState, ValueState):
     def __init__(self, backend: "HeapKeyedStateBackend", table: "StateTable", default: Any) -> None:
         super().__init__(backend, table)
         self._default = default
-        self._copy_default = not isinstance(default, _IMMUTABLE)
 
     def value(self) -> Any:
         entries = self._table.groups[self._backend._index].get(self._namespace)
         if entries is not None:
             value = entries.get(self._backend._key, entries)
             if value is not entries:
-                return value
-        return copy.deepcopy(self._default) if self._copy_default else self._default
+                return value if type(value) in ATOMIC else detached(value)
+        return detached(self._default)
 
     def update(self, value: Any) -> None:
         if value is None:
@@ -91,7 +86,7 @@ class HeapValueState(HeapState, ValueState):
         entries = group.get(self._namespace)
         if entries is None:
             entries = group[self._namespace] = {}
-        entries[backend._key] = value  # the hot path of _put, inlined
+        entries[backend._key] = value if type(value) in ATOMIC else detached(value)  # _put, inlined
         changelog = backend._changelog
         if changelog.enabled:
             changelog.dirty[index].add((self._name, backend._key, self._namespace))
@@ -100,11 +95,12 @@ class HeapValueState(HeapState, ValueState):
 class HeapListState(HeapState, ListState):
     def get(self) -> list[Any]:
         values = self._get()
-        return list(values) if values else []
+        return detached_list(values) if values else []
 
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ListState.add(None): list state elements cannot be None")
+        value = detached(value)
         entries = self._entries_for_write()
         key = self._backend._key
         values = entries.get(key)
@@ -114,7 +110,7 @@ class HeapListState(HeapState, ListState):
             values.append(value)
 
     def add_all(self, values: Iterable[Any]) -> None:
-        new = checked_list_elements(values)
+        new = detached_list(checked_list_elements(values))
         if not new:
             return
         entries = self._entries_for_write()
@@ -126,7 +122,7 @@ class HeapListState(HeapState, ListState):
             existing.extend(new)
 
     def update(self, values: Iterable[Any] | None) -> None:
-        new = checked_list_elements(values or ())
+        new = detached_list(checked_list_elements(values or ()))
         if new:
             self._put(new)
         else:
@@ -134,6 +130,13 @@ class HeapListState(HeapState, ListState):
 
 
 class HeapMapState(HeapState, MapState):
+    """Entries are held by ``UserKeys`` (equal when their serialized bytes are) and copied values."""
+
+    def __init__(self, backend: "HeapKeyedStateBackend", table: "StateTable") -> None:
+        super().__init__(backend, table)
+        self._keys = table.user_keys
+        self._plain = table.user_keys.plain  # type: ignore[union-attr]
+
     def _map(self) -> dict[Any, Any] | None:
         return self._get()
 
@@ -147,31 +150,41 @@ class HeapMapState(HeapState, MapState):
 
     def get(self, user_key: Any) -> Any:
         mapping = self._map()
-        return None if mapping is None else mapping.get(user_key)
+        if mapping is None:
+            return None
+        value = mapping.get(user_key if type(user_key) in self._plain else self._keys.held(user_key))
+        return value if type(value) in ATOMIC else detached(value)
 
     def put(self, user_key: Any, value: Any) -> None:
-        self._map_for_write()[user_key] = value
+        held = user_key if type(user_key) in self._plain else self._keys.held(user_key)
+        self._map_for_write()[held] = value if type(value) in ATOMIC else detached(value)
 
     def put_all(self, entries: Mapping[Any, Any]) -> None:
         if entries:
-            self._map_for_write().update(entries)
+            held = self._keys.held
+            new = {held(k): detached(v) for k, v in entries.items()}
+            self._map_for_write().update(new)
 
     def remove(self, user_key: Any) -> None:
         mapping = self._map()
-        if mapping is None or user_key not in mapping:
+        held = self._keys.held(user_key)
+        if mapping is None or held not in mapping:
             return
         mapping = self._map_for_write()
-        del mapping[user_key]
+        del mapping[held]
         if not mapping:
             self.clear()
 
     def contains(self, user_key: Any) -> bool:
         mapping = self._map()
-        return mapping is not None and user_key in mapping
+        return mapping is not None and self._keys.held(user_key) in mapping
 
     def items(self) -> Iterator[tuple[Any, Any]]:
         mapping = self._map()
-        return iter(list(mapping.items()) if mapping else ())
+        if not mapping:
+            return iter(())
+        user_key = self._keys.user_key
+        return iter([(user_key(k), detached(v)) for k, v in mapping.items()])
 
     def is_empty(self) -> bool:
         return not self._map()
@@ -183,11 +196,12 @@ class HeapReducingState(HeapState, ReducingState):
         self._reduce = reduce_function
 
     def get(self) -> Any:
-        return self._get()
+        return detached(self._get())
 
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ReducingState.add(None): reducing state cannot add None")
+        value = detached(value)  # the reduce function may keep it: the state owns what it holds
         current = self._private(self._get())
         self._put(value if current is None else self._reduce(current, value))
 
@@ -199,10 +213,10 @@ class HeapAggregatingState(HeapState, AggregatingState):
 
     def get(self) -> Any:
         accumulator = self._get()
-        return None if accumulator is None else self._fn.get_result(accumulator)
+        return None if accumulator is None else detached(self._fn.get_result(accumulator))
 
     def add(self, value: Any) -> None:
         accumulator = self._private(self._get())
         if accumulator is None:
             accumulator = self._fn.create_accumulator()
-        self._put(self._fn.add(value, accumulator))
+        self._put(self._fn.add(detached(value), accumulator))
