@@ -118,8 +118,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
     job_id, operator_id, output, storage = job.job_id, job.operator_id, job.output, job.storage
     ownership = job.ownership(progress.identity if progress is not None else BOUNDED)
     store = job.store(streaming=progress is not None)
-    ownership.begin_epoch(store.latest())
     chosen = choose_restore_point(store, conf, job_id, requested_epoch, progress, storage.durable)
+    ownership.begin_epoch(store.latest())  # after the restore point passed its checks: a refused run takes nothing
     epoch, store, restore_url = chosen.epoch, chosen.store, chosen.external_url
     previous = chosen.checkpoint.metadata.operators.get(operator_id) if chosen.checkpoint else None
     parallelism = conf.parallelism or (previous.parallelism if previous else spark.sparkContext.defaultParallelism)
