@@ -32,9 +32,10 @@ _NOT_ROWS = (str, bytes, bytearray, memoryview, Mapping)
 def checked_rows(produced: Any, function: Any, method: str, key: Any) -> Iterator[Any]:
     """The rows of what ``function.<method>`` returned for ``key`` (anything but None, a list, a
     tuple or a generator; those the callers take directly), or a ``FunctionResultError``."""
-    problem = None
     if isinstance(produced, _NOT_ROWS):
         problem = "a single value, not an iterable of rows"
+    elif hasattr(produced, "num_rows") and hasattr(produced, "schema"):
+        problem = "an Arrow batch or table, which iterates its columns: return its rows (e.g. batch.to_pylist())"
     else:
         try:
             return iter(produced)
