@@ -4,6 +4,7 @@ Both the local runner and the Spark executor code drive this class.
 """
 from __future__ import annotations
 
+import inspect
 import types
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -23,7 +24,8 @@ from statekit.spi.serializer import TypeSerializer
 from statekit.spi.storage import CheckpointStreams
 
 
-#: what a function usually returns: taken as they are, with one type lookup per call
+#: what a function usually returns, taken as it is after one type lookup per call; a generator
+#: function (``yield``) always returns a generator, so its results are not looked at at all
 _ROW_ITERABLES = frozenset({types.GeneratorType, list, tuple})
 #: iterable, but not an iterable of rows: a string would be taken character by character, a dict key by key
 _NOT_ROWS = (str, bytes, bytearray, memoryview, Mapping)
@@ -132,24 +134,28 @@ class KeyedTask:
         set_key = self.keyed_backend.set_current_key
         process = self.function.process
         ctx = self.context
+        extend, usual, check = out.extend, _ROW_ITERABLES, not inspect.isgeneratorfunction(process)
         for key, key_group, row in records:
             set_key(key, key_group)
             produced = process(row, ctx)
             if produced is not None:
-                out.extend(produced if type(produced) in _ROW_ITERABLES
-                           else checked_rows(produced, self.function, "process", key))
+                if check and produced.__class__ not in usual:
+                    produced = checked_rows(produced, self.function, "process", key)
+                extend(produced)
 
     def process_key_runs(self, runs: Iterable[tuple[Any, int, Any]], out: list[Any]) -> None:
         """For a ``KeyedBatchFunction``: ``runs`` are (key, key group, that key's rows)."""
         set_key = self.keyed_backend.set_current_key
         process_rows = self.function.process_rows  # type: ignore[union-attr]
         ctx = self.context
+        extend, usual, check = out.extend, _ROW_ITERABLES, not inspect.isgeneratorfunction(process_rows)
         for key, key_group, rows in runs:
             set_key(key, key_group)
             produced = process_rows(key, rows, ctx)
             if produced is not None:
-                out.extend(produced if type(produced) in _ROW_ITERABLES
-                           else checked_rows(produced, self.function, "process_rows", key))
+                if check and produced.__class__ not in usual:
+                    produced = checked_rows(produced, self.function, "process_rows", key)
+                extend(produced)
 
     def snapshot(self, options: SnapshotOptions = SnapshotOptions()) -> PendingTaskSnapshot:
         """The synchronous part of the epoch's snapshot (after the function's own hook)."""
