@@ -98,11 +98,13 @@ class KeyedJob:
                                      f"DataFrame ({list(columns)})")
         if job_id is not None:
             check_job_id(job_id)
-        elif conf.job_id is None:
+        elif conf.job_id is not None:
+            job_id = conf.job_id
+        else:
             job_id = check_job_id(spark.sparkContext.appName, f"the application name (the default job id; set "
                                                              f"{PREFIX}job-id or pass job_id= to choose one)")
         output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
-        return cls(spark, key_columns, function, output, operator_id, job_id or conf.job_id, conf)  # type: ignore[arg-type]
+        return cls(spark, key_columns, function, output, operator_id, job_id, conf)
 
     def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None) -> DataFrame:
         """Run one epoch (default: after the latest checkpoint) and commit its checkpoint.

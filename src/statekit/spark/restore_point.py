@@ -86,16 +86,15 @@ def _refuse_replacing_another_owner(store: CheckpointStore, epoch: int, progress
                                     job_id: str) -> None:
     """A query's epochs follow its micro-batch ids: a query that took a job over must not replace
     the newer checkpoints another query or job wrote there."""
-    newer = [c for c in store.completed() if c.checkpoint_id >= epoch]
-    foreign = [c for c in newer if (identity := recorded_identity(c)) is not None
-               and not identity.same_as(progress.identity)]
-    if foreign:
-        latest = store.latest()
+    owners = [recorded_identity(c) for c in store.completed() if c.checkpoint_id >= epoch]
+    foreign = [owner for owner in owners if owner is not None and not owner.same_as(progress.identity)]
+    latest = store.latest()
+    if foreign and latest is not None:
         raise JobOwnershipError(
             f"{progress.identity.description} runs micro-batch {epoch - 1} (epoch {epoch}), but job {job_id!r} has "
-            f"checkpoints up to {latest.checkpoint_id} written by {recorded_identity(foreign[-1]).description}"  # type: ignore[union-attr]
-            f"; this epoch would replace them. Give the query its own job id, with spark.statekit.restore.path="
-            f"{latest.pointer.external_pointer} to start from that state")  # type: ignore[union-attr]
+            f"checkpoints up to {latest.checkpoint_id} written by {foreign[-1].description}; this epoch would "
+            f"replace them. Give the query its own job id, with spark.statekit.restore.path="
+            f"{latest.pointer.external_pointer} to start from that state")
 
 
 def _rollback_message(store: CheckpointStore, conf: StatekitConf, job_id: str, own: CompletedCheckpoint | None,

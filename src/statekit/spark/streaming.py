@@ -43,7 +43,8 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
                          query_name: str | None = None) -> StreamingQuery:
     """Start the streaming query; ``trigger`` takes ``DataStreamWriter.trigger`` keywords."""
     if not df.isStreaming:
-        raise ConfigurationError("process_keyed_stream needs a streaming DataFrame; use process_keyed for a bounded one")
+        raise ConfigurationError("process_keyed_stream needs a streaming DataFrame; use process_keyed for a "
+                                 "bounded one")
     job = KeyedJob.create(df.sparkSession, df.columns, keys, function, schema, operator_id, job_id, conf)
     query_checkpoint = QueryCheckpoint(checkpoint_location)
     # fail before the query starts when the job belongs to another query (checked again, with the

@@ -151,7 +151,8 @@ def number(minimum: float | None = None, maximum: float | None = None, *, positi
     """A finite number in ``[minimum, maximum]`` (above 0 when ``positive``)."""
     def parse(value: Any, setting: str) -> float:
         try:
-            result = float(value if isinstance(value, (int, float)) and not isinstance(value, bool) else _text_of(value))
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            result = float(value if numeric else _text_of(value))
         except ValueError:
             result = math.nan
         if (not math.isfinite(result) or (positive and result <= 0) or (minimum is not None and result < minimum)
