@@ -16,8 +16,8 @@ from statekit.spi.errors import ConfigurationError
 MAX_NAME_LENGTH = 128
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _RESERVED = re.compile(r"^(chk-\d+|shared|savepoint-.*)$", re.IGNORECASE)
-RULES = (f"1 to {MAX_NAME_LENGTH} characters out of ASCII letters, digits, '_', '-' and '.', starting with a letter or "
-         f"a digit, without '..'")
+RULES = (f"1 to {MAX_NAME_LENGTH} characters out of ASCII letters, digits, '_', '-' and '.', starting with a "
+         f"letter or a digit, without '..'")
 
 
 def _problem(name: object) -> str | None:
