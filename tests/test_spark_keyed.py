@@ -38,3 +38,12 @@ def test_job_id_comes_from_conf(spark, statekit_settings):
     process_keyed(df, "key", WorkloadFunction(), OUTPUT).collect()
     latest, _ = latest_checkpoint(spark, "from-conf")
     assert latest.checkpoint_id == 1
+
+
+def test_storage_options_from_conf_reach_the_storage(tmp_path):
+    """Kebab-case storage options, as Spark conf gives them (a TypeError before)."""
+    memory = StatekitConf.parse({"checkpoint.jobmanager.max-state-size": "10m"}).create_storage()
+    assert memory.max_state_size == 10 << 20
+    files = StatekitConf.parse({"checkpoint.storage": "filesystem", "checkpoint.dir": tmp_path.as_uri(),
+                                "checkpoint.filesystem.memory-threshold": "1k"}).create_storage()
+    assert files.memory_threshold == 1024
