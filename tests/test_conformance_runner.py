@@ -10,7 +10,8 @@ from conformance_command import run_suite
 from statekit.backends.heap import HeapStateBackend
 from statekit.conformance_tests.base import requires
 from statekit.conformance_tests.report import capability_lines
-from statekit.spi import Capabilities
+from statekit.conformance_tests.target import SuiteTarget
+from statekit.spi import Capabilities, ConfigurationError
 
 #: one or two tests per level (Spark excluded: TestHeapSpark runs it)
 SUBSET = ("test_value_update_then_value or test_round_trip_every_key_and_value or test_aborted_checkpoint "
@@ -84,3 +85,13 @@ def test_a_plugin_cannot_declare_required_behaviour_away():
                                             "declared away): rescaling")
     assert capability_lines(NotCapabilities) == [
         "capabilities: NotCapabilities.capabilities must be a statekit.spi.Capabilities, not dict"]
+
+
+def test_command_line_options_go_through_the_settings_parser(tmp_path):
+    target = SuiteTarget("lmdb", "jobmanager", {"map_size": "1m"}, {"max-state-size": "10m"})
+    target.check()
+    assert target.create_backend().lmdb_options.map_size == 1 << 20
+    assert target.create_storage(tmp_path.as_uri()).max_state_size == 10 << 20
+    with pytest.raises(ConfigurationError, match=r"spark\.statekit\.checkpoint\.filesystem\.memory-threshold must "
+                                                 r"be a size"):
+        SuiteTarget("heap", "filesystem", {}, {"memory-threshold": "lots"}).check()

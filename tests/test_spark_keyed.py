@@ -20,12 +20,12 @@ def test_invalid_conf_fails_before_any_job(spark, statekit_settings):
 
 @pytest.mark.parametrize("settings,message", [
     ({"checkpoint.storage": "filesystem"}, r"needs spark\.statekit\.checkpoint\.dir"),
-    ({"parallelism": "zero"}, r"spark\.statekit\.parallelism must be a positive integer"),
+    ({"parallelism": "zero"}, r"spark\.statekit\.parallelism must be a whole number from 1 to 32768"),
     ({"checkpoint.incremental": "maybe"}, r"spark\.statekit\.checkpoint\.incremental must be true or false"),
     ({"restore.mode": "steal"}, r"spark\.statekit\.restore\.mode must be one of"),
     ({"backend.rocksdb.compression": "brotli", "backend": "rocksdb"}, r"compression must be one of"),
     ({"chekpoint.dir": "/tmp"}, r"unknown setting spark\.statekit\.chekpoint\.dir"),
-    ({"batch.max-bytes": "lots"}, r"spark\.statekit\.batch\.max-bytes must be a positive size"),
+    ({"batch.max-bytes": "lots"}, r"spark\.statekit\.batch\.max-bytes must be a size in bytes from 1 to 2g"),
 ])
 def test_conf_errors_name_the_setting(settings, message):
     with pytest.raises(ConfigurationError, match=message):
@@ -38,3 +38,12 @@ def test_job_id_comes_from_conf(spark, statekit_settings):
     process_keyed(df, "key", WorkloadFunction(), OUTPUT).collect()
     latest, _ = latest_checkpoint(spark, "from-conf")
     assert latest.checkpoint_id == 1
+
+
+def test_storage_options_from_conf_reach_the_storage(tmp_path):
+    """Kebab-case storage options, as Spark conf gives them (a TypeError before)."""
+    memory = StatekitConf.parse({"checkpoint.jobmanager.max-state-size": "10m"}).create_storage()
+    assert memory.max_state_size == 10 << 20
+    files = StatekitConf.parse({"checkpoint.storage": "filesystem", "checkpoint.dir": tmp_path.as_uri(),
+                                "checkpoint.filesystem.memory-threshold": "1k"}).create_storage()
+    assert files.memory_threshold == 1024

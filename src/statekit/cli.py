@@ -106,6 +106,7 @@ from statekit.checkpoint.store import stream_handles, subtask_stream_handles
 from statekit.spi.errors import CorruptStateError, StatekitError
 from statekit.spi.handles import OperatorStateHandle, StreamStateHandle
 from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.names import check_job_id
 from statekit.spi.serializer import SerializerSnapshot
 from statekit.storage.filesystem import (
     CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR, open_url, resolve,
@@ -517,6 +518,7 @@ def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | No
         raise
     except Exception as exc:
         raise CliError(f"--backend={name!r}: {cls.__name__}() cannot be created: {exc}") from exc
+    check_job_id(metadata.job_id, f"the job id in {resolved.pointer.external_pointer}/{METADATA_FILE}")
     savepoint_id = f"{metadata.job_id}-{metadata.checkpoint_id}"
     fs, root = open_url(savepoint_dir, "--to", storage_options)
     directory = posixpath.join(root, f"savepoint-{savepoint_id}")

@@ -26,10 +26,13 @@ def test_options_arrive_from_spark_conf():
 
 
 @pytest.mark.parametrize("options,message", [
-    ({"cache_sise": "8m"}, "unknown option spark.statekit.backend.sqlite.cache_sise; known: cache-size"),
-    ({"cache-size": "lots"}, "spark.statekit.backend.sqlite.cache-size must be a positive size"),
+    ({"cache_sise": "8m"}, r"unknown setting spark.statekit.backend.sqlite.cache_sise \(did you mean "
+                           r"spark.statekit.backend.sqlite.cache-size\?\); known: "
+                           r"spark.statekit.backend.sqlite.cache-size"),
+    ({"cache-size": "lots"}, "spark.statekit.backend.sqlite.cache-size must be a size in bytes from 1 to 1t, written "
+                             "like 4096, 64m or 1g"),
     ({"synchronous": "extra"}, "spark.statekit.backend.sqlite.synchronous must be one of off, normal, full"),
-    ({"changelog.max-chain-length": "0"}, "changelog.max-chain-length must be positive"),
+    ({"changelog.max-chain-length": "0"}, "changelog.max-chain-length must be a whole number from 1 to"),
 ])
 def test_bad_options_fail_naming_the_setting(options, message):
     with pytest.raises(ConfigurationError, match=message):

@@ -10,7 +10,9 @@
 * the registry is rebuilt from the retained ``_metadata`` files when a coordinator starts, so it
   survives restarts;
 * files of a snapshot restored in **no-claim** mode (the default) are never deleted; in
-  **claim** mode that snapshot's shared files are adopted and follow retention.
+  **claim** mode that snapshot's shared files are adopted and follow retention;
+* with a ``JobOwnership``, every commit first checks that this run still owns the job and
+  records the run in the checkpoint, and a fenced run removes nothing (``checkpoint.ownership``).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
-from statekit.spi.errors import ConfigurationError
+from statekit.checkpoint.ownership import JobOwnership
+from statekit.spi.errors import ConfigurationError, StatekitError
 from statekit.spi.handles import StreamStateHandle
 from statekit.spi.storage import CheckpointStorageAccess, CompletedCheckpointPointer
 
@@ -31,14 +34,6 @@ DEFAULT_NUM_RETAINED = 3
 class RestoreMode(str, enum.Enum):
     NO_CLAIM = "no-claim"  # never delete the restored snapshot's files
     CLAIM = "claim"  # the job owns the restored snapshot's files from now on
-
-    @classmethod
-    def parse(cls, value: str) -> "RestoreMode":
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            raise ConfigurationError(f"spark.statekit.restore.mode must be one of "
-                                     f"{[m.value for m in cls]}, got {value!r}") from None
 
 
 @dataclass(frozen=True)
@@ -94,12 +89,13 @@ class SharedStateRegistry:
 class CheckpointStore:
     def __init__(self, access: CheckpointStorageAccess, num_retained: int = DEFAULT_NUM_RETAINED,
                  restored_from: CompletedCheckpoint | None = None,
-                 restore_mode: RestoreMode = RestoreMode.NO_CLAIM) -> None:
+                 restore_mode: RestoreMode = RestoreMode.NO_CLAIM, ownership: JobOwnership | None = None) -> None:
         if not isinstance(num_retained, int) or num_retained < 1:
             raise ConfigurationError(f"spark.statekit.checkpoint.num-retained must be a positive integer, "
                                      f"got {num_retained!r}")
         self.access = access
         self.num_retained = num_retained
+        self.ownership = ownership
         self.registry = SharedStateRegistry()
         self._retained: list[CompletedCheckpoint] = []
         for pointer in access.completed():
@@ -132,6 +128,9 @@ class CheckpointStore:
     # --- changes
     def add(self, metadata: CheckpointMetadata) -> CompletedCheckpoint:
         """Commit ``metadata``; a replayed epoch first discards the checkpoints it supersedes."""
+        if self.ownership is not None:
+            self.ownership.check()  # a fenced run commits and discards nothing
+            metadata = self.ownership.stamp(metadata)
         # registered first, so disposing superseded checkpoints never deletes a file this one uses
         self.registry.register(metadata.checkpoint_id, self._shared(metadata))
         new_files = frozenset(getattr(h, "path", "") for h in stream_handles(metadata)) - {""}
@@ -143,16 +142,30 @@ class CheckpointStore:
         completed = CompletedCheckpoint(pointer, metadata)
         self._retained.append(completed)
         while len(self._retained) > self.num_retained:
-            self._dispose(self._retained[0])
+            oldest = self._retained[0]
+            try:
+                self._dispose(oldest)
+            except StatekitError as exc:  # the new checkpoint is committed: old files only cost space
+                log.warning("checkpoint %d is complete, but deleting checkpoint %d failed: %s",
+                            metadata.checkpoint_id, oldest.checkpoint_id, exc)
         return completed
 
     def abort(self, checkpoint_id: int, acknowledged: Iterable[SubtaskState] = ()) -> None:
-        """Remove what a failed checkpoint wrote: its directory and its unregistered shared files."""
-        self.access.abort(checkpoint_id)
-        for handle in subtask_stream_handles(acknowledged):
-            if self.access.is_shared(handle) and _key(handle) not in self.registry.last_used \
-                    and _key(handle) not in self.registry.protected:
-                self.access.discard_shared(handle)
+        """Remove what a failed checkpoint wrote: its directory and its unregistered shared files.
+        Called while an error propagates, so a failure here is logged, never raised over it; a
+        fenced run removes nothing (the directory may hold the new owner's files of the same epoch)."""
+        try:
+            if self.ownership is not None and not self.ownership.holds():
+                log.warning("checkpoint %d was not cleaned up: this run no longer owns job %r", checkpoint_id,
+                            self.ownership.job_id)
+                return
+            self.access.abort(checkpoint_id)
+            for handle in subtask_stream_handles(acknowledged):
+                if self.access.is_shared(handle) and _key(handle) not in self.registry.last_used \
+                        and _key(handle) not in self.registry.protected:
+                    self.access.discard_shared(handle)
+        except StatekitError as exc:
+            log.warning("cleaning up the failed checkpoint %d failed: %s", checkpoint_id, exc)
 
     def _dispose(self, checkpoint: CompletedCheckpoint, keep: frozenset[str] = frozenset(),
                  sweep: bool = True) -> None:

@@ -1,4 +1,5 @@
-"""Storage level of the conformance suite: commit, retention, corrupt files, IO errors.
+"""Storage level of the conformance suite: commit, retention, the job's owner record (fencing),
+corrupt files, IO errors.
 
 A checkpoint storage plugin reuses it fsspec-style: subclass ``StorageTests`` (or one of the
 mixins) in a test module and override the ``checkpoint_storage`` fixture to return a
@@ -43,9 +44,12 @@ import fsspec
 import pytest
 
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.ownership import BOUNDED, JobOwnership
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.conformance_tests.workload import WorkloadFunction, make_rows
-from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, SnapshotError
+from statekit.spi.errors import (
+    ConfigurationError, CorruptStateError, JobOwnershipError, RestoreError, SnapshotError,
+)
 from statekit.spi.handles import (
     FileStateHandle, InlineStateHandle, KeyedStateHandle, KeyGroupsStateHandle, StateHandle,
     StreamStateHandle, checksum, register_handle,
@@ -634,6 +638,44 @@ class StorageCorruptionTests(StorageTestBase):
             f"the error does not name the checkpoint {pointer.external_pointer}: {caught.value}"
 
 
+# ---------------------------------------------------------------------------- ownership
+
+
+class StorageOwnershipTests(StorageTestBase):
+    """The owner record every run of a job writes when it starts and reads back before each commit."""
+
+    def test_owner_record_round_trip(self, access):
+        assert access.read_owner() is None, f"a new job has an owner record: {access.read_owner()!r}"
+        access.write_owner(b'{"run": 1}')
+        assert access.read_owner() == b'{"run": 1}', "read_owner returns other bytes than were written"
+        access.write_owner(b'{"run": 2}')
+        assert access.read_owner() == b'{"run": 2}', "write_owner did not replace the record"
+        assert access.completed() == [], f"the owner record shows up as a checkpoint: {access.completed()}"
+
+    def test_owner_record_is_seen_by_a_new_access(self, checkpoint_storage, access):
+        self.require_durable(checkpoint_storage)
+        access.write_owner(b"owner")
+        assert checkpoint_storage.create_access(self.job_id).read_owner() == b"owner", \
+            "a new access reads another owner record"
+
+    def test_a_fenced_run_commits_and_removes_nothing(self, access):
+        first = JobOwnership(access, self.job_id, BOUNDED)
+        first_store = CheckpointStore(access, ownership=first)
+        first.begin_epoch(first_store.latest())
+        second = JobOwnership(access, self.job_id, BOUNDED)  # a second run of the job starts: it takes over
+        second_store = CheckpointStore(access, ownership=second)
+        second.begin_epoch(second_store.latest())
+        fenced = write_stream(access.streams(1, SUBTASK), payload(self.file_payload_size, 1))
+        kept = write_stream(access.streams(1, "conformance-op-1"), payload(self.file_payload_size, 2))
+        with pytest.raises(JobOwnershipError) as caught:
+            first_store.add(make_metadata(1, [fenced]))
+        assert second.run.run_id in str(caught.value), f"the error does not name the new owner: {caught.value}"
+        first_store.abort(1)  # the fenced run's cleanup must not remove the owner's files of the same epoch
+        assert is_readable(access, kept), "a fenced run's abort removed a file of the run that owns the job"
+        second_store.add(make_metadata(1, [kept]))
+        assert ids(access.completed()) == [1], f"completed after the owner's commit: {ids(access.completed())}"
+
+
 # ---------------------------------------------------------------------------- IO errors
 
 
@@ -680,11 +722,13 @@ class StorageErrorTests(StorageTestBase):
             out.write(b"more")
 
 
-class StorageTests(StorageCommitTests, StorageRetentionTests, StorageCorruptionTests, StorageErrorTests):
+class StorageTests(StorageCommitTests, StorageRetentionTests, StorageOwnershipTests, StorageCorruptionTests,
+                   StorageErrorTests):
     """The whole storage level."""
 
 
 __all__ = [
     "MultiStreamKeyedHandle", "StorageCommitTests", "StorageCorruptionTests", "StorageErrorTests",
-    "StorageRetentionTests", "StorageTestBase", "StorageTests", "make_metadata", "payload", "write_stream",
+    "StorageOwnershipTests", "StorageRetentionTests", "StorageTestBase", "StorageTests", "make_metadata", "payload",
+    "write_stream",
 ]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Union
 
 from statekit.spi.backend import KeyedStateBackend, OperatorStateBackend, SubtaskInfo
 from statekit.spi.descriptors import StateDescriptor
+from statekit.spi.errors import ConfigurationError
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import State
 
@@ -102,6 +103,15 @@ class KeyedBatchFunction(ABC):
 
 #: what a task runs: one call per row, or one call per key and batch of rows
 ProcessFunction = Union[KeyedProcessFunction, KeyedBatchFunction]
+
+
+def check_function(function: object) -> None:
+    """A ``ConfigurationError`` unless ``function`` is a ``KeyedProcessFunction`` or a ``KeyedBatchFunction``."""
+    if not isinstance(function, (KeyedProcessFunction, KeyedBatchFunction)):
+        kind = "a class: pass an instance" if isinstance(function, type) else f"a {type(function).__name__}"
+        raise ConfigurationError(f"the function must be a KeyedProcessFunction or a KeyedBatchFunction instance, "
+                                 f"got {function!r} ({kind}); subclass one of them and implement process (or "
+                                 f"process_rows)")
 
 
 class FunctionInitializationContext:

@@ -10,8 +10,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from statekit.checkpoint.assignment import assign, check_max_parallelism
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.ownership import BOUNDED, JobOwnership
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint, RestoreMode
-from statekit.runtime.function import KeyedBatchFunction, ProcessFunction
+from statekit.runtime.function import KeyedBatchFunction, ProcessFunction, check_function
 from statekit.runtime.savepoints import snapshot_as_savepoint
 from statekit.runtime.task import KeyedTask, TaskRestore
 from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
@@ -19,12 +20,15 @@ from statekit.spi.key_groups import (
     check_parallelism, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
 )
 from statekit.spi.errors import ConfigurationError, RestoreError
+from statekit.spi.names import check_job_id, check_operator_id
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.filesystem import SavepointLocation
 from statekit.storage.inline import InlineStreams
 
 
 class LocalRunner:
+    """One run of a job: it takes the job's ownership when created (``checkpoint.ownership``)."""
+
     def __init__(self, function: ProcessFunction, key_selector: Callable[[Any], Any], *,
                  parallelism: int = 2, max_parallelism: int | None = None,
                  state_backend: StateBackend | None = None, storage: CheckpointStorage | None = None,
@@ -34,6 +38,11 @@ class LocalRunner:
         from statekit.backends.heap import HeapStateBackend
         from statekit.storage.memory import JobManagerCheckpointStorage
 
+        check_function(function)
+        if not callable(key_selector):
+            raise ConfigurationError(f"key_selector must be a function from a record to its key, got {key_selector!r}")
+        check_job_id(job_id)
+        check_operator_id(operator_id)
         self.function = function
         self.key_selector = key_selector
         self.max_parallelism = max_parallelism or default_max_parallelism(parallelism)
@@ -41,7 +50,9 @@ class LocalRunner:
         self.parallelism = parallelism
         self.state_backend = state_backend or HeapStateBackend()
         self.storage = (storage or JobManagerCheckpointStorage()).create_access(job_id)
-        self.store = CheckpointStore(self.storage, num_retained)
+        self.ownership = JobOwnership(self.storage, job_id, BOUNDED)
+        self.store = CheckpointStore(self.storage, num_retained, ownership=self.ownership)
+        self.ownership.begin_epoch(self.store.latest())
         self.job_id = job_id
         self.operator_id = operator_id
         self.key_types = key_types
@@ -62,7 +73,7 @@ class LocalRunner:
         check_max_parallelism(metadata.operator(self.operator_id), self.max_parallelism)
         self._restore_override = (metadata, streams)
         restored = CompletedCheckpoint(pointer, metadata)
-        self.store = CheckpointStore(self.storage, self.store.num_retained, restored, mode)
+        self.store = CheckpointStore(self.storage, self.store.num_retained, restored, mode, self.ownership)
 
     # --- epochs
     def run_epoch(self, records: Iterable[Any], checkpoint_id: int | None = None) -> list[Any]:

@@ -5,8 +5,10 @@ Both the local runner and the Spark executor code drive this class.
 """
 from __future__ import annotations
 
+import inspect
+import types
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from statekit.checkpoint.metadata import SubtaskState
 from statekit.runtime.function import (
@@ -17,9 +19,40 @@ from statekit.spi.backend import (
     KeyedBackendParams, KeyedStateBackend, OperatorBackendParams, OperatorStateBackend, PendingSnapshot,
     SnapshotOptions, StateBackend, SubtaskInfo,
 )
+from statekit.spi.errors import FunctionResultError
 from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.storage import CheckpointStreams
+
+
+#: what a function usually returns, taken as it is after one type lookup per call; a generator
+#: function (``yield``) always returns a generator, so its results are not looked at at all
+_ROW_ITERABLES = frozenset({types.GeneratorType, list, tuple})
+#: iterable, but not an iterable of rows: a string would be taken character by character, a dict key by key
+_NOT_ROWS = (str, bytes, bytearray, memoryview, Mapping)
+
+
+def checked_rows(produced: Any, function: Any, method: str, key: Any) -> Iterator[Any]:
+    """The rows of what ``function.<method>`` returned for ``key`` (anything but None, a list, a
+    tuple or a generator; those the callers take directly), or a ``FunctionResultError``."""
+    if isinstance(produced, _NOT_ROWS):
+        problem = "a single value, not an iterable of rows"
+    elif hasattr(produced, "num_rows") and hasattr(produced, "schema"):
+        problem = "an Arrow batch or table, which iterates its columns: return its rows (e.g. batch.to_pylist())"
+    else:
+        try:
+            return iter(produced)
+        except TypeError:
+            problem = "not iterable"
+    raise FunctionResultError(
+        f"{type(function).__name__}.{method} returned {type(produced).__name__} {_short(produced)} for key "
+        f"{_short(key)}: {problem}. Return None, or an iterable of rows (a list, or yield each row): e.g. "
+        f"`return [row]` or `yield row`, where a row is a tuple or a dict matching the output schema")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True)
@@ -97,31 +130,33 @@ class KeyedTask:
         self.function.open(self.context)
         self._opened = True
 
-    def process(self, key: Any, key_group: int, row: Any) -> Iterable[Any] | None:
-        """Process one row; returns what the function returned (an iterable or None)."""
-        self.keyed_backend.set_current_key(key, key_group)
-        return self.function.process(row, self.context)
-
     def process_all(self, records: Iterable[tuple[Any, int, Any]], out: list[Any]) -> None:
+        """Process (key, key group, row) records; appends the output rows to ``out``."""
         set_key = self.keyed_backend.set_current_key
         process = self.function.process
         ctx = self.context
+        extend, usual, check = out.extend, _ROW_ITERABLES, not inspect.isgeneratorfunction(process)
         for key, key_group, row in records:
             set_key(key, key_group)
             produced = process(row, ctx)
             if produced is not None:
-                out.extend(produced)
+                if check and produced.__class__ not in usual:
+                    produced = checked_rows(produced, self.function, "process", key)
+                extend(produced)
 
     def process_key_runs(self, runs: Iterable[tuple[Any, int, Any]], out: list[Any]) -> None:
         """For a ``KeyedBatchFunction``: ``runs`` are (key, key group, that key's rows)."""
         set_key = self.keyed_backend.set_current_key
         process_rows = self.function.process_rows  # type: ignore[union-attr]
         ctx = self.context
+        extend, usual, check = out.extend, _ROW_ITERABLES, not inspect.isgeneratorfunction(process_rows)
         for key, key_group, rows in runs:
             set_key(key, key_group)
             produced = process_rows(key, rows, ctx)
             if produced is not None:
-                out.extend(produced)
+                if check and produced.__class__ not in usual:
+                    produced = checked_rows(produced, self.function, "process_rows", key)
+                extend(produced)
 
     def snapshot(self, options: SnapshotOptions = SnapshotOptions()) -> PendingTaskSnapshot:
         """The synchronous part of the epoch's snapshot (after the function's own hook)."""

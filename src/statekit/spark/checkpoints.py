@@ -7,17 +7,15 @@ from typing import Any
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
 from statekit.spark.conf import StatekitConf
 from statekit.spi.errors import RestoreError
-from statekit.spi.storage import CheckpointStreams
+from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess, CheckpointStreams
+
+_DRIVER_MEMORY_ACCESSES: dict[str, CheckpointStorageAccess] = {}
 
 
-_DRIVER_MEMORY_ACCESSES: dict[str, Any] = {}
-
-
-def driver_access(storage: Any, job_id: str) -> Any:
-    """The job's storage access; for the ``jobmanager`` storage one per job for the life of the
-    driver process, since its checkpoints live in that access's memory."""
-    from statekit.storage.memory import JobManagerCheckpointStorage
-    if not isinstance(storage, JobManagerCheckpointStorage):
+def driver_access(storage: CheckpointStorage, job_id: str) -> CheckpointStorageAccess:
+    """The job's storage access; for a storage that is not durable (``jobmanager``) one per job
+    for the life of the driver process, since its checkpoints live in that access's memory."""
+    if storage.durable:
         return storage.create_access(job_id)
     access = _DRIVER_MEMORY_ACCESSES.get(job_id)
     if access is None:

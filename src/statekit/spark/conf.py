@@ -1,36 +1,61 @@
-"""``spark.statekit.*`` configuration, validated on the driver before any job runs."""
+"""``spark.statekit.*`` configuration, validated on the driver before any job runs.
+
+Every setting is declared once in ``SETTINGS`` (``statekit.spi.options``); the options of the
+selected backend (``spark.statekit.backend.<name>.*``) and storage
+(``spark.statekit.checkpoint.<name>.*``) are parsed by the backend's and the storage's own
+declarations when they are built here. Options of backends other than the selected one are
+ignored (a backend switch through a savepoint leaves them set); options of another storage are
+an error.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from statekit.backends.common.option_values import parse_bool, parse_size
+from statekit.checkpoint.ownership import TAKE_OVER_SETTING
 from statekit.checkpoint.store import DEFAULT_NUM_RETAINED, RestoreMode
-from statekit.plugins import available_backends, available_storages, backend_class, storage_class
+from statekit.plugins import backend_class, storage_class
 from statekit.spi.backend import StateBackend
 from statekit.spi.errors import ConfigurationError
-from statekit.spi.key_groups import check_parallelism
+from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, check_parallelism
+from statekit.spi.names import check_job_id
+from statekit.spi.options import Option, OptionSet, boolean, choice, integer, local_directory, size, text
 from statekit.spi.storage import CheckpointStorage
 
 PREFIX = "spark.statekit."
-KNOWN_KEYS = {
-    "backend", "checkpoint.storage", "checkpoint.dir", "checkpoint.incremental", "checkpoint.num-retained",
-    "parallelism", "max-parallelism", "savepoint.dir", "restore.path", "restore.mode", "local.dir",
-    "job-id",  # the job's name in the checkpoint directory (default: the Spark application name)
-    "batch.max-bytes",
-}
 #: a KeyedBatchFunction's input is grouped by key in batches of up to this many bytes (Arrow)
 DEFAULT_BATCH_MAX_BYTES = 64 << 20
+_BUILT_FROM_NAMES = "a built-in name, an entry-point name or module:Class"
 
 
-def _positive_int(value: Any, key: str) -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise ConfigurationError(f"{PREFIX}{key} must be a positive integer, got {value!r}")
-    return number
+def _job_id(value: Any, setting: str) -> str:
+    return check_job_id(text(value, setting), setting)
+
+
+SETTINGS = OptionSet(
+    PREFIX,
+    Option("backend", text, "heap", f"the state backend: heap, rocksdb, lmdb, {_BUILT_FROM_NAMES}"),
+    Option("checkpoint.storage", text, "jobmanager", f"the checkpoint storage: jobmanager, filesystem, "
+                                                     f"{_BUILT_FROM_NAMES}"),
+    Option("checkpoint.dir", text, None, "the checkpoint directory URL of a storage that takes one (filesystem)"),
+    Option("checkpoint.incremental", boolean, False, "incremental checkpoints, where the backend supports them"),
+    Option("checkpoint.num-retained", integer(minimum=1, maximum=10_000), DEFAULT_NUM_RETAINED,
+           "completed checkpoints kept per job"),
+    Option("parallelism", integer(minimum=1, maximum=UPPER_BOUND_MAX_PARALLELISM), None,
+           "subtasks per epoch (default: the last checkpoint's, else Spark's default parallelism)"),
+    Option("max-parallelism", integer(minimum=1, maximum=UPPER_BOUND_MAX_PARALLELISM), None,
+           "key groups, fixed for the life of a job"),
+    Option("savepoint.dir", text, None, "where statekit.spark.savepoint writes savepoints (a directory URL)"),
+    Option("restore.path", text, None, "a checkpoint or savepoint to start from"),
+    Option("restore.mode", choice(*(m.value for m in RestoreMode)), RestoreMode.NO_CLAIM.value,
+           "no-claim: never delete the restored snapshot's files; claim: the job owns them"),
+    Option("local.dir", local_directory, None, "executor-local directory of working state"),
+    Option("job-id", _job_id, None, "the job's name in the checkpoint directory (default: the application name)"),
+    Option(TAKE_OVER_SETTING[len(PREFIX):], boolean, False,
+           "let this run continue a job whose checkpoints another query or kind of job wrote"),
+    Option("batch.max-bytes", size(maximum=2 << 30), DEFAULT_BATCH_MAX_BYTES,
+           "a KeyedBatchFunction's input batches (Arrow bytes)"),
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +73,8 @@ class StatekitConf:
     restore_path: str | None = None
     restore_mode: RestoreMode = RestoreMode.NO_CLAIM
     local_dir: str | None = None
+    job_id: str | None = None
+    take_over: bool = False
     batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
 
     @classmethod
@@ -57,34 +84,32 @@ class StatekitConf:
         return cls.parse({k[len(PREFIX):]: v for k, v in items.items() if k.startswith(PREFIX)})
 
     @classmethod
-    def parse(cls, settings: Mapping[str, str]) -> "StatekitConf":
-        backend = settings.get("backend", "heap")
-        storage = settings.get("checkpoint.storage", "jobmanager")
-        backend_options = {k[len(f"backend.{backend}."):]: v for k, v in settings.items()
-                           if k.startswith(f"backend.{backend}.")}
-        storage_options = {k[len(f"checkpoint.{storage}."):]: v for k, v in settings.items()
-                           if k.startswith(f"checkpoint.{storage}.")}
-        for key in settings:
-            if key not in KNOWN_KEYS and not key.startswith(("backend.", f"checkpoint.{storage}.")):
-                raise ConfigurationError(f"unknown setting {PREFIX}{key}; known: "
-                                         f"{', '.join(PREFIX + k for k in sorted(KNOWN_KEYS))}")
+    def parse(cls, settings: Mapping[str, Any]) -> "StatekitConf":
+        """From settings named without the ``spark.statekit.`` prefix; every value is checked now."""
+        general = {k: v for k, v in settings.items() if not _is_component_option(k)}
+        values = SETTINGS.parse(general)
+        backend, storage = values["backend"], values["checkpoint.storage"]
+        backend_options, storage_options = {}, {}
+        for key, value in settings.items():
+            if key.startswith(f"backend.{backend}."):
+                backend_options[key[len(f"backend.{backend}."):]] = value
+            elif key.startswith(f"checkpoint.{storage}."):
+                storage_options[key[len(f"checkpoint.{storage}."):]] = value
+            elif _is_component_option(key) and key.startswith("checkpoint."):
+                raise ConfigurationError(f"{PREFIX}{key} is an option of another checkpoint storage; "
+                                         f"{PREFIX}checkpoint.storage={storage} takes options "
+                                         f"{PREFIX}checkpoint.{storage}.*: remove it or select that storage")
         conf = cls(
             backend=backend, backend_options=backend_options, storage=storage, storage_options=storage_options,
-            checkpoint_dir=settings.get("checkpoint.dir"),
-            incremental=parse_bool(settings.get("checkpoint.incremental", "false"), PREFIX + "checkpoint.incremental"),
-            num_retained=_positive_int(settings.get("checkpoint.num-retained", DEFAULT_NUM_RETAINED),
-                                       "checkpoint.num-retained"),
-            parallelism=_positive_int(settings["parallelism"], "parallelism") if "parallelism" in settings else None,
-            max_parallelism=(_positive_int(settings["max-parallelism"], "max-parallelism")
-                             if "max-parallelism" in settings else None),
-            savepoint_dir=settings.get("savepoint.dir"), restore_path=settings.get("restore.path"),
-            restore_mode=RestoreMode.parse(settings.get("restore.mode", "no-claim")),
-            local_dir=settings.get("local.dir"),
-            batch_max_bytes=parse_size(settings.get("batch.max-bytes", DEFAULT_BATCH_MAX_BYTES),
-                                       PREFIX + "batch.max-bytes"))
+            checkpoint_dir=values["checkpoint.dir"], incremental=values["checkpoint.incremental"],
+            num_retained=values["checkpoint.num-retained"], parallelism=values["parallelism"],
+            max_parallelism=values["max-parallelism"], savepoint_dir=values["savepoint.dir"],
+            restore_path=values["restore.path"], restore_mode=RestoreMode(values["restore.mode"]),
+            local_dir=values["local.dir"], job_id=values["job-id"],
+            take_over=values[TAKE_OVER_SETTING[len(PREFIX):]], batch_max_bytes=values["batch.max-bytes"])
         conf.create_backend()  # resolves the names and parses every option now, before a job runs
         conf.create_storage()
-        if conf.parallelism is not None:
+        if conf.parallelism is not None and conf.max_parallelism is not None:
             check_parallelism(conf.parallelism, conf.max_parallelism)
         return conf
 
@@ -97,13 +122,23 @@ class StatekitConf:
 
     def create_storage(self) -> CheckpointStorage:
         cls = storage_class(self.storage, PREFIX + "checkpoint.storage")
-        if self.storage == "filesystem" or getattr(cls, "name", None) == "filesystem":
-            if not self.checkpoint_dir:
-                raise ConfigurationError(f"{PREFIX}checkpoint.storage=filesystem needs {PREFIX}checkpoint.dir "
-                                         f"(a directory URL such as file:///data/checkpoints or s3://bucket/chk)")
-            return cls(self.checkpoint_dir, **self.storage_options)  # type: ignore[call-arg]
-        return cls(**self.storage_options)
+        if not cls.takes_directory:
+            if self.checkpoint_dir:
+                raise ConfigurationError(
+                    f"{PREFIX}checkpoint.dir={self.checkpoint_dir!r} is set, but {PREFIX}checkpoint.storage="
+                    f"{self.storage} takes no directory{_and_keeps_state_in_memory(cls)}: set {PREFIX}"
+                    f"checkpoint.storage=filesystem to checkpoint to that directory, or remove {PREFIX}checkpoint.dir")
+            return cls(**self.storage_options)
+        if not self.checkpoint_dir:
+            raise ConfigurationError(f"{PREFIX}checkpoint.storage={self.storage} needs {PREFIX}checkpoint.dir "
+                                     f"(a directory URL such as file:///data/checkpoints or s3://bucket/chk)")
+        return cls(self.checkpoint_dir, **self.storage_options)  # type: ignore[call-arg]
 
-    @staticmethod
-    def accepted() -> str:
-        return f"backends: {', '.join(available_backends())}; storages: {', '.join(available_storages())}"
+
+def _is_component_option(key: str) -> bool:
+    """A backend's or a storage's own option (``backend.<name>.*``, ``checkpoint.<name>.*``)."""
+    return key.startswith(("backend.", "checkpoint.")) and key.replace("_", "-") not in SETTINGS.options
+
+
+def _and_keeps_state_in_memory(cls: type[CheckpointStorage]) -> str:
+    return "" if cls.durable else " and keeps checkpoints in driver memory only (lost when the driver stops)"

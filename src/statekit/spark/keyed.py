@@ -11,7 +11,8 @@ group and subtask of every row are computed in Spark SQL (``pmod(xxhash64(keys),
 subtask's rows reach Python as Arrow batches through ``groupBy(subtask).applyInArrow``. The call
 runs the job eagerly, commits the epoch's checkpoint once every subtask acknowledged, and returns
 the output as a (locally checkpointed) DataFrame. Epoch N restores from the latest completed
-checkpoint with an id below N.
+checkpoint with an id below N (``spark.restore_point``). Each call is one run of the job: it takes
+the job's ownership before its epoch and checks it before committing (``checkpoint.ownership``).
 """
 from __future__ import annotations
 
@@ -25,14 +26,18 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
-from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
-from statekit.runtime.function import KeyedBatchFunction, KeyedProcessFunction, ProcessFunction
+from statekit.checkpoint.ownership import BOUNDED, JobOwnership, RunIdentity
+from statekit.checkpoint.store import CheckpointStore
+from statekit.runtime.function import ProcessFunction, check_function
 from statekit.spark.checkpoints import driver_access
-from statekit.spark.conf import StatekitConf
+from statekit.spark.conf import PREFIX, StatekitConf
 from statekit.spark.partitioning import partition_tokens
+from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point
 from statekit.spark.task import KEY_GROUP_COLUMN, MARKER_COLUMN, PARTITION_COLUMN, SubtaskSpec, run_subtask
 from statekit.spi.errors import ConfigurationError, SnapshotError
 from statekit.spi.key_groups import check_parallelism, default_max_parallelism
+from statekit.spi.names import check_job_id, check_operator_id
+from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess
 
 #: session settings for the epoch's query: p subtasks must run in parallel, not coalesced
 _QUERY_SETTINGS = {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
@@ -56,12 +61,28 @@ def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFun
 
 
 class KeyedJob:
-    """What stays the same across a job's epochs: function, keys, output schema, conf."""
+    """What stays the same across a run's epochs: function, keys, output schema, conf, the
+    storage access and the run's ownership of the job."""
 
     def __init__(self, spark: Any, key_columns: tuple[str, ...], function: ProcessFunction,
                  output: StructType, operator_id: str, job_id: str, conf: StatekitConf) -> None:
         self.spark, self.key_columns, self.function, self.output = spark, key_columns, function, output
         self.operator_id, self.job_id, self.conf = operator_id, job_id, conf
+        self.storage: CheckpointStorage = conf.create_storage()
+        self.access: CheckpointStorageAccess = driver_access(self.storage, job_id)
+        self._ownership: JobOwnership | None = None
+
+    def ownership(self, identity: RunIdentity) -> JobOwnership:
+        """This run's ownership of the job (created on its first epoch)."""
+        if self._ownership is None:
+            self._ownership = JobOwnership(self.access, self.job_id, identity, self.conf.take_over)
+        return self._ownership
+
+    def store(self, streaming: bool = False) -> CheckpointStore:
+        """The job's completed checkpoints. A streaming job keeps at least two: until Spark commits
+        micro-batch ``b``, a replay of it restores the checkpoint before the newest."""
+        retained = max(self.conf.num_retained, 2) if streaming else self.conf.num_retained
+        return CheckpointStore(self.access, retained, ownership=self._ownership)
 
     @classmethod
     def create(cls, spark: Any, columns: Sequence[str], keys: str | Sequence[str], function: ProcessFunction,
@@ -69,45 +90,40 @@ class KeyedJob:
                conf: StatekitConf | None) -> "KeyedJob":
         conf = conf or StatekitConf.from_spark(spark.conf)
         key_columns = (keys,) if isinstance(keys, str) else tuple(keys)
-        if not isinstance(function, (KeyedProcessFunction, KeyedBatchFunction)):
-            raise ConfigurationError(f"the function must be a KeyedProcessFunction or a KeyedBatchFunction, "
-                                     f"not {type(function).__name__}")
+        check_function(function)
+        check_operator_id(operator_id)
         missing = [c for c in key_columns if c not in columns]
         if not key_columns or missing:
             raise ConfigurationError(f"key columns {missing or list(key_columns)} are not columns of the "
                                      f"DataFrame ({list(columns)})")
-        job_id = job_id or spark.conf.get("spark.statekit.job-id", None) or spark.sparkContext.appName
+        if job_id is not None:
+            check_job_id(job_id)
+        elif conf.job_id is not None:
+            job_id = conf.job_id
+        else:
+            job_id = check_job_id(spark.sparkContext.appName, f"the application name (the default job id; set "
+                                                             f"{PREFIX}job-id or pass job_id= to choose one)")
         output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
         return cls(spark, key_columns, function, output, operator_id, job_id, conf)
 
-    def run_epoch(self, df: DataFrame, epoch: int | None = None) -> DataFrame:
+    def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None) -> DataFrame:
         """Run one epoch (default: after the latest checkpoint) and commit its checkpoint.
         Epoch N restores from the latest completed checkpoint with an id below N, so a replayed
-        epoch recomputes the same state."""
-        return _run_epoch(self, df, epoch)
+        epoch recomputes the same state; ``progress`` (streaming) is what Spark's own checkpoint
+        says at this micro-batch."""
+        return _run_epoch(self, df, epoch, progress)
 
 
-def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None) -> DataFrame:
+def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
+               progress: StreamProgress | None) -> DataFrame:
     spark, conf, key_columns, function = job.spark, job.conf, job.key_columns, job.function
-    job_id, operator_id, output = job.job_id, job.operator_id, job.output
-    storage = conf.create_storage()
-    access = driver_access(storage, job_id)
-    restore_url, restored = None, None
-    store = CheckpointStore(access, conf.num_retained)
-    if store.latest() is None and conf.restore_path:
-        from statekit.storage.filesystem import resolve
-        resolved = resolve(conf.restore_path)
-        restored = CompletedCheckpoint(resolved.pointer, CheckpointMetadata.from_bytes(resolved.metadata))
-        restore_url = conf.restore_path
-        store = CheckpointStore(access, conf.num_retained, restored, conf.restore_mode)
-    if requested_epoch is None:
-        restore_point = store.latest() or restored
-        epoch = (restore_point.checkpoint_id if restore_point else 0) + 1
-    else:
-        epoch = requested_epoch
-        own = store.latest_before(epoch)
-        restore_point = own or (restored if restored and restored.checkpoint_id < epoch else None)
-    previous = restore_point.metadata.operators.get(operator_id) if restore_point else None
+    job_id, operator_id, output, storage = job.job_id, job.operator_id, job.output, job.storage
+    ownership = job.ownership(progress.identity if progress is not None else BOUNDED)
+    store = job.store(streaming=progress is not None)
+    chosen = choose_restore_point(store, conf, job_id, requested_epoch, progress, storage.durable)
+    ownership.begin_epoch(store.latest())  # after the restore point passed its checks: a refused run takes nothing
+    epoch, store, restore_url = chosen.epoch, chosen.store, chosen.external_url
+    previous = chosen.checkpoint.metadata.operators.get(operator_id) if chosen.checkpoint else None
     parallelism = conf.parallelism or (previous.parallelism if previous else spark.sparkContext.defaultParallelism)
     max_parallelism = conf.max_parallelism or (previous.max_parallelism if previous else
                                                default_max_parallelism(parallelism))
@@ -121,8 +137,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None) -> Dat
     acknowledgements = spark.sparkContext.accumulator([], _AcknowledgementParam())
     spec = SubtaskSpec(function, conf.create_backend(), storage, job_id, operator_id, epoch, parallelism,
                        max_parallelism, key_columns, to_arrow_schema(output), conf.incremental,
-                       restore_point.metadata.to_bytes() if restore_point else None, restore_url, conf.local_dir,
-                       conf.batch_max_bytes)
+                       chosen.checkpoint.metadata.to_bytes() if chosen.checkpoint else None, restore_url,
+                       conf.local_dir, conf.batch_max_bytes)
 
     subtask_of_token = {token: index for index, token in enumerate(partition_tokens(parallelism))}
 
@@ -149,9 +165,10 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None) -> Dat
     operator = OperatorState(operator_id, parallelism, max_parallelism,
                              tuple(states[i][0] for i in range(parallelism)))
     recovery = {str(i): states[i][1] for i in range(parallelism)}
-    store.add(CheckpointMetadata(epoch, job_id, {operator_id: operator},
-                                 properties={"backend": spec.state_backend.name, "incremental": conf.incremental,
-                                             "recovery": recovery}))
+    properties = {"backend": spec.state_backend.name, "incremental": conf.incremental, "recovery": recovery}
+    if restore_url is not None:
+        properties[RESTORED_FROM] = restore_url
+    store.add(CheckpointMetadata(epoch, job_id, {operator_id: operator}, properties=properties))
     return result
 
 

@@ -13,6 +13,11 @@ id. When Spark replays a micro-batch after a failure or restart, the epoch is re
 same restore point and its checkpoint replaces the earlier attempt's, so state is exactly once;
 the sink sees the replayed output again, as with any ``foreachBatch`` sink (make it idempotent by
 ``batch_id``).
+
+Every micro-batch reads the query's Spark checkpoint (``spark.query_checkpoint``): an epoch never
+restores older state than Spark's commit log says was committed (``spark.restore_point``), and
+the job belongs to the query (Spark's query id): another query, or bounded runs, with the same
+job id are refused (``checkpoint.ownership``).
 """
 from __future__ import annotations
 
@@ -22,9 +27,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
+from statekit.checkpoint.ownership import check_identity
 from statekit.runtime.function import ProcessFunction
 from statekit.spark.conf import StatekitConf
 from statekit.spark.keyed import KeyedJob
+from statekit.spark.query_checkpoint import QueryCheckpoint
+from statekit.spark.restore_point import StreamProgress
+from statekit.spi.errors import ConfigurationError
 
 
 def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: ProcessFunction,
@@ -34,11 +43,18 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
                          query_name: str | None = None) -> StreamingQuery:
     """Start the streaming query; ``trigger`` takes ``DataStreamWriter.trigger`` keywords."""
     if not df.isStreaming:
-        raise ValueError("process_keyed_stream needs a streaming DataFrame; use process_keyed for a bounded one")
+        raise ConfigurationError("process_keyed_stream needs a streaming DataFrame; use process_keyed for a "
+                                 "bounded one")
     job = KeyedJob.create(df.sparkSession, df.columns, keys, function, schema, operator_id, job_id, conf)
+    query_checkpoint = QueryCheckpoint(checkpoint_location)
+    # fail before the query starts when the job belongs to another query (checked again, with the
+    # query's id, on the first micro-batch)
+    check_identity(job.job_id, query_checkpoint.identity(), job.store(streaming=True).latest(), job.conf.take_over)
 
     def each_batch(batch: DataFrame, batch_id: int) -> None:
-        sink(job.run_epoch(batch, epoch=batch_id + 1), batch_id)
+        progress = StreamProgress(query_checkpoint.identity(), checkpoint_location,
+                                  query_checkpoint.last_committed_batch())
+        sink(job.run_epoch(batch, epoch=batch_id + 1, progress=progress), batch_id)
 
     writer = df.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint_location)
     if trigger:

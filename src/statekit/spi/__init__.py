@@ -12,8 +12,8 @@ from statekit.spi.descriptors import (
     ValueStateDescriptor,
 )
 from statekit.spi.errors import (
-    CapabilityError, ConfigurationError, CorruptStateError, IncompatibleSerializerError,
-    RestoreError, SerializationError, SnapshotError, StateAccessError, StatekitError,
+    CapabilityError, ConfigurationError, CorruptStateError, FunctionResultError, IncompatibleSerializerError,
+    JobOwnershipError, RestoreError, SerializationError, SnapshotError, StateAccessError, StatekitError,
 )
 from statekit.spi.handles import (
     ByteRange, FileStateHandle, InlineStateHandle, KeyedStateHandle, KeyGroupsStateHandle,
@@ -24,6 +24,8 @@ from statekit.spi.key_groups import (
     KeyGroupRange, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
     spark_xxhash64,
 )
+from statekit.spi.names import check_job_id, check_operator_id
+from statekit.spi.options import Option, OptionSet, OptionValues
 from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer
 from statekit.spi.state import (
     AggregatingState, BroadcastState, ListState, MapState, ReducingState, State, ValueState,

@@ -39,3 +39,13 @@ class CorruptStateError(RestoreError):
 
 class CapabilityError(StatekitError):
     """A feature was asked of a backend or storage that does not declare it."""
+
+
+class JobOwnershipError(StatekitError):
+    """Another run owns the job's checkpoints: a second writer with the same job id, or a
+    different query or job reusing a job id (names both and the fix)."""
+
+
+class FunctionResultError(StatekitError):
+    """A user function returned something that is not None or an iterable of rows (names the
+    function, the key and what it returned)."""

@@ -105,11 +105,30 @@ class CheckpointStorageAccess(ABC):
         """Delete a completed checkpoint's metadata and exclusive files (retention), except the
         files whose paths are in ``keep`` (a replayed epoch's new attempt writes beside the old)."""
 
-
-class CheckpointStorage(ABC):
-    """Picklable storage configuration; creates per-job access objects."""
-
-    name: ClassVar[str]
+    @abstractmethod
+    def read_owner(self) -> bytes | None:
+        """The job's owner record (``write_owner``), or None when none was written."""
 
     @abstractmethod
-    def create_access(self, job_id: str) -> CheckpointStorageAccess: ...
+    def write_owner(self, record: bytes) -> None:
+        """Replace the job's owner record, atomically: readers see the old or the new record whole.
+        A run writes it when it starts and reads it back before every commit (job fencing)."""
+
+
+class CheckpointStorage(ABC):
+    """Picklable storage configuration; creates per-job access objects.
+
+    The constructor takes the options ``spark.statekit.checkpoint.<name>.*`` as keyword arguments
+    (strings from Spark conf), and first the directory ``spark.statekit.checkpoint.dir`` when the
+    storage declares ``takes_directory``."""
+
+    name: ClassVar[str]
+    #: completed checkpoints survive the driver process (False: they live in its memory)
+    durable: ClassVar[bool] = True
+    #: the constructor's first argument is ``spark.statekit.checkpoint.dir``
+    takes_directory: ClassVar[bool] = False
+
+    @abstractmethod
+    def create_access(self, job_id: str) -> CheckpointStorageAccess:
+        """The access to job ``job_id``'s checkpoints; rejects an invalid job id
+        (``statekit.spi.names.check_job_id``) before anything is written."""

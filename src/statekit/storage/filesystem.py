@@ -10,6 +10,9 @@ Layout (Flink's)::
 Handles record paths relative to the job directory (checkpoints) or the savepoint directory
 (savepoints), so a savepoint can be moved. Streams smaller than ``memory_threshold`` bytes are
 kept inline in the metadata instead of becoming files (Flink's ``fs.memory-threshold``).
+
+Every failed file-system operation is a statekit error naming the path and the setting the
+location came from (``spark.statekit.checkpoint.dir`` or ``spark.statekit.savepoint.dir``).
 """
 from __future__ import annotations
 
@@ -24,16 +27,23 @@ import xxhash
 
 from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, SnapshotError
 from statekit.spi.handles import FileStateHandle, InlineStateHandle, StreamStateHandle, verify_checksum
+from statekit.spi.names import check_job_id
+from statekit.spi.options import Option, OptionSet, size
 from statekit.spi.storage import (
     CheckpointOutputStream, CheckpointStorage, CheckpointStorageAccess, CheckpointStreams,
     CompletedCheckpointPointer, StateScope,
 )
 
 METADATA_FILE = "_metadata"
+OWNER_FILE = "_owner"
 SHARED_DIR = "shared"
 CHECKPOINT_DIR_PATTERN = re.compile(r"^chk-(\d+)$")
 DEFAULT_MEMORY_THRESHOLD = 20 * 1024
 CHECKPOINT_DIR_SETTING = "spark.statekit.checkpoint.dir"
+SAVEPOINT_DIR_SETTING = "spark.statekit.savepoint.dir"
+OPTIONS = OptionSet("spark.statekit.checkpoint.filesystem.",
+                    Option("memory-threshold", size(minimum=0, maximum=1 << 30), DEFAULT_MEMORY_THRESHOLD,
+                           "streams up to this size stay inline in _metadata instead of becoming files"))
 #: file systems whose rename is atomic, so _metadata is written to a temporary name first;
 #: object stores get a single PUT, which is atomic by itself
 _RENAMING_PROTOCOLS = {"file", "local", "hdfs", "arrow_hdfs", "webhdfs", "viewfs"}
@@ -54,6 +64,12 @@ def open_url(url: str, setting: str = CHECKPOINT_DIR_SETTING,
     return fs, path.rstrip("/") or "/"
 
 
+def io_failure(action: str, path: str, exc: BaseException, setting: str) -> str:
+    """The message of a failed file-system operation: what, where, why, and the setting to check."""
+    return (f"cannot {action} {path} ({type(exc).__name__}: {exc}); the location comes from {setting}: check that "
+            f"it exists, that this process may write there and that its file system has space")
+
+
 def _protocol(fs: fsspec.AbstractFileSystem) -> str:
     protocol = fs.protocol
     return protocol[0] if isinstance(protocol, (tuple, list)) else protocol
@@ -66,12 +82,14 @@ def _join(*parts: str) -> str:
 class FileSystemOutputStream(CheckpointOutputStream):
     """Buffers up to the memory threshold, then streams to a file; checksums as it writes."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, relative_path: str, memory_threshold: int) -> None:
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, relative_path: str, memory_threshold: int,
+                 setting: str = CHECKPOINT_DIR_SETTING) -> None:
         super().__init__()
         self._fs = fs
         self._root = root
         self._relative = relative_path
         self._threshold = memory_threshold
+        self._setting = setting
         self._buffer = bytearray()
         self._file: Any = None
         self._size = 0
@@ -95,7 +113,7 @@ class FileSystemOutputStream(CheckpointOutputStream):
             else:
                 self._file.write(data)
         except OSError as exc:
-            raise SnapshotError(f"cannot write checkpoint file {self.path}: {exc}") from exc
+            raise SnapshotError(io_failure("write checkpoint file", self.path, exc, self._setting)) from exc
         return n
 
     def _open_file(self) -> None:
@@ -116,7 +134,7 @@ class FileSystemOutputStream(CheckpointOutputStream):
                 handle = FileStateHandle(self._relative, self._size, self._hasher.hexdigest())
         except OSError as exc:
             self.discard()
-            raise SnapshotError(f"cannot finish checkpoint file {self.path}: {exc}") from exc
+            raise SnapshotError(io_failure("finish checkpoint file", self.path, exc, self._setting)) from exc
         self._buffer = bytearray()
         self.close()
         return handle
@@ -140,11 +158,12 @@ class FileSystemCheckpointStreams(CheckpointStreams):
     """Reads any handle relative to ``root``; writes exclusive files under ``exclusive_dir``."""
 
     def __init__(self, fs: fsspec.AbstractFileSystem, root: str, exclusive_dir: str | None = None,
-                 memory_threshold: int = DEFAULT_MEMORY_THRESHOLD) -> None:
+                 memory_threshold: int = DEFAULT_MEMORY_THRESHOLD, setting: str = CHECKPOINT_DIR_SETTING) -> None:
         self.fs = fs
         self.root = root
         self.exclusive_dir = exclusive_dir
         self.memory_threshold = memory_threshold
+        self.setting = setting
 
     def create_output(self, scope: StateScope = StateScope.EXCLUSIVE,
                       name: str | None = None) -> CheckpointOutputStream:
@@ -152,7 +171,8 @@ class FileSystemCheckpointStreams(CheckpointStreams):
         if directory is None:
             raise SnapshotError("these checkpoint streams are read-only")
         file_name = f"{name or 'state'}-{uuid.uuid4().hex}"
-        return FileSystemOutputStream(self.fs, self.root, _join(directory, file_name), self.memory_threshold)
+        return FileSystemOutputStream(self.fs, self.root, _join(directory, file_name), self.memory_threshold,
+                                      self.setting)
 
     def read(self, handle: StreamStateHandle) -> bytes:
         if isinstance(handle, InlineStateHandle):
@@ -195,7 +215,7 @@ class FileSystemCheckpointStreams(CheckpointStreams):
             if size is not None and size < end:  # type: ignore[operator]
                 raise CorruptStateError(f"checkpoint file {path} is truncated: wanted bytes [{start}, {end}) but "
                                         f"it has {size}") from exc
-            raise RestoreError(f"cannot read checkpoint file {path}: {exc}") from exc
+            raise RestoreError(io_failure("read checkpoint file", path, exc, self.setting)) from exc
 
     def _size(self, path: str) -> int | None:
         try:
@@ -204,7 +224,8 @@ class FileSystemCheckpointStreams(CheckpointStreams):
             return None
 
 
-def write_metadata_atomically(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+def write_metadata_atomically(fs: fsspec.AbstractFileSystem, path: str, data: bytes,
+                              setting: str = CHECKPOINT_DIR_SETTING) -> None:
     """Write ``_metadata`` so readers see all of it or nothing; never replace different content."""
     try:
         if fs.exists(path):
@@ -212,6 +233,15 @@ def write_metadata_atomically(fs: fsspec.AbstractFileSystem, path: str, data: by
                 return
             raise SnapshotError(f"{path} already exists with different content; a completed checkpoint is never "
                                 f"overwritten (discard it explicitly first)")
+    except OSError as exc:
+        raise SnapshotError(io_failure("read checkpoint metadata", path, exc, setting)) from exc
+    replace_atomically(fs, path, data, setting)
+
+
+def replace_atomically(fs: fsspec.AbstractFileSystem, path: str, data: bytes, setting: str) -> None:
+    """Write ``path`` so readers see the old content or all of the new: a temporary file renamed
+    over it on file systems, one PUT on object stores."""
+    try:
         fs.makedirs(posixpath.dirname(path), exist_ok=True)
         if _protocol(fs) in _RENAMING_PROTOCOLS:
             temporary = f"{path}.inprogress-{uuid.uuid4().hex}"
@@ -220,7 +250,7 @@ def write_metadata_atomically(fs: fsspec.AbstractFileSystem, path: str, data: by
         else:
             fs.pipe_file(path, data)
     except OSError as exc:
-        raise SnapshotError(f"cannot write checkpoint metadata {path}: {exc}") from exc
+        raise SnapshotError(io_failure("write", path, exc, setting)) from exc
 
 
 class FileSystemStorageAccess(CheckpointStorageAccess):
@@ -242,18 +272,25 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
 
     def abort(self, checkpoint_id: int) -> None:
         directory = _join(self.job_root, f"chk-{checkpoint_id}")
-        if self.fs.exists(self._metadata_path(checkpoint_id)):
-            raise SnapshotError(f"checkpoint {checkpoint_id} is complete and cannot be aborted")
-        self._rm_tree(directory)
+        try:
+            if self.fs.exists(self._metadata_path(checkpoint_id)):
+                raise SnapshotError(f"checkpoint {checkpoint_id} is complete and cannot be aborted")
+            self._rm_tree(directory)
+        except OSError as exc:
+            raise SnapshotError(io_failure("remove the aborted checkpoint", directory, exc,
+                                           CHECKPOINT_DIR_SETTING)) from exc
 
     def completed(self) -> list[CompletedCheckpointPointer]:
         try:
             entries = self.fs.ls(self.job_root, detail=False)
+            ids = sorted(int(m.group(1)) for entry in entries
+                         if (m := CHECKPOINT_DIR_PATTERN.match(posixpath.basename(entry.rstrip("/")))))
+            return [self._pointer(i) for i in ids if self.fs.exists(self._metadata_path(i))]
         except FileNotFoundError:
             return []
-        ids = sorted(int(m.group(1)) for entry in entries
-                     if (m := CHECKPOINT_DIR_PATTERN.match(posixpath.basename(entry.rstrip("/")))))
-        return [self._pointer(i) for i in ids if self.fs.exists(self._metadata_path(i))]
+        except OSError as exc:
+            raise RestoreError(io_failure("list the checkpoints in", self.job_root, exc, CHECKPOINT_DIR_SETTING)) \
+                from exc
 
     def latest_completed(self) -> CompletedCheckpointPointer | None:
         completed = self.completed()
@@ -265,37 +302,55 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
             return self.fs.cat_file(path)
         except FileNotFoundError:
             raise RestoreError(f"{path} does not exist: checkpoint {pointer.checkpoint_id} is not complete") from None
+        except OSError as exc:
+            raise RestoreError(io_failure("read checkpoint metadata", path, exc, CHECKPOINT_DIR_SETTING)) from exc
+
+    def read_owner(self) -> bytes | None:
+        path = _join(self.job_root, OWNER_FILE)
+        try:
+            return self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RestoreError(io_failure("read the job's owner record", path, exc, CHECKPOINT_DIR_SETTING)) from exc
+
+    def write_owner(self, record: bytes) -> None:
+        replace_atomically(self.fs, _join(self.job_root, OWNER_FILE), record, CHECKPOINT_DIR_SETTING)
 
     def dispose(self, pointer: CompletedCheckpointPointer, keep: frozenset[str] = frozenset()) -> None:
-        # _metadata goes first: a half-deleted checkpoint must never look complete
-        try:
-            self.fs.rm_file(self._metadata_path(pointer.checkpoint_id))
-        except FileNotFoundError:
-            pass
         directory = _join(self.job_root, f"chk-{pointer.checkpoint_id}")
-        if not keep:
-            self._rm_tree(directory)
-            return
         try:
-            files = self.fs.find(directory)
-        except FileNotFoundError:
-            return
-        for path in files:
-            if posixpath.relpath(path, self.job_root) not in keep:
-                try:
-                    self.fs.rm_file(path)
-                except FileNotFoundError:
-                    pass
+            # _metadata goes first: a half-deleted checkpoint must never look complete
+            self._rm_file(self._metadata_path(pointer.checkpoint_id))
+            if not keep:
+                self._rm_tree(directory)
+                return
+            try:
+                files = self.fs.find(directory)
+            except FileNotFoundError:
+                return
+            for path in files:
+                if posixpath.relpath(path, self.job_root) not in keep:
+                    self._rm_file(path)
+        except OSError as exc:
+            raise SnapshotError(io_failure("delete checkpoint", directory, exc, CHECKPOINT_DIR_SETTING)) from exc
 
     def is_shared(self, handle: StreamStateHandle) -> bool:
         return isinstance(handle, FileStateHandle) and handle.path.startswith(SHARED_DIR + "/")
 
     def discard_shared(self, handle: StreamStateHandle) -> None:
         if self.is_shared(handle):
+            path = _join(self.job_root, handle.path)  # type: ignore[attr-defined]
             try:
-                self.fs.rm_file(_join(self.job_root, handle.path))  # type: ignore[attr-defined]
-            except FileNotFoundError:
-                pass
+                self._rm_file(path)
+            except OSError as exc:
+                raise SnapshotError(io_failure("delete shared file", path, exc, CHECKPOINT_DIR_SETTING)) from exc
+
+    def _rm_file(self, path: str) -> None:
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
 
     def _rm_tree(self, directory: str) -> None:
         try:
@@ -312,22 +367,20 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
 
 
 class FileSystemCheckpointStorage(CheckpointStorage):
-    name = "filesystem"
+    """Checkpoints under ``checkpoint_dir`` (any fsspec URL). Options: ``memory-threshold``
+    (``OPTIONS``); ``storage_options`` go to fsspec (credentials, endpoints)."""
 
-    def __init__(self, checkpoint_dir: str, memory_threshold: int | str = DEFAULT_MEMORY_THRESHOLD,
-                 storage_options: dict[str, Any] | None = None) -> None:
+    name = "filesystem"
+    takes_directory = True
+
+    def __init__(self, checkpoint_dir: str, storage_options: dict[str, Any] | None = None, **options: Any) -> None:
         self.checkpoint_dir = checkpoint_dir
         self.storage_options = dict(storage_options or {})
-        try:
-            self.memory_threshold = int(memory_threshold)
-        except (TypeError, ValueError):
-            self.memory_threshold = -1
-        if self.memory_threshold < 0:
-            raise ConfigurationError(f"spark.statekit.checkpoint.filesystem.memory-threshold must be a "
-                                     f"non-negative number of bytes, got {memory_threshold!r}")
+        self.memory_threshold: int = OPTIONS.parse(options)["memory-threshold"]
         open_url(checkpoint_dir, CHECKPOINT_DIR_SETTING, self.storage_options)  # fail early on a bad URL
 
     def create_access(self, job_id: str) -> FileSystemStorageAccess:
+        check_job_id(job_id)
         fs, root = open_url(self.checkpoint_dir, CHECKPOINT_DIR_SETTING, self.storage_options)
         check_writable(fs, _join(root, job_id), CHECKPOINT_DIR_SETTING, self.checkpoint_dir)
         return FileSystemStorageAccess(fs, root, job_id, self.memory_threshold)
@@ -365,15 +418,15 @@ class SavepointLocation:
 
     def __init__(self, savepoint_dir: str, savepoint_id: str, storage_options: dict[str, Any] | None = None,
                  memory_threshold: int = DEFAULT_MEMORY_THRESHOLD) -> None:
-        fs, root = open_url(savepoint_dir, "spark.statekit.savepoint.dir", storage_options)
+        fs, root = open_url(savepoint_dir, SAVEPOINT_DIR_SETTING, storage_options)
         self.fs = fs
         self.directory = _join(root, f"savepoint-{savepoint_id}")
-        check_writable(fs, self.directory, "spark.statekit.savepoint.dir", savepoint_dir)
+        check_writable(fs, self.directory, SAVEPOINT_DIR_SETTING, savepoint_dir)
         # a savepoint's files are all exclusive and live beside its _metadata
-        self.streams = FileSystemCheckpointStreams(fs, self.directory, "", memory_threshold)
+        self.streams = FileSystemCheckpointStreams(fs, self.directory, "", memory_threshold, SAVEPOINT_DIR_SETTING)
 
     def commit(self, checkpoint_id: int, metadata: bytes) -> CompletedCheckpointPointer:
-        write_metadata_atomically(self.fs, _join(self.directory, METADATA_FILE), metadata)
+        write_metadata_atomically(self.fs, _join(self.directory, METADATA_FILE), metadata, SAVEPOINT_DIR_SETTING)
         return CompletedCheckpointPointer(checkpoint_id, self.fs.unstrip_protocol(self.directory), is_savepoint=True)
 
 
@@ -384,6 +437,13 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None,
     fs, path = open_url(url, setting, storage_options)
     if posixpath.basename(path) == METADATA_FILE:
         path = posixpath.dirname(path)
+    try:
+        return _resolve(fs, path, url, setting)
+    except OSError as exc:
+        raise RestoreError(io_failure("read the snapshot at", path, exc, setting)) from exc
+
+
+def _resolve(fs: fsspec.AbstractFileSystem, path: str, url: str, setting: str) -> ResolvedSnapshot:
     metadata_path = _join(path, METADATA_FILE)
     if not fs.exists(metadata_path):
         match = CHECKPOINT_DIR_PATTERN.match(posixpath.basename(path))

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from statekit.spi.errors import ConfigurationError, RestoreError, SnapshotError
+from statekit.spi.errors import RestoreError, SnapshotError
 from statekit.spi.handles import StreamStateHandle
+from statekit.spi.names import check_job_id
+from statekit.spi.options import Option, OptionSet, size
 from statekit.spi.storage import (
     CheckpointOutputStream, CheckpointStorage, CheckpointStorageAccess, CheckpointStreams,
     CompletedCheckpointPointer, StateScope,
@@ -16,7 +18,10 @@ from statekit.spi.storage import (
 from statekit.storage.inline import InlineOutputStream, InlineStreams
 
 DEFAULT_MAX_STATE_SIZE = 5 * 1024 * 1024
-MAX_STATE_SIZE_SETTING = "spark.statekit.checkpoint.jobmanager.max-state-size"
+OPTIONS = OptionSet("spark.statekit.checkpoint.jobmanager.",
+                    Option("max-state-size", size(), DEFAULT_MAX_STATE_SIZE,
+                           "the largest snapshot of one subtask kept in driver memory"))
+MAX_STATE_SIZE_SETTING = OPTIONS.setting("max-state-size")
 
 
 class SizeLimitedInlineStreams(InlineStreams):
@@ -45,6 +50,7 @@ class JobManagerStorageAccess(CheckpointStorageAccess):
         self.job_id = job_id
         self.max_state_size = max_state_size
         self._completed: dict[int, bytes] = {}
+        self._owner: bytes | None = None
 
     def streams(self, checkpoint_id: int, subtask: str) -> CheckpointStreams:
         return SizeLimitedInlineStreams(subtask, self.max_state_size)
@@ -80,27 +86,27 @@ class JobManagerStorageAccess(CheckpointStorageAccess):
     def restore_streams(self) -> CheckpointStreams:
         return InlineStreams()
 
+    def read_owner(self) -> bytes | None:
+        return self._owner
+
+    def write_owner(self, record: bytes) -> None:
+        self._owner = bytes(record)
+
     def _pointer(self, checkpoint_id: int) -> CompletedCheckpointPointer:
         return CompletedCheckpointPointer(checkpoint_id, f"jobmanager://{self.job_id}/chk-{checkpoint_id}")
 
 
 class JobManagerCheckpointStorage(CheckpointStorage):
-    name = "jobmanager"
+    """Options: ``max-state-size`` (``OPTIONS``)."""
 
-    def __init__(self, max_state_size: int | str = DEFAULT_MAX_STATE_SIZE) -> None:
-        try:
-            self.max_state_size = int(max_state_size)
-        except (TypeError, ValueError):
-            self.max_state_size = -1
-        if self.max_state_size <= 0:
-            raise ConfigurationError(
-                f"{MAX_STATE_SIZE_SETTING} must be a positive number of bytes, got {max_state_size!r}")
+    name = "jobmanager"
+    durable = False
+
+    def __init__(self, **options: Any) -> None:
+        self.max_state_size: int = OPTIONS.parse(options)["max-state-size"]
 
     def create_access(self, job_id: str) -> JobManagerStorageAccess:
-        return JobManagerStorageAccess(job_id, self.max_state_size)
+        return JobManagerStorageAccess(check_job_id(job_id), self.max_state_size)
 
     def __repr__(self) -> str:
         return f"JobManagerCheckpointStorage(max_state_size={self.max_state_size})"
-
-    def options(self) -> dict[str, Any]:
-        return {"max_state_size": self.max_state_size}

@@ -21,28 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from statekit.backends.common import ChangelogConfig, OptionParser, parse_options, parse_size
-from statekit.spi import ConfigurationError
+from statekit.backends.common import LOCAL_DIR_OPTION, ChangelogConfig
+from statekit.spi.options import Option, OptionSet, choice, size
 
 SETTING_PREFIX = "spark.statekit.backend.sqlite."
-SYNCHRONOUS_MODES = ("off", "normal", "full")
-
-
-def _synchronous(value: Any, setting: str) -> str:
-    mode = str(value).strip().lower()
-    if mode not in SYNCHRONOUS_MODES:
-        raise ConfigurationError(f"{setting} must be one of {', '.join(SYNCHRONOUS_MODES)}, got {value!r}")
-    return mode
-
-
-def _directory(value: Any, setting: str) -> str:
-    if not str(value).strip():
-        raise ConfigurationError(f"{setting} must be a directory path, got {value!r}")
-    return str(value)
-
-
-_PARSERS: dict[str, OptionParser] = {"cache-size": parse_size, "synchronous": _synchronous,
-                                     "local-dir": _directory}
+OPTIONS = OptionSet(
+    SETTING_PREFIX,
+    Option("cache-size", size(), 64 << 20, "SQLite page cache of each keyed backend's connection"),
+    Option("synchronous", choice("off", "normal", "full"), "off", "fsync policy of commits"),
+    LOCAL_DIR_OPTION,
+    *ChangelogConfig.OPTIONS,
+)
 
 
 @dataclass(frozen=True)
@@ -54,5 +43,6 @@ class SQLiteOptions:
 
     @classmethod
     def parse(cls, options: dict[str, Any]) -> "SQLiteOptions":
-        values = parse_options(options, SETTING_PREFIX, _PARSERS, passed_on=ChangelogConfig.OPTIONS)
-        return cls(**values, changelog=ChangelogConfig.parse(options, SETTING_PREFIX))
+        values = OPTIONS.parse(options)
+        return cls(values["cache-size"], values["synchronous"], values["local-dir"],
+                   values.build(ChangelogConfig, "changelog."))

@@ -45,7 +45,7 @@ class SQLiteStore:
         self._views: weakref.WeakSet[SQLiteView] = weakref.WeakSet()
         self.writer = _connect(path)
         self.writer.execute("PRAGMA journal_mode = WAL")
-        self.writer.execute(f"PRAGMA synchronous = {synchronous}")  # one of SYNCHRONOUS_MODES
+        self.writer.execute(f"PRAGMA synchronous = {synchronous}")  # off, normal or full (checked by the option)
         self.writer.execute(f"PRAGMA cache_size = -{max(cache_size // 1024, 1)}")  # negative: KiB
         self.writer.execute(SCHEMA)
         self.writer.execute("BEGIN")

@@ -7,7 +7,8 @@ kinds, key iteration, full snapshots in the canonical format, changelog incremen
 (``ChangelogConfig``) and restore with rescaling. A backend with its own data structures (like the
 heap backend) builds on the lower-level helpers instead: the key layout, state registration,
 namespace encoding, the canonical snapshot writer/reader and the changelog tracker. Every backend
-can use ``DefaultOperatorStateBackend`` for operator state. See ``docs/plugin-authors.md``.
+can use ``DefaultOperatorStateBackend`` for operator state. Options are declared with
+``statekit.spi.options``. See ``docs/plugin-authors.md``.
 """
 from statekit.backends.common.canonical import (
     CHANGELOG_FORMAT, FORMAT as CANONICAL_FORMAT, CanonicalSnapshotWriter, read_key_groups, state_runs,
@@ -21,10 +22,9 @@ from statekit.backends.common.key_layout import (
 )
 from statekit.backends.common.kv_backend import KVKeyedStateBackend
 from statekit.backends.common.kv_store import KVTable, KVView
-from statekit.backends.common.local_dirs import acquire_lock, instance_path, release_lock
+from statekit.backends.common.local_dirs import LOCAL_DIR_OPTION, acquire_lock, instance_path, release_lock
 from statekit.backends.common.namespaces import decode_namespace, encode_namespace
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
-from statekit.backends.common.option_values import OptionParser, parse_bool, parse_options, parse_size
 from statekit.backends.common.registration import (
     RegisteredState, checked_list_elements, default_value, register,
 )
@@ -34,10 +34,8 @@ __all__ = [
     "KVTable", "KVView", "KVKeyedStateBackend", "ChangelogConfig",
     # operator state, for any backend
     "DefaultOperatorStateBackend",
-    # executor-local files: one instance directory per keyed backend, locked to one process
-    "instance_path", "acquire_lock", "release_lock",
-    # options from spark.statekit.backend.<name>.*
-    "OptionParser", "parse_options", "parse_size", "parse_bool",
+    # executor-local files: one instance directory per keyed backend, locked to one process; its option
+    "instance_path", "acquire_lock", "release_lock", "LOCAL_DIR_OPTION",
     # the byte layout of keyed state (DESIGN.md §3)
     "key_group_prefix", "cell_key", "split_cell_key", "key_group_bounds", "prefix_upper_bound",
     "encode_list", "decode_list", "varint", "read_varint",

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator
 
 from statekit.backends.common.canonical import read_key_groups
-from statekit.spi.errors import ConfigurationError
 from statekit.spi.handles import (
     KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo, StreamStateHandle, register_handle,
 )
 from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.options import Option, integer, number
 from statekit.spi.storage import CheckpointStreams
 
 OP_PUT = 0
@@ -39,23 +39,12 @@ OP_DELETE = 1
 class ChangelogConfig:
     max_chain_length: int = 16
     max_chain_bytes_ratio: float = 1.0
-    #: the backend options ``parse`` reads
-    OPTIONS: ClassVar[tuple[str, ...]] = ("changelog.max-chain-length", "changelog.max-chain-bytes-ratio")
-
-    @classmethod
-    def parse(cls, options: dict[str, Any], prefix: str) -> "ChangelogConfig":
-        values: dict[str, Any] = {}
-        for name, cast in (("max-chain-length", int), ("max-chain-bytes-ratio", float)):
-            raw = options.get(f"changelog.{name}")
-            if raw is None:
-                continue
-            try:
-                values[name.replace("-", "_")] = cast(raw)
-            except (TypeError, ValueError):
-                raise ConfigurationError(f"{prefix}changelog.{name} must be a number, got {raw!r}") from None
-            if values[name.replace("-", "_")] <= 0:
-                raise ConfigurationError(f"{prefix}changelog.{name} must be positive, got {raw!r}")
-        return cls(**values)
+    #: the backend options that set it (``OptionValues.build(ChangelogConfig, "changelog.")``)
+    OPTIONS: ClassVar[tuple[Option, ...]] = (
+        Option("changelog.max-chain-length", integer(minimum=1, maximum=1 << 20), 16,
+               "incremental checkpoints: deltas on one base before a new base is written"),
+        Option("changelog.max-chain-bytes-ratio", number(positive=True, maximum=1e6), 1.0,
+               "... or once the deltas' bytes pass this many times the base's"))
 
 
 @register_handle("changelog")

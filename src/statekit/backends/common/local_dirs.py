@@ -14,8 +14,12 @@ import tempfile
 
 from statekit.spi.backend import SubtaskInfo
 from statekit.spi.errors import StatekitError
+from statekit.spi.options import Option, local_directory
 
 LOCK_FILE = "statekit.lock"
+#: the backend option of disk-backed backends; ``spark.statekit.local.dir`` sets it for all
+LOCAL_DIR_OPTION = Option("local-dir", local_directory, None,
+                          "where the instance directories are created (default: the temp directory)")
 
 
 class LockBusyError(StatekitError):

@@ -9,9 +9,9 @@ from statekit.backends.common.changelog import (
 )
 from statekit.backends.common.namespaces import decode_namespace, encode_namespace
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
-from statekit.backends.common.option_values import parse_options
 from statekit.backends.common.registration import RegisteredState, default_value, register
 from statekit.backends.heap.copies import UserKeys
+from statekit.backends.heap.options import OPTIONS
 from statekit.backends.heap.state_table import KeyGroupMap, StateTable
 from statekit.backends.heap.states import (
     HeapAggregatingState, HeapListState, HeapMapState, HeapReducingState, HeapState, HeapValueState,
@@ -27,8 +27,6 @@ from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_co
 from statekit.spi.state import State, VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
 
-SETTING_PREFIX = "spark.statekit.backend.heap."
-
 
 class HeapStateBackend(StateBackend):
     """Keyed state in Python dicts: the fastest backend while state fits in memory.
@@ -39,8 +37,7 @@ class HeapStateBackend(StateBackend):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        parse_options(options, SETTING_PREFIX, {}, ChangelogConfig.OPTIONS)  # rejects unknown options
-        self.changelog = ChangelogConfig.parse(options, SETTING_PREFIX)
+        self.changelog = OPTIONS.parse(options).build(ChangelogConfig, "changelog.")
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "HeapKeyedStateBackend":
         return HeapKeyedStateBackend(params, self.changelog)

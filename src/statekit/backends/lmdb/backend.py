@@ -74,7 +74,7 @@ from statekit.backends.common.changelog import ChangelogConfig, ChangelogStateHa
 from statekit.backends.common.kv_backend import KVKeyedStateBackend
 from statekit.backends.common.local_dirs import instance_path
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
-from statekit.backends.lmdb.options import SETTING_PREFIX, LMDBOptions
+from statekit.backends.lmdb.options import OPTIONS, LMDBOptions
 from statekit.backends.lmdb.store import LMDBStore, LMDBTable, LMDBView
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, StateBackend,
@@ -93,9 +93,10 @@ class LMDBStateBackend(StateBackend):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.lmdb_options = LMDBOptions.parse(options)
-        self.changelog = ChangelogConfig.parse(options, SETTING_PREFIX)
-        self.local_dir = options.get("local-dir") or options.get("local_dir")
+        values = OPTIONS.parse(options)
+        self.lmdb_options = values.build(LMDBOptions)
+        self.changelog = values.build(ChangelogConfig, "changelog.")
+        self.local_dir: str | None = values["local-dir"]
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "LMDBKeyedStateBackend":
         return LMDBKeyedStateBackend(params, self.lmdb_options, self.local_dir, self.changelog)

@@ -15,23 +15,34 @@ writemap            false      write through a writable memory map instead of ``
 readahead           false      let the OS read ahead on page faults
 local-dir           (temp)     where the environments' instance directories are created
 ==================  =========  ===================================================================
+
+and the changelog options of incremental snapshots (``ChangelogConfig.OPTIONS``).
 """
 from __future__ import annotations
 
 import mmap
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from statekit.backends.common.changelog import ChangelogConfig
-from statekit.backends.common.option_values import parse_bool, parse_size
-from statekit.spi.errors import ConfigurationError
+from statekit.backends.common.local_dirs import LOCAL_DIR_OPTION
+from statekit.spi.options import Option, OptionSet, boolean, integer, size
 
 SETTING_PREFIX = "spark.statekit.backend.lmdb."
-_SIZES = ("map_size", "write_batch_size")
-_BOOLS = ("sync", "metasync", "writemap", "readahead")
-_INTS = {"max_dbs": (1, 32767), "max_readers": (1, 1 << 20)}
-_PATH_OPTIONS = ("local-dir",)
 MIN_MAP_SIZE = 64 << 10
+OPTIONS = OptionSet(
+    SETTING_PREFIX,
+    Option("map-size", size(minimum=MIN_MAP_SIZE), 64 << 20, "initial size of the memory map (doubles when full)"),
+    Option("max-dbs", integer(minimum=1, maximum=32767), 256, "named databases per environment: at most this "
+                                                              "many states"),
+    Option("max-readers", integer(minimum=1, maximum=1 << 20), 126, "concurrent read transactions"),
+    Option("write-batch-size", size(), 32 << 20, "the write transaction is committed at about this many bytes"),
+    Option("sync", boolean, False, "fsync the data file on every commit"),
+    Option("metasync", boolean, False, "fsync the meta page on every commit"),
+    Option("writemap", boolean, False, "write through a writable memory map"),
+    Option("readahead", boolean, False, "let the OS read ahead on page faults"),
+    LOCAL_DIR_OPTION,
+    *ChangelogConfig.OPTIONS,
+)
 
 
 @dataclass(frozen=True)
@@ -44,36 +55,6 @@ class LMDBOptions:
     metasync: bool = False
     writemap: bool = False
     readahead: bool = False
-
-    @classmethod
-    def parse(cls, options: dict[str, Any]) -> "LMDBOptions":
-        known = {f.name.replace("_", "-"): f.name for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for raw_name, value in options.items():
-            name = str(raw_name).replace("_", "-")
-            if name in _PATH_OPTIONS or str(raw_name) in ChangelogConfig.OPTIONS:
-                continue
-            if name not in known:
-                raise ConfigurationError(f"unknown option {SETTING_PREFIX}{name}; known: "
-                                         f"{', '.join(sorted(known) + list(ChangelogConfig.OPTIONS))}, local-dir")
-            setting = SETTING_PREFIX + name
-            field_name = known[name]
-            if field_name in _SIZES:
-                values[field_name] = parse_size(value, setting)
-                if field_name == "map_size" and values[field_name] < MIN_MAP_SIZE:
-                    raise ConfigurationError(f"{setting} must be at least {MIN_MAP_SIZE // 1024}k, got {value!r}")
-            elif field_name in _BOOLS:
-                values[field_name] = parse_bool(value, setting)
-            else:
-                low, high = _INTS[field_name]
-                try:
-                    number = int(str(value).strip())
-                except (TypeError, ValueError):
-                    raise ConfigurationError(f"{setting} must be an integer, got {value!r}") from None
-                if not low <= number <= high:
-                    raise ConfigurationError(f"{setting} must be between {low} and {high}, got {value!r}")
-                values[field_name] = number
-        return cls(**values)
 
     @property
     def initial_map_size(self) -> int:

@@ -20,7 +20,7 @@ from statekit.backends.common.kv_backend import KVKeyedStateBackend
 from statekit.backends.common.local_dirs import instance_path
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.rocksdb.handle import IncrementalRocksDBStateHandle
-from statekit.backends.rocksdb.options import RocksDBOptions
+from statekit.backends.rocksdb.options import OPTIONS, RocksDBOptions
 from statekit.backends.rocksdb.table import CheckpointView, ColumnFamilyTable, bounded_items
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot,
@@ -43,8 +43,9 @@ class RocksDBStateBackend(StateBackend):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.rocksdb_options = RocksDBOptions.parse(options)
-        self.local_dir = options.get("local-dir") or options.get("local_dir")
+        values = OPTIONS.parse(options)
+        self.rocksdb_options = values.build(RocksDBOptions)
+        self.local_dir: str | None = values["local-dir"]
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "RocksDBKeyedStateBackend":
         return RocksDBKeyedStateBackend(params, self.rocksdb_options, self.local_dir)

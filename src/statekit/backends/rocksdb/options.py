@@ -6,17 +6,26 @@ managed memory does: one cache per instance would multiply memory by the number 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, WriteOptions
 
-from statekit.backends.common.option_values import parse_size
-from statekit.spi.errors import ConfigurationError
+from statekit.backends.common.local_dirs import LOCAL_DIR_OPTION
+from statekit.spi.options import Option, OptionSet, choice, integer, size
 
 SETTING_PREFIX = "spark.statekit.backend.rocksdb."
 _COMPRESSION = {"none": DBCompressionType.none(), "snappy": DBCompressionType.snappy(),
                 "lz4": DBCompressionType.lz4(), "zstd": DBCompressionType.zstd()}
+OPTIONS = OptionSet(
+    SETTING_PREFIX,
+    Option("block-cache-size", size(), 256 << 20, "LRU block cache, shared by every RocksDB of the process"),
+    Option("write-buffer-size", size(minimum=64 << 10), 32 << 20, "memtable size per column family"),
+    Option("max-write-buffer-number", integer(minimum=1, maximum=64), 2, "memtables per column family"),
+    Option("compression", choice(*_COMPRESSION), "lz4", "block compression"),
+    Option("bloom-filter-bits", integer(minimum=0, maximum=64), 10, "bloom filter bits per key (0: none)"),
+    Option("block-size", size(minimum=1 << 10, maximum=1 << 30), 16 << 10, "data block size"),
+    LOCAL_DIR_OPTION,
+)
 _caches: dict[int, Cache] = {}
 _caches_lock = threading.Lock()
 
@@ -29,34 +38,6 @@ class RocksDBOptions:
     compression: str = "lz4"
     bloom_filter_bits: int = 10
     block_size: int = 16 << 10
-
-    @classmethod
-    def parse(cls, options: dict[str, Any]) -> "RocksDBOptions":
-        known = {f.name.replace("_", "-"): f.name for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for raw_name, value in options.items():
-            name = raw_name.replace("_", "-")
-            if name in ("local-dir",):
-                continue
-            if name not in known:
-                raise ConfigurationError(f"unknown option {SETTING_PREFIX}{name}; known: "
-                                         f"{', '.join(sorted(known))}, local-dir")
-            setting = SETTING_PREFIX + name
-            field_name = known[name]
-            if field_name in ("block_cache_size", "write_buffer_size", "block_size"):
-                values[field_name] = parse_size(value, setting)
-            elif field_name == "compression":
-                if str(value).lower() not in _COMPRESSION:
-                    raise ConfigurationError(f"{setting} must be one of {sorted(_COMPRESSION)}, got {value!r}")
-                values[field_name] = str(value).lower()
-            else:
-                try:
-                    values[field_name] = int(value)
-                except (TypeError, ValueError):
-                    raise ConfigurationError(f"{setting} must be an integer, got {value!r}") from None
-                if values[field_name] < (1 if field_name == "max_write_buffer_number" else 0):
-                    raise ConfigurationError(f"{setting} must not be negative, got {value!r}")
-        return cls(**values)
 
     def shared_cache(self) -> Cache:
         """The process-wide LRU block cache of this size."""
