@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState, metadata_source
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
 from statekit.runtime.function import KeyedBatchFunction, KeyedProcessFunction, ProcessFunction
 from statekit.spark.checkpoints import driver_access
@@ -97,7 +97,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None) -> Dat
     if store.latest() is None and conf.restore_path:
         from statekit.storage.filesystem import resolve
         resolved = resolve(conf.restore_path)
-        restored = CompletedCheckpoint(resolved.pointer, CheckpointMetadata.from_bytes(resolved.metadata))
+        restored = CompletedCheckpoint(resolved.pointer, CheckpointMetadata.from_bytes(resolved.metadata, metadata_source(resolved.pointer)))
         restore_url = conf.restore_path
         store = CheckpointStore(access, conf.num_retained, restored, conf.restore_mode)
     if requested_epoch is None:

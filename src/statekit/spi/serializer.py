@@ -11,9 +11,10 @@ import enum
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar, Iterable, Mapping
 
 from statekit.spi.errors import IncompatibleSerializerError, RestoreError
+from statekit.spi.json_fields import as_object, malformed, plain
 
 
 class Compatibility(enum.Enum):
@@ -33,8 +34,13 @@ class SerializerSnapshot:
         return {"identity": self.identity, "version": self.version, "config": self.config}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "SerializerSnapshot":
-        return cls(data["identity"], int(data["version"]), dict(data.get("config") or {}))
+    def from_json(cls, data: Mapping[str, Any]) -> "SerializerSnapshot":
+        """Malformed data raises ``CorruptStateError`` naming the field."""
+        obj = as_object(data).expect_fields(("identity", "version"), ("config",))
+        identity = obj.text("identity")
+        if ":" not in identity:
+            malformed(obj.path_of("identity"), "must be \"module:QualifiedClassName\"", identity)
+        return cls(identity, obj.integer("version", 0), plain(obj.object("config")) if obj.has("config") else {})
 
     @property
     def short_name(self) -> str:
