@@ -114,6 +114,13 @@ class TypeSerializer(ABC):
         return f"{type(self).__name__}({config})"
 
 
+def reads_older_versions(serializer: TypeSerializer, previous: SerializerSnapshot) -> Compatibility:
+    """For a serializer that reads what any earlier version of its class wrote, whatever its
+    config: compatible when ``previous`` has the same identity and a version up to its own."""
+    same = previous.identity == serializer.snapshot().identity and previous.version <= serializer.VERSION
+    return Compatibility.COMPATIBLE_AS_IS if same else Compatibility.INCOMPATIBLE
+
+
 def check_compatibility(state_name: str, role: str, new: TypeSerializer,
                         previous: SerializerSnapshot) -> None:
     """Raise a clear error unless ``new`` can read what ``previous`` wrote."""
