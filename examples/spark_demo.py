@@ -32,7 +32,7 @@ def main() -> None:
     from pyspark import cloudpickle
     from pyspark.sql import SparkSession
 
-    from statekit.checkpoint.metadata import CheckpointMetadata
+    from statekit.checkpoint.metadata import CheckpointMetadata, metadata_source
     from statekit.spark import StatekitConf, process_keyed, process_keyed_stream, savepoint
     from statekit.storage.filesystem import resolve
 
@@ -88,7 +88,7 @@ def main() -> None:
         print(f"restored into the rocksdb backend at parallelism 3: 10,000 more readings, {alerts} alerts")
 
         resolved = resolve(f"file://{work}/checkpoints/sensors-rocksdb")
-        metadata = CheckpointMetadata.from_bytes(resolved.metadata)
+        metadata = CheckpointMetadata.from_bytes(resolved.metadata, metadata_source(resolved.pointer))
         reader = StatekitConf.parse({"backend": "rocksdb", "local.dir": os.path.join(work, "read")}).create_backend()
         expected = recompute([r for batch in batches for r in batch])
         mismatches = matches(read_state(metadata, resolved.streams, reader, os.path.join(work, "read")), expected)

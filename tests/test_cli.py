@@ -117,8 +117,9 @@ def _size(stream: dict[str, Any]) -> int:
 
 
 def expected_sizes(metadata_file: Path) -> dict[str, Any]:
-    """Total state size (each file once), file count, per-subtask sizes, computed from raw JSON."""
-    doc = json.loads(metadata_file.read_bytes())
+    """Total state size (each file once), file count, per-subtask sizes, computed from raw JSON
+    (the document is the ``body`` of the metadata envelope)."""
+    doc = json.loads(metadata_file.read_bytes())["body"]
     streams = _walk_streams(doc["operators"])
     files = {s["path"]: s["size"] for s in streams if s["type"] == "file"}
     inline = sum(_size(s) for s in streams if s["type"] == "inline")

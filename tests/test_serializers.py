@@ -124,3 +124,76 @@ def test_resolve_and_names():
         resolve("pickle")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="protocol"):
         PickleSerializer(99)
+
+
+@pytest.mark.parametrize("serializer", [Int64Serializer(), Float64Serializer()], ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize("value", [True, False])
+def test_numeric_serializers_reject_bool(serializer, value):
+    """``True`` is an int to Python, but it would come back as 1: a clear error naming the fix."""
+    name = type(serializer).__name__
+    with pytest.raises(SerializationError, match=rf"{name} cannot encode {value} \(bool\).*int\({value}\)"):
+        serializer.serialize(value)
+    with pytest.raises(SerializationError, match=rf"{name} cannot encode {value} \(bool\)"):
+        serializer.serialize_many(iter([1, value, 2]))
+
+
+def test_int64_bool_in_state_fails_the_checkpoint_instead_of_restoring_a_number():
+    from statekit import KeyedProcessFunction, ValueStateDescriptor
+    from statekit.runtime import LocalRunner
+
+    class StoresFlag(KeyedProcessFunction):
+        def open(self, ctx):
+            self.flag = ctx.get_state(ValueStateDescriptor("flag", Int64Serializer()))
+
+        def process(self, row, ctx):
+            self.flag.update(True)
+
+    runner = LocalRunner(StoresFlag(), key_selector=lambda row: row, parallelism=1)
+    with pytest.raises(SerializationError, match="Int64Serializer cannot encode True"):
+        runner.run_epoch(["a"])
+    assert runner.latest_metadata() is None
+
+
+tuples = st.recursive(st.none() | st.booleans() | st.integers(min_value=-(2 ** 63), max_value=2 ** 64 - 1)
+                      | st.text() | st.binary(),
+                      lambda c: st.lists(c) | st.tuples(c, c) | st.lists(c).map(tuple)
+                      | st.dictionaries(st.text() | st.tuples(st.integers(0, 9), st.text()), c), max_leaves=20)
+
+
+@given(tuples)
+def test_msgpack_keeps_tuples(value):
+    s = MsgpackSerializer()
+    back = s.deserialize(s.serialize(value))
+    assert back == value and repr(back) == repr(value)  # repr tells tuples from lists
+
+
+def test_msgpack_subclasses_come_back_as_their_base_type():
+    from collections import OrderedDict, namedtuple
+    from enum import IntEnum
+
+    class Level(IntEnum):
+        HIGH = 3
+
+    point = namedtuple("Point", "x y")
+    s = MsgpackSerializer()
+    back = s.deserialize(s.serialize([point(1, 2), OrderedDict(a=1), Level.HIGH, bytearray(b"ab")]))
+    assert back == [(1, 2), {"a": 1}, 3, b"ab"]
+    assert [type(v) for v in back] == [tuple, dict, int, bytes]
+
+
+def test_msgpack_reads_state_written_by_version_1():
+    import msgpack
+
+    written_by_version_1 = msgpack.packb({"pair": (1, 2), "n": [3]}, use_bin_type=True)  # tuples were arrays
+    assert MsgpackSerializer().deserialize(written_by_version_1) == {"pair": [1, 2], "n": [3]}
+    version_1 = SerializerSnapshot("statekit.serializers.msgpack:MsgpackSerializer", 1)
+    assert MsgpackSerializer().resolve_compatibility(version_1) is Compatibility.COMPATIBLE_AS_IS
+    newer = SerializerSnapshot("statekit.serializers.msgpack:MsgpackSerializer", MsgpackSerializer.VERSION + 1)
+    assert MsgpackSerializer().resolve_compatibility(newer) is Compatibility.INCOMPATIBLE
+
+
+def test_msgpack_unknown_extension_type_is_a_clear_error():
+    import msgpack
+
+    with pytest.raises(SerializationError, match="unknown msgpack extension type 7"):
+        MsgpackSerializer().deserialize(msgpack.packb(msgpack.ExtType(7, b"x")))

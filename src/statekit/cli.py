@@ -101,7 +101,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
 
-from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, metadata_source
 from statekit.checkpoint.store import stream_handles, subtask_stream_handles
 from statekit.spi.errors import CorruptStateError, StatekitError
 from statekit.spi.handles import OperatorStateHandle, StreamStateHandle
@@ -142,15 +142,9 @@ def _load_handle_types() -> None:
 
 
 def parse_metadata(data: bytes, source: str) -> CheckpointMetadata:
-    """``CheckpointMetadata`` from bytes; anything malformed is a ``CorruptStateError``."""
+    """``CheckpointMetadata`` from bytes; anything malformed is a ``CorruptStateError`` naming ``source``."""
     _load_handle_types()
-    try:
-        return CheckpointMetadata.from_bytes(data, source)
-    except StatekitError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        detail = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
-        raise CorruptStateError(f"{source} is corrupt: {detail}") from exc
+    return CheckpointMetadata.from_bytes(data, source)
 
 
 @dataclass
@@ -208,7 +202,7 @@ def _human_size(size: int) -> str:
 def _serializer(data: Any) -> dict[str, Any]:
     try:
         snapshot = SerializerSnapshot.from_json(data)
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except CorruptStateError:
         return {"class": str(data), "identity": str(data), "version": None, "config": {}}
     return {"class": snapshot.short_name, "identity": snapshot.identity, "version": snapshot.version,
             "config": snapshot.config}
@@ -364,13 +358,6 @@ def _print_list(doc: dict[str, Any], out: Callable[[str], None]) -> None:
 # ---------------------------------------------------------------------------- checkpoints describe
 
 
-def _subtask_range(operator: OperatorState, index: int, subtask: SubtaskState) -> KeyGroupRange:
-    ranges = [h.key_group_range for h in subtask.keyed if len(h.key_group_range)]
-    if ranges:
-        return KeyGroupRange(min(r.start for r in ranges), max(r.end for r in ranges))
-    return KeyGroupRange.of_subtask(operator.max_parallelism, operator.parallelism, index)
-
-
 def _operator_doc(operator: OperatorState) -> dict[str, Any]:
     key_serializer = next((h.key_serializer for s in operator.subtasks for h in s.keyed  # type: ignore[attr-defined]
                            if getattr(h, "key_serializer", None)), None)
@@ -391,7 +378,8 @@ def _operator_doc(operator: OperatorState) -> dict[str, Any]:
     for index, subtask in enumerate(operator.subtasks):
         keyed_size = sum(h.state_size for h in subtask.keyed)
         operator_size = subtask.operator.state_size if subtask.operator is not None else 0
-        subtasks.append({"index": index, "key_group_range": _subtask_range(operator, index, subtask).to_json(),
+        subtasks.append({"index": index, "key_group_range": KeyGroupRange.of_subtask(  # its handles cover exactly this range (checked on read)
+                             operator.max_parallelism, operator.parallelism, index).to_json(),
                          "state_size": keyed_size + operator_size, "keyed_state_size": keyed_size,
                          "operator_state_size": operator_size})
     return {"operator_id": operator.operator_id, "parallelism": operator.parallelism,
@@ -434,7 +422,7 @@ def _resolve(url: str, storage_options: dict[str, Any] | None, setting: str) -> 
 def describe(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The document ``checkpoints describe --json`` prints."""
     resolved = _resolve(url, storage_options, "path")
-    metadata = parse_metadata(resolved.metadata, f"{resolved.pointer.external_pointer}/{METADATA_FILE}")
+    metadata = parse_metadata(resolved.metadata, metadata_source(resolved.pointer))
     return describe_metadata(metadata, resolved.pointer.external_pointer)
 
 
@@ -509,7 +497,7 @@ def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | No
     from statekit.storage.filesystem import SavepointLocation
 
     resolved = _resolve(source_url, storage_options, "--from")
-    metadata = parse_metadata(resolved.metadata, f"{resolved.pointer.external_pointer}/{METADATA_FILE}")
+    metadata = parse_metadata(resolved.metadata, metadata_source(resolved.pointer))
     name = backend_name or metadata.properties.get("backend") or "heap"
     cls = backend_class(name, setting="--backend")
     try:

@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
+from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState, metadata_source
 from statekit.checkpoint.ownership import JobOwnership
 from statekit.spi.errors import ConfigurationError, StatekitError
 from statekit.spi.handles import StreamStateHandle
@@ -100,7 +100,7 @@ class CheckpointStore:
         self._retained: list[CompletedCheckpoint] = []
         for pointer in access.completed():
             self._retained.append(CompletedCheckpoint(
-                pointer, CheckpointMetadata.from_bytes(access.read_metadata(pointer), pointer.external_pointer)))
+                pointer, CheckpointMetadata.from_bytes(access.read_metadata(pointer), metadata_source(pointer))))
         for checkpoint in self._retained:
             self.registry.register(checkpoint.checkpoint_id, self._shared(checkpoint.metadata))
         #: a snapshot restored in no-claim mode: if it is one of this job's own checkpoints, it is never disposed

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from statekit.checkpoint.assignment import assign
+from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.compare import assert_same_rows, assert_same_state
 from statekit.conformance_tests.workload import (
@@ -24,8 +25,8 @@ from statekit.runtime.task import KeyedTask
 from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import (
     SnapshotOptions, CorruptStateError, IncompatibleSerializerError, InlineStateHandle, KeyedStateBackend,
-    KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, StateBackend,
-    SnapshotType, StateHandle, SubtaskInfo, ValueStateDescriptor, key_group_for_key,
+    KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, OperatorBackendParams,
+    SnapshotType, StateBackend, StateHandle, SubtaskInfo, ValueStateDescriptor, key_group_for_key,
 )
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.inline import InlineStreams
@@ -617,22 +618,51 @@ class RescaleTests(BackendTestBase):
         runner.run_epoch([])
         metadata = runner.latest_metadata()
         assert metadata is not None
-        restores = [assign(metadata.operator(runner.operator_id), i, new) for i in range(new)]
-        from statekit.spi import OperatorBackendParams, SubtaskInfo
         seen_rows: list[int] = []
-        for index, restore in enumerate(restores):
-            backend = state_backend.create_operator_backend(OperatorBackendParams(
-                SubtaskInfo(runner.job_id, runner.operator_id, index, new, MAX_P), restore.operator,
-                runner.streams))
-            rows_seen = backend.get_list_state("rows-seen", Int64Serializer()).get()
-            seen_rows.extend(rows_seen)
-            assert set(backend.get_union_list_state("epochs", Int64Serializer()).get()) == {1, 2}, \
-                "union list state must give every subtask every element"
-            assert dict(backend.get_broadcast_state("config").items()) == {"categories": ["a", "b", "c", "d"]}
-            backend.dispose()
+        for state in _operator_states(state_backend, metadata, runner.streams, runner.operator_id, new):
+            seen_rows.extend(state["list"])
+            assert set(state["union"]) == {1, 2}, "union list state must give every subtask every element"
+            assert state["broadcast"] == {"categories": ["a", "b", "c", "d"]}
         assert sum(seen_rows) == len(rows), "list state elements were lost or duplicated on redistribution"
         assert len(seen_rows) == old + new, "every element of list state goes to exactly one subtask"
 
+    @pytest.mark.parametrize("new", [2, 3], ids=["same-parallelism", "rescaled"])
+    def test_operator_state_restores_alike_from_checkpoint_and_savepoint(self, state_backend, checkpoint_storage,
+                                                                         tmp_path, new):
+        """A savepoint holds each subtask's operator state as the checkpoint it was made from did:
+        list, union list and broadcast state restore identically from either."""
+        runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=MAX_P,
+                             state_backend=state_backend, local_dir=str(tmp_path / "local"),
+                             storage=checkpoint_storage, job_id=f"savepoint-operator-state-{new}")
+        runner.run_epoch(make_rows(400, 100, seed=11))
+        runner.run_epoch(make_rows(400, 100, seed=12))  # every subtask's union state now holds every epoch
+        checkpoint = runner.latest_metadata()
+        assert checkpoint is not None
+        from_checkpoint = _operator_states(state_backend, checkpoint, runner.streams, runner.operator_id, new)
+        from_savepoint = _operator_states(state_backend, runner.savepoint(), InlineStreams(), runner.operator_id, new)
+        assert from_checkpoint[0]["union"], "the workload's union list state is empty"
+        for index, (expected, found) in enumerate(zip(from_checkpoint, from_savepoint)):
+            assert found == expected, (f"subtask {index} of {new}: operator state restored from the savepoint "
+                                       f"differs from the checkpoint's: {found} != {expected}")
+
+
+
+def _operator_states(state_backend: StateBackend, metadata: CheckpointMetadata, streams: CheckpointStreams,
+                     operator_id: str, parallelism: int) -> list[dict[str, Any]]:
+    """The workload's operator state of every subtask, restored at ``parallelism``."""
+    operator = metadata.operator(operator_id)
+    found = []
+    for index in range(parallelism):
+        backend = state_backend.create_operator_backend(OperatorBackendParams(
+            SubtaskInfo(metadata.job_id, operator.operator_id, index, parallelism, operator.max_parallelism),
+            assign(operator, index, parallelism).operator, streams))
+        try:
+            found.append({"list": backend.get_list_state("rows-seen", Int64Serializer()).get(),
+                          "union": backend.get_union_list_state("epochs", Int64Serializer()).get(),
+                          "broadcast": dict(backend.get_broadcast_state("config").items())})
+        finally:
+            backend.dispose()
+    return found
 
 
 class OnFilesystemStorage:

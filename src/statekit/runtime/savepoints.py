@@ -1,23 +1,31 @@
 """Savepoints: the canonical, self-contained form of a job's state.
 
-``write_savepoint`` restores every subtask of every operator from a completed checkpoint (full
-or incremental, any backend) with a ``StateBackend`` able to read it, and snapshots it again as
-a savepoint. No user function is needed: states are carried forward as restored.
+``snapshot_as_savepoint`` restores every subtask of every operator from a completed checkpoint
+(full or incremental, any backend) with a ``StateBackend`` able to read it, and snapshots it
+again as a savepoint. No user function runs: states are carried forward as restored, each
+subtask's operator state exactly as that subtask held it in the checkpoint (union list state
+is not redistributed, or restoring the savepoint would multiply its elements).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
-from statekit.serializers import resolve
-from statekit.spi.backend import (
-    KeyedBackendParams, OperatorBackendParams, SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo,
-)
+from statekit.runtime.function import KeyedContext, KeyedProcessFunction
+from statekit.runtime.task import KeyedTask, TaskRestore
+from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.serializer import SerializerSnapshot
 from statekit.spi.storage import CheckpointStreams
 
 SAVEPOINT = SnapshotOptions(SnapshotType.SAVEPOINT)
+
+
+class _NoFunction(KeyedProcessFunction):
+    """The task of a savepoint conversion only restores and snapshots; it processes no row."""
+
+    def process(self, row: Any, ctx: KeyedContext) -> Iterable[Any] | None:
+        raise AssertionError("a savepoint conversion processes no rows")
 
 
 def snapshot_as_savepoint(source: CheckpointMetadata, source_streams: CheckpointStreams,
@@ -38,18 +46,16 @@ def _convert_subtask(source: CheckpointMetadata, operator: OperatorState, index:
                      source_streams: CheckpointStreams, state_backend: StateBackend,
                      streams_for: Callable[[str], CheckpointStreams], local_dir: str | None) -> SubtaskState:
     subtask = SubtaskInfo(source.job_id, operator.operator_id, index, operator.parallelism, operator.max_parallelism)
-    restore = assign(operator, index, operator.parallelism)
+    keyed = assign(operator, index, operator.parallelism).keyed
     key_serializer = next((SerializerSnapshot.from_json(h.key_serializer).restore_serializer()
-                           for h in restore.keyed if hasattr(h, "key_serializer")), None)
-    keyed = state_backend.create_keyed_backend(KeyedBackendParams(
-        subtask, resolve(key_serializer), restore.keyed, source_streams, source.checkpoint_id, local_dir))
-    operator_backend = state_backend.create_operator_backend(
-        OperatorBackendParams(subtask, restore.operator, source_streams))
+                           for h in keyed if hasattr(h, "key_serializer")), None)
+    # only this subtask's own operator state: the others' count as empty, so nothing is redistributed
+    own_operator_state = tuple(s.operator if i == index else None for i, s in enumerate(operator.subtasks))
+    restore = TaskRestore(source.checkpoint_id, keyed, own_operator_state, source_streams, share_files=False)
+    # KeyedTask.create disposes the keyed backend if the operator backend cannot be created
+    task = KeyedTask.create(_NoFunction(), state_backend, subtask, source.checkpoint_id,
+                            key_serializer=key_serializer, restore=restore, local_dir=local_dir)
     try:
-        streams = streams_for(subtask.name)
-        keyed_handle = keyed.snapshot(source.checkpoint_id, SAVEPOINT).write(streams)
-        operator_handle = operator_backend.snapshot(source.checkpoint_id).write(streams)
+        return task.snapshot(SAVEPOINT).write(streams_for(subtask.name))
     finally:
-        keyed.dispose()
-        operator_backend.dispose()
-    return SubtaskState((keyed_handle,) if keyed_handle is not None else (), operator_handle)  # type: ignore[arg-type]
+        task.close()

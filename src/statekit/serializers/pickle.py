@@ -5,7 +5,7 @@ import pickle
 from typing import Any
 
 from statekit.spi.errors import ConfigurationError, SerializationError
-from statekit.spi.serializer import TypeSerializer
+from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer, reads_older_versions
 
 
 class PickleSerializer(TypeSerializer):
@@ -31,8 +31,6 @@ class PickleSerializer(TypeSerializer):
     def config(self) -> dict[str, Any]:
         return {"protocol": self.protocol}
 
-    def resolve_compatibility(self, previous):  # type: ignore[no-untyped-def]
+    def resolve_compatibility(self, previous: SerializerSnapshot) -> Compatibility:
         # every protocol reads every older protocol: only the class identity matters
-        from statekit.spi.serializer import Compatibility
-        same = previous.identity == self.snapshot().identity and previous.version <= self.VERSION
-        return Compatibility.COMPATIBLE_AS_IS if same else Compatibility.INCOMPATIBLE
+        return reads_older_versions(self, previous)

@@ -1,12 +1,13 @@
 """Fixed-format serializers for primitives, with vectorized bulk paths for snapshots.
 
 ``Int64Serializer`` is order-preserving (big-endian with the sign bit flipped), so byte order
-equals numeric order in range scans.
+equals numeric order in range scans. The numeric serializers reject ``bool`` although Python
+treats it as an int: ``True`` would silently come back as ``1``.
 """
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable
+from typing import Any, Iterable, NoReturn
 
 from statekit.spi.errors import SerializationError
 from statekit.spi.serializer import TypeSerializer
@@ -20,8 +21,17 @@ def _bad(kind: str, value: Any, exc: Exception) -> SerializationError:
     return SerializationError(f"{kind} cannot encode {value!r} ({type(value).__name__}): {exc}")
 
 
+def _reject_bool(kind: str, value: bool) -> NoReturn:
+    raise SerializationError(
+        f"{kind} cannot encode {value!r} (bool): it would be restored as {int(value)}. Store int({value!r}) "
+        f"if a number is meant, or give the state a serializer that keeps booleans (PickleSerializer, "
+        f"MsgpackSerializer)")
+
+
 class Int64Serializer(TypeSerializer):
     def serialize(self, value: int) -> bytes:
+        if value.__class__ is bool:
+            _reject_bool("Int64Serializer", value)  # type: ignore[arg-type]
         try:
             return _I64.pack(value + _SIGN)  # ">Q" rejects anything outside the signed 64-bit range
         except (struct.error, TypeError) as exc:
@@ -35,13 +45,16 @@ class Int64Serializer(TypeSerializer):
     def serialize_many(self, values: Iterable[int]) -> list[bytes]:
         pack = _I64.pack
         try:
-            return [pack(v + _SIGN) for v in values]
+            return [pack(v + _SIGN) if v.__class__ is not bool else _reject_bool("Int64Serializer", v)
+                    for v in values]
         except (struct.error, TypeError) as exc:
             raise SerializationError(f"Int64Serializer: a value is not a 64-bit integer: {exc}") from exc
 
 
 class Float64Serializer(TypeSerializer):
     def serialize(self, value: float) -> bytes:
+        if value.__class__ is bool:
+            _reject_bool("Float64Serializer", value)  # type: ignore[arg-type]
         try:
             return _F64.pack(value)
         except (struct.error, TypeError) as exc:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from statekit.checkpoint.metadata import CheckpointMetadata
+from statekit.checkpoint.metadata import CheckpointMetadata, metadata_source
 from statekit.checkpoint.ownership import RunIdentity, recorded_identity
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
 from statekit.spark.conf import StatekitConf
@@ -70,7 +70,7 @@ def choose_restore_point(store: CheckpointStore, conf: StatekitConf, job_id: str
                     "up to %d", job_id, external, committed - 1)
     resolved = resolve(external)
     restored = CompletedCheckpoint(resolved.pointer, CheckpointMetadata.from_bytes(resolved.metadata,
-                                                                                   resolved.pointer.external_pointer))
+                                                                                   metadata_source(resolved.pointer)))
     store = CheckpointStore(store.access, store.num_retained, restored, conf.restore_mode, store.ownership)
     return RestorePoint(epoch if epoch is not None else restored.checkpoint_id + 1, restored, external, store)
 

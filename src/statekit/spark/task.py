@@ -114,7 +114,7 @@ def _restore_of(spec: SubtaskSpec, subtask_index: int, access: Any) -> tuple[Tas
     equal it (the job's own checkpoint at the same parallelism)."""
     if spec.restore_metadata is None:
         return None, None
-    metadata = CheckpointMetadata.from_bytes(spec.restore_metadata)
+    metadata = CheckpointMetadata.from_bytes(spec.restore_metadata, spec.restore_url or f"the restore point of job {spec.job_id!r}")
     operator = metadata.operator(spec.operator_id)
     if spec.restore_url is not None:
         from statekit.storage.filesystem import resolve

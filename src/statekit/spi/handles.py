@@ -7,17 +7,25 @@ the root of the checkpoint storage, which keeps savepoints relocatable.
 from __future__ import annotations
 
 import base64
+import binascii
+import posixpath
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, TypeVar
+from typing import Any, Callable, ClassVar, Iterator, Mapping, TypeVar
 
 import xxhash
 
-from statekit.spi.errors import CorruptStateError, RestoreError
-from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.descriptors import StateKind
+from statekit.spi.errors import CorruptStateError, RestoreError, StatekitError
+from statekit.spi.json_fields import JsonArray, JsonObject, as_object, malformed
+from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
+from statekit.spi.serializer import SerializerSnapshot
 
 _HANDLE_TYPES: dict[str, type["StateHandle"]] = {}
 H = TypeVar("H", bound=type)
+HandleT = TypeVar("HandleT", bound="StateHandle")
+_CHECKSUM = re.compile(r"[0-9a-f]{16}\Z")
 
 def checksum(data: bytes | memoryview) -> str:
     """The checksum every handle records: xxh3 64-bit, hex."""
@@ -70,23 +78,36 @@ class StateHandle(ABC):
 
     @classmethod
     @abstractmethod
-    def _from_fields(cls, data: dict[str, Any]) -> "StateHandle": ...
+    def _from_fields(cls, data: JsonObject) -> "StateHandle":
+        """The handle from its JSON (``to_json``'s output, ``type`` included). ``data`` is a
+        ``JsonObject``: read fields with its typed getters, so that bad input raises
+        ``CorruptStateError`` naming the field."""
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.TAG, **self._fields_json()}
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "StateHandle":
-        tag = data.get("type")
-        cls = _HANDLE_TYPES.get(tag)  # type: ignore[arg-type]
+    def from_json(data: Mapping[str, Any]) -> "StateHandle":
+        """The handle ``data`` describes. Malformed data raises ``CorruptStateError`` naming the
+        field (its JSON path when ``data`` is a ``JsonObject`` of a larger document)."""
+        obj = as_object(data)
+        tag = obj.text("type")
+        cls = _HANDLE_TYPES.get(tag)
         if cls is None:
             _import_plugins()  # a backend registers its handle types when its module is imported
-            cls = _HANDLE_TYPES.get(tag)  # type: ignore[arg-type]
+            cls = _HANDLE_TYPES.get(tag)
         if cls is None:
             raise RestoreError(
-                f"unknown state handle type {tag!r}; the package that wrote it (a backend or storage "
-                f"plugin) must be installed. Known types: {sorted(_HANDLE_TYPES)}")
-        return cls._from_fields(data)
+                f"field {obj.path_of('type')}: unknown state handle type {tag!r}; the package that wrote it "
+                f"(a backend or storage plugin) must be installed. Known types: {sorted(_HANDLE_TYPES)}")
+        try:
+            return cls._from_fields(obj)
+        except StatekitError:
+            raise
+        except (KeyError, TypeError, ValueError, AssertionError, AttributeError, IndexError) as exc:
+            # a plugin's handle that reads its fields without checking them
+            raise CorruptStateError(f"field {obj.path} (a {tag!r} state handle) is malformed: "
+                                    f"{type(exc).__name__}: {exc}") from exc
 
     def stream_handles(self) -> Iterator["StreamStateHandle"]:
         """Every stream (file or inline bytes) this handle references."""
@@ -95,6 +116,35 @@ class StateHandle(ABC):
     @property
     def state_size(self) -> int:
         return sum(h.size for h in self.stream_handles())
+
+
+def nested_handle(data: JsonObject, key: str | int, expected: type[HandleT]) -> HandleT:
+    """The handle in field ``key`` of ``data``, which must be an ``expected``."""
+    handle = StateHandle.from_json(data.object(key))
+    if not isinstance(handle, expected):
+        malformed(data.path_of(key), f"must be a {expected.__name__}, not a {type(handle).__name__}",
+                  show_value=False)
+    return handle
+
+
+def read_key_group_range(data: JsonObject, key: str = "key_group_range") -> KeyGroupRange:
+    """A handle's non-empty ``[start, end]`` key-group range."""
+    pair = data.array(key, 2)
+    start = pair.integer(0, 0, UPPER_BOUND_MAX_PARALLELISM - 1)
+    end = pair.integer(1, start, UPPER_BOUND_MAX_PARALLELISM - 1)
+    return KeyGroupRange(start, end)
+
+
+def read_checksum(data: JsonObject | JsonArray, key: str | int) -> str:
+    value = data.text(key)
+    if not _CHECKSUM.match(value):
+        malformed(data.path_of(key), "must be a checksum (16 lowercase hex digits)", value)
+    return value
+
+
+def read_serializer_snapshot(data: JsonObject, key: str) -> dict[str, Any]:
+    """A serializer snapshot's JSON, checked (``SerializerSnapshot.from_json`` reads it)."""
+    return SerializerSnapshot.from_json(data.object(key)).to_json()
 
 
 # ---------------------------------------------------------------------------- byte streams
@@ -121,8 +171,12 @@ class FileStateHandle(StreamStateHandle):
         return {"path": self.path, "size": self.size, "checksum": self.checksum}
 
     @classmethod
-    def _from_fields(cls, data: dict[str, Any]) -> "FileStateHandle":
-        return cls(data["path"], int(data["size"]), data["checksum"])
+    def _from_fields(cls, data: JsonObject) -> "FileStateHandle":
+        data.expect_fields(("type", "path", "size", "checksum"))
+        path = data.text("path")
+        if path.startswith("/") or "\\" in path or ".." in path.split("/") or posixpath.normpath(path) != path:
+            malformed(data.path_of("path"), "must be a normalized relative path inside the checkpoint root", path)
+        return cls(path, data.integer("size", 0), read_checksum(data, "checksum"))
 
 
 @register_handle("inline")
@@ -142,10 +196,15 @@ class InlineStateHandle(StreamStateHandle):
         return {"data": base64.b64encode(self.data).decode("ascii"), "checksum": self.checksum}
 
     @classmethod
-    def _from_fields(cls, data: dict[str, Any]) -> "InlineStateHandle":
-        handle = cls(base64.b64decode(data["data"]))
-        if data.get("checksum") not in (None, handle.checksum):
-            raise CorruptStateError("inline state bytes do not match their recorded checksum")
+    def _from_fields(cls, data: JsonObject) -> "InlineStateHandle":
+        data.expect_fields(("type", "data"), ("checksum",))
+        try:
+            handle = cls(base64.b64decode(data.text("data", non_empty=False), validate=True))
+        except binascii.Error as exc:
+            malformed(data.path_of("data"), f"must be base64 ({exc})", show_value=False)
+        if data.has("checksum") and read_checksum(data, "checksum") != handle.checksum:
+            raise CorruptStateError(f"field {data.path_of('data')}: the inline state bytes do not match "
+                                    f"their recorded checksum {data['checksum']} (they have {handle.checksum})")
         return handle
 
 
@@ -168,8 +227,23 @@ class ByteRange:
         return [self.offset, self.length, self.checksum]
 
     @classmethod
-    def from_json(cls, data: list[Any]) -> "ByteRange":
-        return cls(int(data[0]), int(data[1]), data[2])
+    def from_json(cls, data: JsonArray, first: int = 0) -> "ByteRange":
+        """From ``[offset, length, checksum]`` at index ``first`` of ``data``."""
+        return cls(data.integer(first, 0), data.integer(first + 1, 0), read_checksum(data, first + 2))
+
+
+def check_byte_ranges(path: str, ranges: list[tuple[str, ByteRange]], stream: "StreamStateHandle") -> None:
+    """Byte ranges (in the order they were written) lie inside their stream and do not overlap."""
+    previous_end, previous = 0, None
+    for name, byte_range in ranges:
+        if byte_range.end > stream.size:
+            malformed(path, f"gives {name} bytes [{byte_range.offset}, {byte_range.end}), beyond the "
+                            f"{stream.size} bytes of its stream", show_value=False)
+        if byte_range.offset < previous_end:
+            malformed(path, f"gives {name} bytes from offset {byte_range.offset}, inside those of {previous} "
+                            f"(which end at {previous_end}); they are written in order without overlap",
+                      show_value=False)
+        previous_end, previous = byte_range.end, name
 
 
 @dataclass(frozen=True)
@@ -186,8 +260,14 @@ class StateMetaInfo:
                 "ttl_seconds": self.ttl_seconds}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "StateMetaInfo":
-        return cls(data["name"], data["kind"], dict(data["serializers"]), data.get("ttl_seconds"))
+    def from_json(cls, data: Mapping[str, Any]) -> "StateMetaInfo":
+        obj = as_object(data).expect_fields(("name", "kind", "serializers"), ("ttl_seconds",))
+        kind = obj.text("kind")
+        if kind not in {k.value for k in StateKind}:
+            malformed(obj.path_of("kind"), f"must be one of {[k.value for k in StateKind]}", kind)
+        serializers = obj.object("serializers")
+        return cls(obj.text("name"), kind, {role: read_serializer_snapshot(serializers, role) for role in serializers},
+                   obj.number("ttl_seconds", 0) if obj.has("ttl_seconds") else None)
 
 
 class KeyedStateHandle(StateHandle):
@@ -229,17 +309,29 @@ class KeyGroupsStateHandle(KeyedStateHandle):
         }
 
     @classmethod
-    def _from_fields(cls, data: dict[str, Any]) -> "KeyGroupsStateHandle":
-        stream = StateHandle.from_json(data["stream"])
-        assert isinstance(stream, StreamStateHandle)
-        return cls(
-            KeyGroupRange.from_json(data["key_group_range"]),
-            stream,
-            {int(e[0]): ByteRange.from_json(e[1:]) for e in data["key_groups"]},
-            dict(data["key_serializer"]),
-            tuple(StateMetaInfo.from_json(s) for s in data["states"]),
-            data.get("format", "canonical-arrow-v1"),
-        )
+    def _from_fields(cls, data: JsonObject) -> "KeyGroupsStateHandle":
+        data.expect_fields(("type", "key_group_range", "stream", "key_groups", "key_serializer", "states"),
+                           ("format",))
+        key_group_range = read_key_group_range(data)
+        stream = nested_handle(data, "stream", StreamStateHandle)
+        index = data.array("key_groups")
+        key_groups: dict[int, ByteRange] = {}
+        previous = -1
+        for entry in index.arrays(4):
+            key_group = entry.integer(0)
+            if key_group not in key_group_range:
+                malformed(entry.path_of(0), f"is key group {key_group}, outside the handle's key-group range "
+                                            f"{key_group_range}", show_value=False)
+            if key_group <= previous:
+                problem = "appears twice" if key_group in key_groups else "is out of order"
+                malformed(entry.path_of(0), f"is key group {key_group}, which {problem} in the index (key groups "
+                                            f"are listed once each, in ascending order)", show_value=False)
+            key_groups[key_group] = ByteRange.from_json(entry, first=1)
+            previous = key_group
+        check_byte_ranges(index.path, [(f"key group {kg}", r) for kg, r in key_groups.items()], stream)
+        return cls(key_group_range, stream, key_groups, read_serializer_snapshot(data, "key_serializer"),
+                   tuple(StateMetaInfo.from_json(s) for s in data.array("states").objects()),
+                   data.text("format") if data.has("format") else "canonical-arrow-v1")
 
 
 # ---------------------------------------------------------------------------- operator state
@@ -249,6 +341,7 @@ class OperatorStateMode:
     SPLIT_DISTRIBUTE = "split"  # list state: elements are split round-robin on rescale
     UNION = "union"  # union list state: every subtask gets every element
     BROADCAST = "broadcast"  # broadcast map: identical on every subtask, copied on rescale
+    ALL = (SPLIT_DISTRIBUTE, UNION, BROADCAST)
 
 
 @register_handle("operator")
@@ -271,9 +364,22 @@ class OperatorStateHandle(StateHandle):
         }
 
     @classmethod
-    def _from_fields(cls, data: dict[str, Any]) -> "OperatorStateHandle":
-        stream = StateHandle.from_json(data["stream"])
-        assert isinstance(stream, StreamStateHandle)
-        return cls(stream,
-                   {n: (m, ByteRange.from_json(r)) for n, (m, r) in data["states"].items()},
-                   {n: dict(s) for n, s in data["serializers"].items()})
+    def _from_fields(cls, data: JsonObject) -> "OperatorStateHandle":
+        data.expect_fields(("type", "stream", "states", "serializers"))
+        stream = nested_handle(data, "stream", StreamStateHandle)
+        states_json, serializers_json = data.object("states"), data.object("serializers")
+        states: dict[str, tuple[str, ByteRange]] = {}
+        for name in states_json:
+            entry = states_json.array(name, 2)
+            mode = entry.text(0)
+            if mode not in OperatorStateMode.ALL:
+                malformed(entry.path_of(0), f"must be one of {list(OperatorStateMode.ALL)}", mode)
+            states[name] = (mode, ByteRange.from_json(entry.array(1, 3)))
+        if set(serializers_json) != set(states):
+            malformed(serializers_json.path, f"must name the serializers of exactly the states in "
+                                             f"{states_json.path} ({sorted(states)})", sorted(serializers_json))
+        serializers = {name: {role: read_serializer_snapshot(roles, role) for role in roles}
+                       for name, roles in serializers_json.objects()}
+        check_byte_ranges(states_json.path, sorted(((f"state {n!r}", r) for n, (_, r) in states.items()),
+                                                   key=lambda item: item[1].offset), stream)
+        return cls(stream, states, serializers)

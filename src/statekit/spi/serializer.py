@@ -11,9 +11,10 @@ import enum
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar, Iterable, Mapping
 
 from statekit.spi.errors import IncompatibleSerializerError, RestoreError
+from statekit.spi.json_fields import as_object, malformed, plain
 
 
 class Compatibility(enum.Enum):
@@ -33,8 +34,13 @@ class SerializerSnapshot:
         return {"identity": self.identity, "version": self.version, "config": self.config}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "SerializerSnapshot":
-        return cls(data["identity"], int(data["version"]), dict(data.get("config") or {}))
+    def from_json(cls, data: Mapping[str, Any]) -> "SerializerSnapshot":
+        """Malformed data raises ``CorruptStateError`` naming the field."""
+        obj = as_object(data).expect_fields(("identity", "version"), ("config",))
+        identity = obj.text("identity")
+        if ":" not in identity:
+            malformed(obj.path_of("identity"), "must be \"module:QualifiedClassName\"", identity)
+        return cls(identity, obj.integer("version", 0), plain(obj.object("config")) if obj.has("config") else {})
 
     @property
     def short_name(self) -> str:
@@ -106,6 +112,13 @@ class TypeSerializer(ABC):
     def __repr__(self) -> str:
         config = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
         return f"{type(self).__name__}({config})"
+
+
+def reads_older_versions(serializer: TypeSerializer, previous: SerializerSnapshot) -> Compatibility:
+    """For a serializer that reads what any earlier version of its class wrote, whatever its
+    config: compatible when ``previous`` has the same identity and a version up to its own."""
+    same = previous.identity == serializer.snapshot().identity and previous.version <= serializer.VERSION
+    return Compatibility.COMPATIBLE_AS_IS if same else Compatibility.INCOMPATIBLE
 
 
 def check_compatibility(state_name: str, role: str, new: TypeSerializer,

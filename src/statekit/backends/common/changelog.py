@@ -25,8 +25,10 @@ from typing import Any, Callable, ClassVar, Iterator
 
 from statekit.backends.common.canonical import read_key_groups
 from statekit.spi.handles import (
-    KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo, StreamStateHandle, register_handle,
+    KeyedStateHandle, KeyGroupsStateHandle, StateMetaInfo, StreamStateHandle, nested_handle, read_key_group_range,
+    register_handle,
 )
+from statekit.spi.json_fields import JsonObject, malformed
 from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.options import Option, integer, number
 from statekit.spi.storage import CheckpointStreams
@@ -85,10 +87,18 @@ class ChangelogStateHandle(KeyedStateHandle):
                 "deltas": [d.to_json() for d in self.deltas]}
 
     @classmethod
-    def _from_fields(cls, data: dict[str, Any]) -> "ChangelogStateHandle":
-        base = StateHandle.from_json(data["base"])
-        deltas = tuple(StateHandle.from_json(d) for d in data["deltas"])
-        return cls(KeyGroupRange.from_json(data["key_group_range"]), base, deltas)  # type: ignore[arg-type]
+    def _from_fields(cls, data: JsonObject) -> "ChangelogStateHandle":
+        data.expect_fields(("type", "key_group_range", "base", "deltas"))
+        key_group_range = read_key_group_range(data)
+        base = nested_handle(data, "base", KeyGroupsStateHandle)
+        deltas_json = data.array("deltas")
+        deltas = tuple(nested_handle(deltas_json, i, KeyGroupsStateHandle) for i in range(len(deltas_json)))
+        for path, part in ((data.path_of("base"), base),
+                           *((deltas_json.path_of(i), delta) for i, delta in enumerate(deltas))):
+            if part.key_group_range != key_group_range:  # a chain is rebased whenever its range changes
+                malformed(path, f"covers key groups {part.key_group_range}, not the chain's {key_group_range}",
+                          show_value=False)
+        return cls(key_group_range, base, deltas)
 
 
 class ChangelogTracker:

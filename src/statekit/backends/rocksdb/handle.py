@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from statekit.spi.handles import KeyedStateHandle, StateHandle, StateMetaInfo, StreamStateHandle, register_handle
+from statekit.spi.handles import (
+    KeyedStateHandle, StateMetaInfo, StreamStateHandle, nested_handle, read_key_group_range,
+    read_serializer_snapshot, register_handle,
+)
+from statekit.spi.json_fields import JsonObject
 from statekit.spi.key_groups import KeyGroupRange
 
 
@@ -34,9 +38,13 @@ class IncrementalRocksDBStateHandle(KeyedStateHandle):
         }
 
     @classmethod
-    def _from_fields(cls, data: dict[str, Any]) -> "IncrementalRocksDBStateHandle":
-        def streams(d: dict[str, Any]) -> dict[str, StreamStateHandle]:
-            return {n: StateHandle.from_json(h) for n, h in d.items()}  # type: ignore[misc]
-        return cls(KeyGroupRange.from_json(data["key_group_range"]), int(data["checkpoint_id"]), data["backend_id"],
-                   streams(data["shared"]), streams(data["private"]), dict(data["key_serializer"]),
-                   tuple(StateMetaInfo.from_json(s) for s in data["states"]))
+    def _from_fields(cls, data: JsonObject) -> "IncrementalRocksDBStateHandle":
+        data.expect_fields(("type", "key_group_range", "checkpoint_id", "backend_id", "shared", "private",
+                            "key_serializer", "states"))
+
+        def streams(key: str) -> dict[str, StreamStateHandle]:
+            files = data.object(key)
+            return {name: nested_handle(files, name, StreamStateHandle) for name in files}
+        return cls(read_key_group_range(data), data.integer("checkpoint_id", 0), data.text("backend_id"),
+                   streams("shared"), streams("private"), read_serializer_snapshot(data, "key_serializer"),
+                   tuple(StateMetaInfo.from_json(s) for s in data.array("states").objects()))

@@ -1,0 +1,377 @@
+"""``_metadata`` is checksummed, validated against its schema and checked for a consistent layout.
+
+* one flipped byte anywhere in the ``_metadata`` of every backend's full and incremental
+  checkpoints (heap full, heap changelog, RocksDB incremental, LMDB changelog) is detected with
+  an error naming the file, and a restart on it fails with that error;
+* hand edits that keep the file well-formed (the checksum recomputed, or a version-1 file,
+  which has none) are caught by the schema and layout checks, naming the file and the field;
+* version-1 files (written before the checksum) still restore;
+* every handle type's ``from_json`` raises ``CorruptStateError`` naming the field.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import xxhash
+
+from statekit.backends.heap import HeapStateBackend
+from statekit.backends.lmdb import LMDBStateBackend
+from statekit.backends.rocksdb import RocksDBStateBackend
+from statekit.checkpoint.metadata import CheckpointMetadata
+from statekit.conformance_tests.workload import WorkloadFunction, dump_state, expected_state, make_rows
+from statekit.runtime.local_runner import LocalRunner
+from statekit.spi import CorruptStateError, InlineStateHandle, StateHandle, StatekitError, register_handle
+from statekit.spi.handles import KeyedStateHandle
+from statekit.spi.key_groups import KeyGroupRange
+from statekit.storage.filesystem import FileSystemCheckpointStorage
+from statekit.storage.inline import InlineStreams
+
+JOB = "integrity-job"
+MAX_P = 4  # small: a few KB of metadata, and every key group holds keys
+ROWS = [make_rows(24, 12, seed=1), make_rows(24, 12, seed=2)]
+FLAVOURS: dict[str, tuple[Callable[[], Any], bool]] = {
+    "heap-full": (HeapStateBackend, False),
+    "heap-changelog": (HeapStateBackend, True),
+    "rocksdb-incremental": (RocksDBStateBackend, True),
+    "lmdb-changelog": (LMDBStateBackend, True),
+}
+LEGACY_V1 = Path(__file__).parent / "data" / "metadata-v1-heap-inline.json"
+
+
+@dataclass
+class Checkpoint:
+    flavour: str
+    storage_dir: str
+    local_dir: str
+    metadata_file: Path
+
+    def runner(self) -> LocalRunner:
+        factory, incremental = FLAVOURS[self.flavour]
+        return LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=MAX_P,
+                           state_backend=factory(), storage=FileSystemCheckpointStorage(self.storage_dir,
+                                                                                        memory_threshold=0),
+                           job_id=JOB, incremental=incremental, local_dir=self.local_dir)
+
+    @property
+    def source(self) -> str:
+        return str(self.metadata_file)
+
+    def body(self) -> dict[str, Any]:
+        return json.loads(self.metadata_file.read_bytes())["body"]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Checkpoint]:
+    """Checkpoint 2 of a two-epoch job per flavour (a changelog chain has a base and a delta)."""
+    found = {}
+    for flavour in FLAVOURS:
+        root = tmp_path_factory.mktemp(flavour)
+        checkpoint = Checkpoint(flavour, str(root / "checkpoints"), str(root / "local"),
+                                root / "checkpoints" / JOB / "chk-2" / "_metadata")
+        runner = checkpoint.runner()
+        for rows in ROWS:
+            runner.run_epoch(rows)
+        assert checkpoint.metadata_file.exists()
+        found[flavour] = checkpoint
+    return found
+
+
+def sealed(body: dict[str, Any]) -> bytes:
+    """A version-2 file around ``body``, checksum recomputed (what a careful hand edit gives)."""
+    data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    return (b'{"magic":"statekit-checkpoint","version":2,"checksum":"' + xxhash.xxh3_64_hexdigest(data).encode()
+            + b'","body":' + data + b"}")
+
+
+def legacy(body: dict[str, Any]) -> bytes:
+    """The same document as a version-1 file (no checksum), as statekit wrote it before."""
+    return json.dumps({"magic": "statekit-checkpoint", "version": 1, **body}, separators=(",", ":"),
+                      sort_keys=True).encode()
+
+
+# ---------------------------------------------------------------------------- one flipped byte
+
+
+@pytest.mark.parametrize("mask", [0x01, 0x20], ids=["bit0", "bit5"])
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+def test_every_flipped_byte_is_detected_naming_the_file(checkpoints, flavour, mask):
+    checkpoint = checkpoints[flavour]
+    data = checkpoint.metadata_file.read_bytes()
+    assert CheckpointMetadata.from_bytes(data, checkpoint.source).checkpoint_id == 2
+    missed = []
+    for offset in range(len(data)):
+        flipped = bytearray(data)
+        flipped[offset] ^= mask
+        try:
+            CheckpointMetadata.from_bytes(bytes(flipped), checkpoint.source)
+        except StatekitError as exc:
+            if checkpoint.source not in str(exc):
+                missed.append(f"offset {offset}: the error does not name the file: {exc}")
+        else:
+            missed.append(f"offset {offset} ({chr(data[offset])!r} -> {chr(flipped[offset])!r}): not detected")
+    assert not missed, f"{len(missed)} of {len(data)} flips of {flavour}'s _metadata:\n" + "\n".join(missed[:20])
+
+
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+def test_restart_on_a_flipped_metadata_fails_naming_the_file(checkpoints, flavour):
+    checkpoint = checkpoints[flavour]
+    original = checkpoint.metadata_file.read_bytes()
+    version_digit = original.index(b'"version":') + len(b'"version":')
+    checksum_digit = original.index(b'"checksum":"') + len(b'"checksum":"')
+    try:
+        for offset in (0, version_digit, checksum_digit, len(original) // 2, len(original) - 1):
+            flipped = bytearray(original)
+            flipped[offset] ^= 0x01
+            checkpoint.metadata_file.write_bytes(bytes(flipped))
+            with pytest.raises(StatekitError) as caught:
+                checkpoint.runner()  # a restart reads every retained checkpoint's _metadata
+            assert checkpoint.source in str(caught.value), f"offset {offset}: {caught.value}"
+    finally:
+        checkpoint.metadata_file.write_bytes(original)
+    restarted = checkpoint.runner()  # intact again: it restores and continues
+    restarted.run_epoch([])
+    assert dump_state(restarted.latest_metadata(), restarted.streams, checkpoint.local_dir + "/dump",
+                      state_backend=FLAVOURS[flavour][0]()) == expected_state(ROWS[0] + ROWS[1])
+
+
+# ---------------------------------------------------------------------------- hand edits
+
+
+def _keyed_index(handle: dict[str, Any]) -> dict[str, Any]:
+    """The canonical handle holding a key-group index (the base of a changelog chain)."""
+    return handle["base"] if handle["type"] == "changelog" else handle
+
+
+def _edit_range_end(body: dict[str, Any]) -> None:
+    body["operators"][0]["subtasks"][1]["keyed"][0]["key_group_range"][1] = MAX_P - 2  # was MAX_P - 1
+
+
+def _move_index_entry_outside(body: dict[str, Any]) -> None:
+    _keyed_index(body["operators"][0]["subtasks"][0]["keyed"][0])["key_groups"][0][0] = MAX_P - 1
+
+
+def _duplicate_index_entry(body: dict[str, Any]) -> None:
+    index = _keyed_index(body["operators"][0]["subtasks"][1]["keyed"][0])["key_groups"]
+    assert len(index) >= 2, "the test needs a handle with two key groups"
+    index[1][0] = index[0][0]
+
+
+def _move_handle_to_other_subtask(body: dict[str, Any]) -> None:
+    subtasks = body["operators"][0]["subtasks"]
+    subtasks[0]["keyed"], subtasks[1]["keyed"] = subtasks[1]["keyed"], subtasks[0]["keyed"]
+
+
+def _drop_keyed_handle_field(body: dict[str, Any]) -> None:
+    del _keyed_index(body["operators"][0]["subtasks"][0]["keyed"][0])["stream"]["checksum"]
+
+
+def _drop_max_parallelism(body: dict[str, Any]) -> None:
+    del body["operators"][0]["max_parallelism"]
+
+
+def _parallelism_as_text(body: dict[str, Any]) -> None:
+    body["operators"][0]["parallelism"] = "2"
+
+
+def _parallelism_above_max(body: dict[str, Any]) -> None:
+    body["operators"][0]["parallelism"] = MAX_P + 1
+
+
+def _one_subtask_missing(body: dict[str, Any]) -> None:
+    body["operators"][0]["subtasks"].pop()
+
+
+def _operator_twice(body: dict[str, Any]) -> None:
+    body["operators"].append(copy.deepcopy(body["operators"][0]))
+
+
+def _unknown_field(body: dict[str, Any]) -> None:
+    body["checkpoint_idd"] = 1
+
+
+def _negative_byte_range(body: dict[str, Any]) -> None:
+    _keyed_index(body["operators"][0]["subtasks"][0]["keyed"][0])["key_groups"][0][2] = -5
+
+
+def _byte_range_past_the_stream(body: dict[str, Any]) -> None:
+    handle = _keyed_index(body["operators"][0]["subtasks"][0]["keyed"][0])
+    handle["key_groups"][-1][2] += handle["stream"]["size"]
+
+
+def _unknown_operator_mode(body: dict[str, Any]) -> None:
+    states = body["operators"][0]["subtasks"][0]["operator"]["states"]
+    states["epochs"][0] = "onion"
+
+
+HAND_EDITS = {
+    # edit: (what it does, a pattern the error must contain: the JSON path and the problem)
+    "range-end": (_edit_range_end, r"subtasks\[1\]\.keyed\[0\].*(outside|not all of the key groups|not the chain.s)"),
+    "index-outside": (_move_index_entry_outside, r"subtasks\[0\]\.keyed\[0\].*key_groups\[0\]\[0\].*outside"),
+    "index-duplicate": (_duplicate_index_entry, r"subtasks\[1\]\.keyed\[0\].*key_groups\[1\]\[0\].*appears twice"),
+    "handles-swapped": (_move_handle_to_other_subtask, r"subtasks\[0\]\.keyed\[0\]\.key_group_range.*owns"),
+    "missing-stream-checksum": (_drop_keyed_handle_field, r"keyed\[0\].*stream\.checksum is missing"),
+    "missing-max-parallelism": (_drop_max_parallelism, r"operators\[0\]\.max_parallelism is missing"),
+    "parallelism-text": (_parallelism_as_text, r"operators\[0\]\.parallelism must be an integer"),
+    "parallelism-above-max": (_parallelism_above_max, r"operators\[0\]\.parallelism must be an integer in \[1, 4\]"),
+    "subtask-missing": (_one_subtask_missing, r"operators\[0\]\.subtasks must have 2 elements, not 1"),
+    "operator-twice": (_operator_twice, r"operators\[1\]\.operator_id repeats an operator id"),
+    "unknown-field": (_unknown_field, r"unknown field.*checkpoint_idd"),
+    "negative-length": (_negative_byte_range, r"key_groups\[0\]\[2\] must be an integer >= 0"),
+    "range-past-stream": (_byte_range_past_the_stream, r"key_groups gives key group \d+ bytes .* beyond"),
+    "operator-mode": (_unknown_operator_mode, r"operator\.states\.epochs\[0\] must be one of"),
+}
+
+
+@pytest.mark.parametrize("encode", [sealed, legacy], ids=["v2-resealed", "v1"])
+@pytest.mark.parametrize("edit", list(HAND_EDITS))
+@pytest.mark.parametrize("flavour", ["heap-full", "heap-changelog"])
+def test_hand_edited_metadata_is_rejected_naming_file_and_field(checkpoints, flavour, edit, encode):
+    checkpoint = checkpoints[flavour]
+    body = checkpoint.body()
+    CheckpointMetadata.from_bytes(encode(body), checkpoint.source)  # unedited, both encodings read
+    change, pattern = HAND_EDITS[edit]
+    change(body)
+    with pytest.raises(CorruptStateError) as caught:
+        CheckpointMetadata.from_bytes(encode(body), checkpoint.source)
+    message = str(caught.value)
+    assert message.startswith(f"{checkpoint.source} is corrupt: "), message
+    assert re.search(pattern, message), f"{pattern!r} not in: {message}"
+
+
+def test_edited_range_end_in_a_rocksdb_handle_is_rejected(checkpoints):
+    checkpoint = checkpoints["rocksdb-incremental"]
+    body = checkpoint.body()
+    _edit_range_end(body)
+    with pytest.raises(CorruptStateError, match=r"subtasks\[1\]\.keyed.*not all of the key groups \[2, 3\]"):
+        CheckpointMetadata.from_bytes(sealed(body), checkpoint.source)
+
+
+@pytest.mark.parametrize("data,message", [
+    (b'{"operators": [], "checkpoint_id": 1}', "valid JSON but not statekit checkpoint metadata"),
+    (b"[1, 2, 3]", "valid JSON but not statekit checkpoint metadata"),
+    (b'{"magic": "statekit-checkpoint", "version": 2, "body": {}}', "envelope is damaged"),
+    (b"\x00\x01 not json", "not valid metadata JSON"),
+    (b"", "not valid metadata JSON"),
+], ids=["foreign-object", "foreign-array", "reformatted-envelope", "binary", "empty"])
+def test_files_that_are_not_statekit_metadata_say_so(data, message):
+    with pytest.raises(CorruptStateError, match=message) as caught:
+        CheckpointMetadata.from_bytes(data, "s3://bucket/job/chk-9/_metadata")
+    assert "s3://bucket/job/chk-9/_metadata" in str(caught.value)
+
+
+def test_a_newer_format_version_names_the_version(checkpoints):
+    data = checkpoints["heap-full"].metadata_file.read_bytes().replace(b'"version":2', b'"version":7', 1)
+    with pytest.raises(StatekitError, match=r"x/_metadata has metadata format version 7; this statekit reads "
+                                            r"versions 1 to 2"):
+        CheckpointMetadata.from_bytes(data, "x/_metadata")
+
+
+def test_the_file_is_json_with_the_document_as_its_body(checkpoints):
+    checkpoint = checkpoints["lmdb-changelog"]
+    doc = json.loads(checkpoint.metadata_file.read_bytes())
+    assert list(doc) == ["magic", "version", "checksum", "body"]
+    assert doc["magic"] == "statekit-checkpoint" and doc["version"] == 2
+    assert sealed(doc["body"]) == checkpoint.metadata_file.read_bytes()
+
+
+# ---------------------------------------------------------------------------- version 1
+
+
+def test_a_version_1_checkpoint_still_restores(tmp_path):
+    """The file was written by statekit before the checksum (format version 1): heap backend,
+    jobmanager storage (state inline), 2 subtasks, max parallelism 8, ``make_rows(12, 5, seed=18)``."""
+    data = LEGACY_V1.read_bytes()
+    assert json.loads(data)["version"] == 1
+    metadata = CheckpointMetadata.from_bytes(data, str(LEGACY_V1))
+    rows = make_rows(12, 5, seed=18)
+    assert dump_state(metadata, InlineStreams(), str(tmp_path)) == expected_state(rows)
+    # and a job continues from it, rescaled
+    more = make_rows(12, 5, seed=19)
+    runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=3, max_parallelism=8,
+                         job_id="legacy-v1")
+    runner.restore_from(metadata, InlineStreams())
+    runner.run_epoch(more)
+    assert dump_state(runner.latest_metadata(), runner.streams, str(tmp_path / "after")) == expected_state(rows + more)
+    assert sealed(json.loads(runner.storage.read_metadata(runner.storage.latest_completed()))["body"]) \
+        == runner.storage.read_metadata(runner.storage.latest_completed()), "new checkpoints are written as version 2"
+
+
+# ---------------------------------------------------------------------------- handles' from_json
+
+
+def _handles(checkpoints: dict[str, Checkpoint]) -> dict[str, dict[str, Any]]:
+    """One real handle of every built-in type, as JSON."""
+    heap_full = checkpoints["heap-full"].body()["operators"][0]["subtasks"][0]
+    changelog = checkpoints["heap-changelog"].body()["operators"][0]["subtasks"][0]["keyed"][0]
+    rocksdb = checkpoints["rocksdb-incremental"].body()["operators"][0]["subtasks"][0]["keyed"][0]
+    return {"file": heap_full["keyed"][0]["stream"], "inline": InlineStateHandle(b"inline bytes").to_json(),
+            "key-groups": heap_full["keyed"][0], "operator": heap_full["operator"], "changelog": changelog,
+            "rocksdb-incremental": rocksdb}
+
+
+OPTIONAL_FIELDS = {"inline": ("checksum",), "key-groups": ("format",)}
+WRONG_VALUES = [None, "?", -1, 1.5, True, {}, [], [[]], {"type": "file"}]
+
+
+@pytest.mark.parametrize("tag", ["file", "inline", "key-groups", "operator", "changelog", "rocksdb-incremental"])
+def test_every_handle_field_is_checked_and_named(checkpoints, tag):
+    handle = _handles(checkpoints)[tag]
+    assert StateHandle.from_json(copy.deepcopy(handle)).to_json() == StateHandle.from_json(handle).to_json()
+    for name in handle:
+        without = {k: v for k, v in handle.items() if k != name}
+        try:
+            StateHandle.from_json(without)
+        except CorruptStateError as exc:
+            assert f"$.{name} is missing" in str(exc), f"dropping {name!r}: {exc}"
+        else:
+            assert name in OPTIONAL_FIELDS.get(tag, ()), f"a {tag} handle without {name!r} was accepted"
+        rejected = 0
+        for wrong in WRONG_VALUES:
+            try:
+                StateHandle.from_json({**handle, name: wrong})
+            except CorruptStateError as exc:
+                rejected += 1
+                assert f"$.{name}" in str(exc), f"{name}={wrong!r}: the error does not name the field: {exc}"
+            except StatekitError as exc:  # e.g. an unknown handle type: names the field too
+                assert name == "type" and "$.type" in str(exc), f"{name}={wrong!r}: {exc!r}"
+                rejected += 1
+        assert rejected >= len(WRONG_VALUES) - 2, f"a {tag} handle accepts most wrong values of {name!r}"
+
+
+def test_nested_handle_errors_give_the_full_path(checkpoints):
+    handle = _handles(checkpoints)["changelog"]
+    handle["base"]["stream"]["size"] = "big"
+    with pytest.raises(CorruptStateError, match=r"field \$\.base\.stream\.size must be an integer"):
+        StateHandle.from_json(handle)
+
+
+@register_handle("test-unchecked")
+@dataclass(frozen=True)
+class _UncheckedHandle(KeyedStateHandle):
+    """A plugin's handle that reads its fields without checking them."""
+
+    key_group_range: KeyGroupRange
+    size: int
+
+    def _fields_json(self) -> dict[str, Any]:
+        return {"key_group_range": self.key_group_range.to_json(), "size": self.size}
+
+    @classmethod
+    def _from_fields(cls, data: dict[str, Any]) -> "_UncheckedHandle":
+        return cls(KeyGroupRange.from_json(data["key_group_range"]), int(data["size"]))
+
+
+def test_a_plugin_handle_that_does_not_check_its_fields_still_gives_a_named_error():
+    good = _UncheckedHandle(KeyGroupRange(0, 3), 7).to_json()
+    assert StateHandle.from_json(good) == _UncheckedHandle(KeyGroupRange(0, 3), 7)
+    with pytest.raises(CorruptStateError, match=r"field \$\.size is missing"):
+        StateHandle.from_json({k: v for k, v in good.items() if k != "size"})
+    with pytest.raises(CorruptStateError, match=r"field \$ \(a 'test-unchecked' state handle\) is malformed: "
+                                                r"ValueError: .*'many'"):
+        StateHandle.from_json({**good, "size": "many"})
