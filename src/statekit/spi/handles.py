@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping, TypeVar
 import xxhash
 
 from statekit.spi.descriptors import StateKind
-from statekit.spi.errors import CorruptStateError, RestoreError, StatekitError
+from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, StatekitError
 from statekit.spi.json_fields import JsonArray, JsonObject, as_object, malformed
 from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
 from statekit.spi.serializer import SerializerSnapshot
@@ -45,7 +45,7 @@ def register_handle(tag: str) -> Callable[[H], H]:
     def decorate(cls: H) -> H:
         existing = _HANDLE_TYPES.get(tag)
         if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(f"handle tag {tag!r} is taken by {existing.__qualname__}")
+            raise ConfigurationError(f"handle tag {tag!r} is taken by {existing.__qualname__}; choose another tag")
         _HANDLE_TYPES[tag] = cls  # type: ignore[assignment]
         cls.TAG = tag  # type: ignore[attr-defined]
         return cls
