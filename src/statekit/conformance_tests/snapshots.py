@@ -633,7 +633,7 @@ class RescaleTests(BackendTestBase):
         list, union list and broadcast state restore identically from either."""
         runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=MAX_P,
                              state_backend=state_backend, local_dir=str(tmp_path / "local"),
-                             storage=checkpoint_storage, job_id=f"savepoint-operator-state-{new}")
+                             storage=checkpoint_storage, job_id=f"operator-state-from-savepoint-{new}")
         runner.run_epoch(make_rows(400, 100, seed=11))
         runner.run_epoch(make_rows(400, 100, seed=12))  # every subtask's union state now holds every epoch
         checkpoint = runner.latest_metadata()
