@@ -7,7 +7,7 @@ import resource
 from array import array
 from typing import Any, Sequence
 
-from statekit.plugins import backend_class
+from statekit.registry import backend_class
 from statekit.serializers import StringSerializer
 from statekit.spi import KeyedBackendParams, KeyedStateBackend, SubtaskInfo, key_group_for_key
 from statekit.spi.storage import CheckpointStreams

@@ -15,7 +15,7 @@ import pytest
 
 from statekit import KeyedBatchFunction, KeyedProcessFunction, ValueStateDescriptor
 from statekit.checkpoint.metadata import CheckpointMetadata
-from statekit.cli import create_savepoint
+from statekit.inspection import create_savepoint
 from statekit.runtime import LocalRunner
 from statekit.spark.conf import StatekitConf
 from statekit.spi.errors import (

@@ -15,7 +15,8 @@ import fsspec
 import pytest
 
 from statekit.checkpoint.metadata import CheckpointMetadata
-from statekit.cli import StreamSummary, main
+from statekit.cli import main
+from statekit.inspection import StreamSummary
 from statekit.conformance_tests.workload import (
     dump_state,
     WorkloadFunction, expected_key_state, make_rows, oracle,

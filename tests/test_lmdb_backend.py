@@ -11,7 +11,7 @@ import pytest
 from statekit.backends.lmdb import LMDBOptions, LMDBStateBackend, LMDBStore
 from statekit.backends.rocksdb import IncrementalRocksDBStateHandle
 from statekit.conformance_tests.base import open_keyed_backend, set_key
-from statekit.plugins import backend_class
+from statekit.registry import backend_class
 from statekit.serializers import BytesSerializer, StringSerializer
 from statekit.spi import (
     ConfigurationError, KeyGroupRange, MapStateDescriptor, RestoreError, StateAccessError, StatekitError,

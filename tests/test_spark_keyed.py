@@ -47,3 +47,32 @@ def test_storage_options_from_conf_reach_the_storage(tmp_path):
     files = StatekitConf.parse({"checkpoint.storage": "filesystem", "checkpoint.dir": tmp_path.as_uri(),
                                 "checkpoint.filesystem.memory-threshold": "1k"}).create_storage()
     assert files.memory_threshold == 1024
+
+
+
+def test_each_subtask_runs_as_a_task_of_its_own_with_adaptive_execution_on(spark, statekit_settings):
+    """Adaptive execution (on by default) coalesces small shuffle partitions; statekit's p subtasks
+    must still be p tasks running in parallel, and the session's settings stay as they were."""
+    class PartitionOfSubtask(WorkloadFunction):  # defined here: pickled by value
+        """Emits (its subtask, the Spark partition it runs in) once per epoch."""
+
+        def open(self, ctx):
+            super().open(ctx)
+            self.subtask, self.emitted = ctx.subtask_index, False
+
+        def process(self, row, ctx):
+            list(super().process(row, ctx))
+            if not self.emitted:
+                from pyspark import TaskContext
+                self.emitted = True
+                yield str(self.subtask), TaskContext.get().partitionId()
+
+    statekit_settings({"parallelism": 4})
+    before = dict(spark.conf.getAll)
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+    df = spark.createDataFrame(make_rows(400, 100, 5), SCHEMA)
+    rows = process_keyed(df, "key", PartitionOfSubtask(), OUTPUT, job_id="one-task-per-subtask").collect()
+    partitions = {int(r["key"]): r["count"] for r in rows}
+    assert sorted(partitions) == [0, 1, 2, 3], f"subtasks that ran: {sorted(partitions)}"
+    assert len(set(partitions.values())) == 4, f"subtasks shared Spark partitions: {partitions}"
+    assert dict(spark.conf.getAll) == before, "process_keyed changed the session's settings"

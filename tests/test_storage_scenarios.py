@@ -30,7 +30,7 @@ from statekit.conformance_tests.workload import dump_state as workload_dump
 from statekit.conformance_tests.workload import (
     WorkloadFunction, expected_key_state, make_rows, oracle,
 )
-from statekit.plugins import storage_class
+from statekit.registry import storage_class
 from statekit.runtime.local_runner import LocalRunner
 from statekit.spi import (
     ConfigurationError, CorruptStateError, FileStateHandle, InlineStateHandle, KeyGroupsStateHandle,

@@ -94,95 +94,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import posixpath
 import sys
-import tempfile
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
-from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, metadata_source
-from statekit.checkpoint.store import stream_handles, subtask_stream_handles
-from statekit.spi.errors import CorruptStateError, StatekitError
-from statekit.spi.handles import OperatorStateHandle, StreamStateHandle
-from statekit.spi.key_groups import KeyGroupRange
-from statekit.spi.names import check_job_id
-from statekit.spi.serializer import SerializerSnapshot
-from statekit.storage.filesystem import (
-    CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR, open_url, resolve,
-)
+from statekit.inspection import InspectionError, create_savepoint, describe, error_text, list_checkpoints
+from statekit.spi.errors import StatekitError
 
 PROG = "statekit"
 EXIT_OK = 0
 EXIT_ERROR = 2
-
-
-class CliError(StatekitError):
-    """A problem with what the command line asked for (bad path, existing savepoint, ...)."""
-
-
-# ---------------------------------------------------------------------------- reading metadata
-
-
-_handle_types_loaded = False
-
-
-def _load_handle_types() -> None:
-    """Import every known backend, so metadata holding their handle types can be parsed."""
-    global _handle_types_loaded
-    if _handle_types_loaded:
-        return
-    _handle_types_loaded = True
-    from statekit.plugins import available_backends, backend_class
-    for name in available_backends():
-        try:
-            backend_class(name)
-        except Exception:  # a broken or missing plugin only matters if its handles are needed
-            pass
-
-
-def parse_metadata(data: bytes, source: str) -> CheckpointMetadata:
-    """``CheckpointMetadata`` from bytes; anything malformed is a ``CorruptStateError`` naming ``source``."""
-    _load_handle_types()
-    return CheckpointMetadata.from_bytes(data, source)
-
-
-@dataclass
-class StreamSummary:
-    """The streams a snapshot (or a part of it) references, each file once."""
-
-    shared: dict[str, int] = field(default_factory=dict)  # relative path -> size
-    exclusive: dict[str, int] = field(default_factory=dict)
-    inline_count: int = 0
-    inline_bytes: int = 0
-
-    @classmethod
-    def of(cls, handles: Iterable[StreamStateHandle]) -> "StreamSummary":
-        summary = cls()
-        for handle in handles:
-            path = getattr(handle, "path", None)
-            if isinstance(path, str) and path:
-                target = summary.shared if path.startswith(SHARED_DIR + "/") else summary.exclusive
-                target[path] = int(handle.size)
-            else:
-                summary.inline_count += 1
-                summary.inline_bytes += int(handle.size)
-        return summary
-
-    @property
-    def files(self) -> int:
-        return len(self.shared) + len(self.exclusive)
-
-    @property
-    def state_size(self) -> int:
-        return sum(self.shared.values()) + sum(self.exclusive.values()) + self.inline_bytes
-
-
-def _time(timestamp: float | None) -> str | None:
-    if timestamp is None:
-        return None
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
-
 
 def _human_time(timestamp: float | None) -> str:
     if timestamp is None:
@@ -199,106 +120,9 @@ def _human_size(size: int) -> str:
     return f"{size} B"  # pragma: no cover
 
 
-def _serializer(data: Any) -> dict[str, Any]:
-    try:
-        snapshot = SerializerSnapshot.from_json(data)
-    except CorruptStateError:
-        return {"class": str(data), "identity": str(data), "version": None, "config": {}}
-    return {"class": snapshot.short_name, "identity": snapshot.identity, "version": snapshot.version,
-            "config": snapshot.config}
-
-
 def _serializer_text(info: dict[str, Any]) -> str:
     text = info["class"]
     return text if info.get("version") is None else f"{text} v{info['version']}"
-
-
-# ---------------------------------------------------------------------------- checkpoints list
-
-
-def _children(fs: Any, path: str) -> dict[str, str]:
-    """Entry name -> type ("directory", "file", ...) of a directory."""
-    try:
-        entries = fs.ls(path, detail=True)
-    except FileNotFoundError:
-        return {}
-    own = fs._strip_protocol(path).rstrip("/")
-    found = {}
-    for entry in entries:
-        full = fs._strip_protocol(str(entry.get("name", ""))).rstrip("/")
-        if full and full != own:  # some file systems list a directory itself
-            found[posixpath.basename(full)] = str(entry.get("type", ""))
-    return found
-
-
-def _is_job_dir(children: dict[str, str]) -> bool:
-    return any(CHECKPOINT_DIR_PATTERN.match(name) for name in children) or children.get(SHARED_DIR) == "directory"
-
-
-def _entry(fs: Any, directory: str, checkpoint_id: int | None) -> dict[str, Any]:
-    url = fs.unstrip_protocol(directory)
-    entry: dict[str, Any] = {
-        "name": posixpath.basename(directory), "path": url, "checkpoint_id": checkpoint_id,
-        "status": "incomplete", "job_id": None, "timestamp": None, "time": None, "state_size": None,
-        "files": None, "incremental": None, "savepoint": None, "backend": None, "error": None}
-    metadata_path = posixpath.join(directory, METADATA_FILE)
-    if not fs.exists(metadata_path):
-        return entry
-    try:
-        metadata = parse_metadata(fs.cat_file(metadata_path), fs.unstrip_protocol(metadata_path))
-    except (StatekitError, OSError) as exc:
-        entry.update(status="corrupt", error=_one_line(exc))
-        return entry
-    summary = StreamSummary.of(stream_handles(metadata))
-    entry.update(status="completed", checkpoint_id=metadata.checkpoint_id if checkpoint_id is None else checkpoint_id,
-                 job_id=metadata.job_id, timestamp=metadata.timestamp, time=_time(metadata.timestamp),
-                 state_size=summary.state_size, files=summary.files,
-                 incremental=bool(metadata.properties.get("incremental", False)),
-                 savepoint=metadata.is_savepoint, backend=metadata.properties.get("backend"))
-    return entry
-
-
-def _job(fs: Any, directory: str, children: dict[str, str]) -> dict[str, Any]:
-    ids = sorted(int(m.group(1)) for name in children if (m := CHECKPOINT_DIR_PATTERN.match(name)))
-    return {"job_id": posixpath.basename(directory), "path": fs.unstrip_protocol(directory),
-            "checkpoints": [_entry(fs, posixpath.join(directory, f"chk-{i}"), i) for i in ids]}
-
-
-def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The document ``checkpoints list --json`` prints."""
-    fs, root = open_url(url, "directory", storage_options)
-    if posixpath.basename(root) == METADATA_FILE and fs.isfile(root):
-        root = posixpath.dirname(root)
-    if not fs.exists(root):
-        raise CliError(f"{url!r} does not exist")
-    if not fs.isdir(root):
-        raise CliError(f"{url!r} is not a directory (give a checkpoint directory, a job directory or a "
-                       f"savepoint directory)")
-    jobs: list[dict[str, Any]] = []
-    savepoints: list[dict[str, Any]] = []
-    children = _children(fs, root)
-    name = posixpath.basename(root)
-    match = CHECKPOINT_DIR_PATTERN.match(name)
-    if match:  # one checkpoint directory: list it within its job
-        job_dir = posixpath.dirname(root)
-        jobs.append({"job_id": posixpath.basename(job_dir), "path": fs.unstrip_protocol(job_dir),
-                     "checkpoints": [_entry(fs, root, int(match.group(1)))]})
-    elif METADATA_FILE in children:  # one savepoint directory
-        savepoints.append(_entry(fs, root, None))
-    elif _is_job_dir(children):
-        jobs.append(_job(fs, root, children))
-    else:
-        for child, kind in sorted(children.items()):
-            if kind != "directory":
-                continue
-            path = posixpath.join(root, child)
-            if child.startswith("savepoint-"):
-                savepoints.append(_entry(fs, path, None))
-                continue
-            grandchildren = _children(fs, path)
-            if _is_job_dir(grandchildren):
-                jobs.append(_job(fs, path, grandchildren))
-    return {"path": fs.unstrip_protocol(root), "jobs": jobs, "savepoints": savepoints}
 
 
 def _table(rows: list[list[str]], right: Sequence[int] = ()) -> list[str]:
@@ -353,77 +177,6 @@ def _print_list(doc: dict[str, Any], out: Callable[[str], None]) -> None:
         for e in doc["savepoints"]:
             if e["error"]:
                 out(f"  {e['name']}: {e['error']}")
-
-
-# ---------------------------------------------------------------------------- checkpoints describe
-
-
-def _operator_doc(operator: OperatorState) -> dict[str, Any]:
-    key_serializer = next((h.key_serializer for s in operator.subtasks for h in s.keyed  # type: ignore[attr-defined]
-                           if getattr(h, "key_serializer", None)), None)
-    states = [{"name": meta.name, "kind": meta.kind, "ttl_seconds": meta.ttl_seconds,
-               "serializers": {role: _serializer(s) for role, s in sorted(meta.serializers.items())}}
-              for _, meta in sorted(operator.states().items())]
-    operator_states: dict[str, dict[str, Any]] = {}
-    for subtask in operator.subtasks:
-        handle = subtask.operator
-        if not isinstance(handle, OperatorStateHandle):
-            continue
-        for name, (mode, byte_range) in handle.states.items():
-            info = operator_states.setdefault(name, {
-                "name": name, "mode": mode, "size": 0,
-                "serializers": {role: _serializer(s) for role, s in sorted(handle.serializers.get(name, {}).items())}})
-            info["size"] += byte_range.length
-    subtasks = []
-    for index, subtask in enumerate(operator.subtasks):
-        keyed_size = sum(h.state_size for h in subtask.keyed)
-        operator_size = subtask.operator.state_size if subtask.operator is not None else 0
-        subtasks.append({"index": index, "key_group_range": KeyGroupRange.of_subtask(  # its handles cover exactly this range (checked on read)
-                             operator.max_parallelism, operator.parallelism, index).to_json(),
-                         "state_size": keyed_size + operator_size, "keyed_state_size": keyed_size,
-                         "operator_state_size": operator_size})
-    return {"operator_id": operator.operator_id, "parallelism": operator.parallelism,
-            "max_parallelism": operator.max_parallelism,
-            "state_size": StreamSummary.of(subtask_stream_handles(operator.subtasks)).state_size,
-            "key_serializer": _serializer(key_serializer) if key_serializer else None,
-            "states": states, "operator_states": [operator_states[n] for n in sorted(operator_states)],
-            "subtasks": subtasks}
-
-
-def _files_doc(files: dict[str, int]) -> dict[str, Any]:
-    return {"count": len(files), "bytes": sum(files.values()),
-            "files": [{"path": p, "size": s} for p, s in sorted(files.items())]}
-
-
-def describe_metadata(metadata: CheckpointMetadata, url: str) -> dict[str, Any]:
-    summary = StreamSummary.of(stream_handles(metadata))
-    source = metadata.properties.get("source_checkpoint")
-    return {
-        "path": url, "checkpoint_id": metadata.checkpoint_id, "job_id": metadata.job_id,
-        "savepoint": metadata.is_savepoint, "timestamp": metadata.timestamp, "time": _time(metadata.timestamp),
-        "backend": metadata.properties.get("backend"),
-        "incremental": bool(metadata.properties.get("incremental", False)),
-        "source_checkpoint": source if isinstance(source, int) else None,
-        "properties": metadata.properties,
-        "state_size": summary.state_size, "files": summary.files,
-        "operators": [_operator_doc(op) for _, op in sorted(metadata.operators.items())],
-        "shared_files": _files_doc(summary.shared), "exclusive_files": _files_doc(summary.exclusive),
-        "inline": {"count": summary.inline_count, "bytes": summary.inline_bytes},
-    }
-
-
-def _resolve(url: str, storage_options: dict[str, Any] | None, setting: str) -> Any:
-    fs, path = open_url(url, setting, storage_options)
-    if not fs.exists(path):
-        raise CliError(f"{url!r} does not exist")
-    return resolve(url, storage_options, setting=setting)
-
-
-def describe(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The document ``checkpoints describe --json`` prints."""
-    resolved = _resolve(url, storage_options, "path")
-    metadata = parse_metadata(resolved.metadata, metadata_source(resolved.pointer))
-    return describe_metadata(metadata, resolved.pointer.external_pointer)
 
 
 def _print_files(title: str, files: dict[str, Any], out: Callable[[str], None]) -> None:
@@ -486,52 +239,6 @@ def _print_describe(doc: dict[str, Any], out: Callable[[str], None]) -> None:
     out(f"inline state: {doc['inline']['count']} streams, {_human_size(doc['inline']['bytes'])}")
 
 
-# ---------------------------------------------------------------------------- savepoint create
-
-
-def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | None = None,
-                     storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Convert a completed checkpoint to a canonical savepoint; the document ``--json`` prints."""
-    from statekit.plugins import backend_class
-    from statekit.runtime.savepoints import snapshot_as_savepoint
-    from statekit.storage.filesystem import SavepointLocation
-
-    resolved = _resolve(source_url, storage_options, "--from")
-    metadata = parse_metadata(resolved.metadata, metadata_source(resolved.pointer))
-    name = backend_name or metadata.properties.get("backend") or "heap"
-    cls = backend_class(name, setting="--backend")
-    try:
-        state_backend = cls()
-    except StatekitError:
-        raise
-    except Exception as exc:
-        raise CliError(f"--backend={name!r}: {cls.__name__}() cannot be created: {exc}") from exc
-    check_job_id(metadata.job_id, f"the job id in {resolved.pointer.external_pointer}/{METADATA_FILE}")
-    savepoint_id = f"{metadata.job_id}-{metadata.checkpoint_id}"
-    fs, root = open_url(savepoint_dir, "--to", storage_options)
-    directory = posixpath.join(root, f"savepoint-{savepoint_id}")
-    if fs.exists(posixpath.join(directory, METADATA_FILE)):
-        raise CliError(f"savepoint {fs.unstrip_protocol(directory)} already exists; delete it or choose another --to")
-    existed = fs.exists(directory)
-    location = SavepointLocation(savepoint_dir, savepoint_id, storage_options)
-    try:
-        with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir:
-            savepoint = snapshot_as_savepoint(metadata, resolved.streams, state_backend,
-                                              lambda subtask: location.streams, local_dir=local_dir)
-        pointer = location.commit(savepoint.checkpoint_id, savepoint.to_bytes())
-    except BaseException:
-        if not existed:  # leave nothing half-written behind
-            try:
-                fs.rm(directory, recursive=True)
-            except (OSError, FileNotFoundError):
-                pass
-        raise
-    summary = StreamSummary.of(stream_handles(savepoint))
-    return {"path": pointer.external_pointer, "job_id": savepoint.job_id, "checkpoint_id": savepoint.checkpoint_id,
-            "source": resolved.pointer.external_pointer, "backend": name, "state_size": summary.state_size,
-            "files": summary.files}
-
-
 def _print_created(doc: dict[str, Any], out: Callable[[str], None]) -> None:
     out(f"savepoint of checkpoint {doc['checkpoint_id']} of job {doc['job_id']} written to {doc['path']}")
     out(f"  from {doc['source']} with backend {doc['backend']}; "
@@ -547,7 +254,7 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
     for item in given:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise CliError(f"--storage-option expects KEY=VALUE, got {item!r}")
+            raise InspectionError(f"--storage-option expects KEY=VALUE, got {item!r}")
         try:
             value: Any = json.loads(raw)
         except ValueError:
@@ -637,17 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    if isinstance(exc, FileNotFoundError) and exc.filename:
-        return f"{exc.filename}: no such file or directory"
-    if not isinstance(exc, StatekitError):
-        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text
-
-
 def _error(exc: BaseException) -> int:
-    print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+    print(f"{PROG}: error: {error_text(exc)}", file=sys.stderr)
     return EXIT_ERROR
 
 
@@ -676,3 +374,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

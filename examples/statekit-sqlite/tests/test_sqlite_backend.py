@@ -5,7 +5,7 @@ import pytest
 
 from statekit.backends.common import acquire_lock
 from statekit.conformance_tests.base import open_keyed_backend, set_key
-from statekit.plugins import available_backends, backend_class
+from statekit.registry import available_backends, backend_class
 from statekit.spark.conf import StatekitConf
 from statekit.spi import ConfigurationError, MapStateDescriptor, StatekitError
 from statekit_sqlite import SQLiteOptions, SQLiteStateBackend

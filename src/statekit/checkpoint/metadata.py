@@ -35,6 +35,7 @@ from typing import Any, Mapping
 
 import xxhash
 
+from statekit.registry import load_handle_types  # noqa: F401 - installs the loader of plugins' handle types
 from statekit.spi.errors import CorruptStateError, RestoreError, StatekitError
 from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle, StateMetaInfo, nested_handle
 from statekit.spi.json_fields import JsonArray, JsonObject, as_object, malformed, plain

@@ -1,4 +1,5 @@
-"""The level (capability area) of a conformance test: where its test function is defined."""
+"""The level (capability area) of a conformance test: the module or subpackage of the suite that
+defines its test function."""
 from __future__ import annotations
 
 from typing import Any
@@ -17,6 +18,6 @@ def level_of(item: Any) -> str:
         if name in vars(klass):
             module = klass.__module__
             if module.startswith(PACKAGE + "."):
-                return getattr(klass, "conformance_level", module.rsplit(".", 1)[1])
+                return getattr(klass, "conformance_level", module[len(PACKAGE) + 1:].split(".")[0])
             return OTHER
     return OTHER

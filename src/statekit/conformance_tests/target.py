@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from statekit.plugins import backend_class, storage_class
+from statekit.registry import backend_class, storage_class
 from statekit.spi.backend import StateBackend
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.storage import CheckpointStorage

@@ -1,10 +1,29 @@
-"""Engine-independent task runtime: the function API, the task lifecycle and a local runner."""
-from statekit.runtime.function import (
-    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedBatchFunction, KeyedContext,
-    KeyedProcessFunction, ProcessFunction,
-)
-from statekit.runtime.local_runner import LocalRunner
-from statekit.runtime.task import KeyedTask, TaskRestore
+"""Engine-independent task runtime: the function API, the task lifecycle and a local runner.
+Names are imported on first use, so that importing the function API does not load storages."""
+from __future__ import annotations
 
-__all__ = ["CheckpointedFunction", "FunctionInitializationContext", "FunctionSnapshotContext",
-           "KeyedBatchFunction", "KeyedContext", "KeyedProcessFunction", "ProcessFunction", "KeyedTask", "LocalRunner", "TaskRestore"]
+from typing import TYPE_CHECKING
+
+from statekit.lazy import lazy_exports
+
+_EXPORTS = {
+    **dict.fromkeys(["CheckpointedFunction", "FunctionInitializationContext", "FunctionSnapshotContext",
+                     "KeyedBatchFunction", "KeyedContext", "KeyedProcessFunction", "ProcessFunction"],
+                    "statekit.runtime.function"),
+    "LocalRunner": "statekit.runtime.local_runner",
+    "KeyedTask": "statekit.runtime.task",
+    "TaskRestore": "statekit.runtime.task",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from statekit.runtime.function import (
+        CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedBatchFunction,
+        KeyedContext, KeyedProcessFunction, ProcessFunction,
+    )
+    from statekit.runtime.local_runner import LocalRunner
+    from statekit.runtime.task import KeyedTask, TaskRestore
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -14,16 +14,24 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Iterable, Union
+from typing import TYPE_CHECKING, Any, Iterable, TypeVar, Union, overload
 
 from statekit.spi.backend import KeyedStateBackend, OperatorStateBackend, SubtaskInfo
-from statekit.spi.descriptors import StateDescriptor
+from statekit.spi.descriptors import (
+    AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, StateDescriptor,
+    ValueStateDescriptor,
+)
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.serializer import TypeSerializer
-from statekit.spi.state import State
+from statekit.spi.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
 
 if TYPE_CHECKING:
     import pyarrow
+
+K = TypeVar("K")
+V = TypeVar("V")
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
 
 
 class KeyedContext:
@@ -38,8 +46,29 @@ class KeyedContext:
         #: the id of the checkpoint this epoch will produce (the epoch number)
         self.checkpoint_id = checkpoint_id
 
+    @overload
+    def get_state(self, descriptor: ValueStateDescriptor[V],
+                  namespace_serializer: TypeSerializer | None = None) -> ValueState[V]: ...
+
+    @overload
+    def get_state(self, descriptor: ListStateDescriptor[V],
+                  namespace_serializer: TypeSerializer | None = None) -> ListState[V]: ...
+
+    @overload
+    def get_state(self, descriptor: MapStateDescriptor[K, V],
+                  namespace_serializer: TypeSerializer | None = None) -> MapState[K, V]: ...
+
+    @overload
+    def get_state(self, descriptor: ReducingStateDescriptor[V],
+                  namespace_serializer: TypeSerializer | None = None) -> ReducingState[V]: ...
+
+    @overload
+    def get_state(self, descriptor: AggregatingStateDescriptor[IN, Any, OUT],
+                  namespace_serializer: TypeSerializer | None = None) -> AggregatingState[IN, OUT]: ...
+
     def get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> State:
-        """The state of ``descriptor``, scoped to the current key (get-or-create)."""
+        """The state of ``descriptor``, scoped to the current key (get-or-create); typed by the
+        descriptor (``ValueStateDescriptor[int]`` gives a ``ValueState[int]``)."""
         return self._backend.get_state(descriptor, namespace_serializer)
 
     @property

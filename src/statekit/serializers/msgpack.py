@@ -50,7 +50,7 @@ def _unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=True, ext_hook=_ext_hook)
 
 
-class MsgpackSerializer(TypeSerializer):
+class MsgpackSerializer(TypeSerializer[Any]):
     VERSION = 2
 
     def __init__(self) -> None:

@@ -8,7 +8,7 @@ from statekit.spi.errors import ConfigurationError, SerializationError
 from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer, reads_older_versions
 
 
-class PickleSerializer(TypeSerializer):
+class PickleSerializer(TypeSerializer[Any]):
     def __init__(self, protocol: int = 5) -> None:
         if not 2 <= protocol <= pickle.HIGHEST_PROTOCOL:
             raise ConfigurationError(f"pickle protocol must be in [2, {pickle.HIGHEST_PROTOCOL}], got {protocol}")

@@ -28,7 +28,7 @@ def _reject_bool(kind: str, value: bool) -> NoReturn:
         f"MsgpackSerializer)")
 
 
-class Int64Serializer(TypeSerializer):
+class Int64Serializer(TypeSerializer[int]):
     def serialize(self, value: int) -> bytes:
         if value.__class__ is bool:
             _reject_bool("Int64Serializer", value)  # type: ignore[arg-type]
@@ -51,7 +51,7 @@ class Int64Serializer(TypeSerializer):
             raise SerializationError(f"Int64Serializer: a value is not a 64-bit integer: {exc}") from exc
 
 
-class Float64Serializer(TypeSerializer):
+class Float64Serializer(TypeSerializer[float]):
     def serialize(self, value: float) -> bytes:
         if value.__class__ is bool:
             _reject_bool("Float64Serializer", value)  # type: ignore[arg-type]
@@ -66,7 +66,7 @@ class Float64Serializer(TypeSerializer):
         return _F64.unpack(data)[0]
 
 
-class StringSerializer(TypeSerializer):
+class StringSerializer(TypeSerializer[str]):
     """UTF-8 text."""
 
     def serialize(self, value: str) -> bytes:
@@ -79,7 +79,7 @@ class StringSerializer(TypeSerializer):
         return bytes(data).decode("utf-8")
 
 
-class BytesSerializer(TypeSerializer):
+class BytesSerializer(TypeSerializer[bytes]):
     """Raw bytes, unchanged."""
 
     def serialize(self, value: bytes) -> bytes:

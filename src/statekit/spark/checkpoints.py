@@ -2,7 +2,7 @@
 ``jobmanager``, whose checkpoints live in the driver's memory)."""
 from __future__ import annotations
 
-from typing import Any
+from pyspark.sql import SparkSession
 
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
 from statekit.spark.conf import StatekitConf
@@ -23,7 +23,7 @@ def driver_access(storage: CheckpointStorage, job_id: str) -> CheckpointStorageA
     return access
 
 
-def latest_checkpoint(spark: Any, job_id: str,
+def latest_checkpoint(spark: SparkSession, job_id: str,
                       conf: StatekitConf | None = None) -> tuple[CompletedCheckpoint, CheckpointStreams]:
     """``job_id``'s latest completed checkpoint and the streams that read its state, from the
     storage ``spark.statekit.*`` selects (or ``conf``)."""

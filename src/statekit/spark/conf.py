@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from statekit.checkpoint.ownership import TAKE_OVER_SETTING
 from statekit.checkpoint.store import DEFAULT_NUM_RETAINED, RestoreMode
-from statekit.plugins import backend_class, storage_class
+from statekit.registry import backend_class, storage_class
 from statekit.spi.backend import StateBackend
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, check_parallelism

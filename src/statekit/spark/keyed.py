@@ -17,11 +17,11 @@ the job's ownership before its epoch and checks it before committing (``checkpoi
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Sequence, Tuple
+from typing import Iterator, Sequence, Tuple
 
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import DataFrame, SparkSession, functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -38,10 +38,6 @@ from statekit.spi.errors import ConfigurationError, SnapshotError
 from statekit.spi.key_groups import check_parallelism, default_max_parallelism
 from statekit.spi.names import check_job_id, check_operator_id
 from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess
-
-#: session settings for the epoch's query: p subtasks must run in parallel, not coalesced
-_QUERY_SETTINGS = {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
-
 
 class _AcknowledgementParam(AccumulatorParam):
     def zero(self, value: list) -> list:
@@ -64,7 +60,7 @@ class KeyedJob:
     """What stays the same across a run's epochs: function, keys, output schema, conf, the
     storage access and the run's ownership of the job."""
 
-    def __init__(self, spark: Any, key_columns: tuple[str, ...], function: ProcessFunction,
+    def __init__(self, spark: SparkSession, key_columns: tuple[str, ...], function: ProcessFunction,
                  output: StructType, operator_id: str, job_id: str, conf: StatekitConf) -> None:
         self.spark, self.key_columns, self.function, self.output = spark, key_columns, function, output
         self.operator_id, self.job_id, self.conf = operator_id, job_id, conf
@@ -85,7 +81,7 @@ class KeyedJob:
         return CheckpointStore(self.access, retained, ownership=self._ownership)
 
     @classmethod
-    def create(cls, spark: Any, columns: Sequence[str], keys: str | Sequence[str], function: ProcessFunction,
+    def create(cls, spark: SparkSession, columns: Sequence[str], keys: str | Sequence[str], function: ProcessFunction,
                schema: str | StructType, operator_id: str, job_id: str | None,
                conf: StatekitConf | None) -> "KeyedJob":
         conf = conf or StatekitConf.from_spark(spark.conf)
@@ -146,17 +142,13 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
         return run_subtask(spec, subtask_of_token[key[0].as_py()], batches, acknowledgements)
 
     planned = _plan(df, key_columns, parallelism, max_parallelism)
-    previous_settings = {k: spark.conf.get(k, None) for k in _QUERY_SETTINGS}
-    for k, v in _QUERY_SETTINGS.items():
-        spark.conf.set(k, v)
+    # repartition(p, token) is a shuffle by number, which adaptive execution never coalesces, and
+    # groupBy(token) reuses its partitioning: p subtasks run as p tasks without changing session settings
     try:
         result = planned.groupBy(PARTITION_COLUMN).applyInArrow(subtask, output).localCheckpoint(eager=True)
     except BaseException:
         store.abort(epoch, [state for state, _ in _subtask_states(acknowledgements.value, parallelism).values()])
         raise
-    finally:
-        for k, v in previous_settings.items():
-            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
     states = _subtask_states(acknowledgements.value, parallelism)
     if len(states) != parallelism:
         store.abort(epoch, [state for state, _ in states.values()])

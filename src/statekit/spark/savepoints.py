@@ -4,7 +4,8 @@ parallelism (set ``spark.statekit.restore.path`` to it)."""
 from __future__ import annotations
 
 import tempfile
-from typing import Any
+
+from pyspark.sql import SparkSession
 
 from statekit.runtime.savepoints import snapshot_as_savepoint
 from statekit.spark.checkpoints import latest_checkpoint
@@ -13,7 +14,7 @@ from statekit.spi.errors import ConfigurationError
 from statekit.storage.filesystem import SavepointLocation
 
 
-def savepoint(spark: Any, job_id: str, conf: StatekitConf | None = None) -> str:
+def savepoint(spark: SparkSession, job_id: str, conf: StatekitConf | None = None) -> str:
     """Write a savepoint of ``job_id``'s latest completed checkpoint; returns its URL."""
     conf = conf or StatekitConf.from_spark(spark.conf)
     if not conf.savepoint_dir:

@@ -16,6 +16,8 @@ from statekit.spi.serializer import TypeSerializer
 IN = TypeVar("IN")
 ACC = TypeVar("ACC")
 OUT = TypeVar("OUT")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class StateKind(str, enum.Enum):
@@ -77,22 +79,22 @@ class StateDescriptor:
 
 
 @dataclass(frozen=True)
-class ValueStateDescriptor(StateDescriptor):
-    serializer: TypeSerializer | None = None
-    default: Any = None
+class ValueStateDescriptor(StateDescriptor, Generic[V]):
+    serializer: TypeSerializer[V] | None = None
+    default: V | None = None
     kind = StateKind.VALUE
 
 
 @dataclass(frozen=True)
-class ListStateDescriptor(StateDescriptor):
-    serializer: TypeSerializer | None = None  # of one element
+class ListStateDescriptor(StateDescriptor, Generic[V]):
+    serializer: TypeSerializer[V] | None = None  # of one element
     kind = StateKind.LIST
 
 
 @dataclass(frozen=True)
-class MapStateDescriptor(StateDescriptor):
-    key_serializer: TypeSerializer | None = None
-    value_serializer: TypeSerializer | None = None
+class MapStateDescriptor(StateDescriptor, Generic[K, V]):
+    key_serializer: TypeSerializer[K] | None = None
+    value_serializer: TypeSerializer[V] | None = None
     kind = StateKind.MAP
 
     def serializers(self) -> dict[str, TypeSerializer | None]:
@@ -100,9 +102,9 @@ class MapStateDescriptor(StateDescriptor):
 
 
 @dataclass(frozen=True)
-class ReducingStateDescriptor(StateDescriptor):
-    reduce_function: Callable[[Any, Any], Any] = None  # type: ignore[assignment]
-    serializer: TypeSerializer | None = None
+class ReducingStateDescriptor(StateDescriptor, Generic[V]):
+    reduce_function: Callable[[V, V], V] = None  # type: ignore[assignment]
+    serializer: TypeSerializer[V] | None = None
     kind = StateKind.REDUCING
 
     def __post_init__(self) -> None:
@@ -112,9 +114,9 @@ class ReducingStateDescriptor(StateDescriptor):
 
 
 @dataclass(frozen=True)
-class AggregatingStateDescriptor(StateDescriptor):
-    aggregate_function: AggregateFunction = None  # type: ignore[assignment]
-    serializer: TypeSerializer | None = None  # of the accumulator
+class AggregatingStateDescriptor(StateDescriptor, Generic[IN, ACC, OUT]):
+    aggregate_function: AggregateFunction[IN, ACC, OUT] = None  # type: ignore[assignment]
+    serializer: TypeSerializer[ACC] | None = None  # of the accumulator
     kind = StateKind.AGGREGATING
 
     def __post_init__(self) -> None:

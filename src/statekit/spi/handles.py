@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping, TypeVar
 import xxhash
 
 from statekit.spi.descriptors import StateKind
-from statekit.spi.errors import CorruptStateError, RestoreError, StatekitError
+from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, StatekitError
 from statekit.spi.json_fields import JsonArray, JsonObject, as_object, malformed
 from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
 from statekit.spi.serializer import SerializerSnapshot
@@ -45,29 +45,22 @@ def register_handle(tag: str) -> Callable[[H], H]:
     def decorate(cls: H) -> H:
         existing = _HANDLE_TYPES.get(tag)
         if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(f"handle tag {tag!r} is taken by {existing.__qualname__}")
+            raise ConfigurationError(f"handle tag {tag!r} is taken by {existing.__qualname__}; choose another tag")
         _HANDLE_TYPES[tag] = cls  # type: ignore[assignment]
         cls.TAG = tag  # type: ignore[attr-defined]
         return cls
     return decorate
 
 
-#: the entry-point groups of backend and storage plugins (``statekit.plugins`` resolves names in them)
-BACKEND_GROUP = "statekit.backends"
-STORAGE_GROUP = "statekit.storages"
+#: called once when a handle type is unknown, to import the modules that may register it
+#: (``statekit.registry`` installs its ``load_handle_types``; the SPI itself knows no plugins)
+_unknown_type_hooks: list[Callable[[], None]] = []
 
 
-def _import_plugins() -> None:
-    """Import every installed backend and storage module, so that their handle types register:
-    metadata may be read (by the CLI, or on a restart) before the backend that wrote it is used."""
-    from importlib.metadata import entry_points
-
-    for group in (BACKEND_GROUP, STORAGE_GROUP):
-        for entry_point in entry_points(group=group):
-            try:
-                entry_point.load()
-            except Exception:  # noqa: BLE001 - a broken plugin fails where it is selected, with its own error
-                continue
+def on_unknown_handle_type(hook: Callable[[], None]) -> None:
+    """Call ``hook`` when metadata names a handle type nobody registered yet."""
+    if hook not in _unknown_type_hooks:
+        _unknown_type_hooks.append(hook)
 
 
 class StateHandle(ABC):
@@ -93,9 +86,11 @@ class StateHandle(ABC):
         obj = as_object(data)
         tag = obj.text("type")
         cls = _HANDLE_TYPES.get(tag)
-        if cls is None:
-            _import_plugins()  # a backend registers its handle types when its module is imported
+        for hook in _unknown_type_hooks if cls is None else ():
+            hook()  # a backend registers its handle types when its module is imported
             cls = _HANDLE_TYPES.get(tag)
+            if cls is not None:
+                break
         if cls is None:
             raise RestoreError(
                 f"field {obj.path_of('type')}: unknown state handle type {tag!r}; the package that wrote it "

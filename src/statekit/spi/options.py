@@ -63,7 +63,7 @@ class OptionSet:
         self.options: dict[str, Option] = {}
         for option in options:
             if option.name in self.options:
-                raise ValueError(f"option {prefix}{option.name} is declared twice")
+                raise ConfigurationError(f"option {prefix}{option.name} is declared twice")
             self.options[option.name] = option
 
     def setting(self, name: str) -> str:

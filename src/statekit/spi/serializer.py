@@ -11,7 +11,9 @@ import enum
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar, Generic, Iterable, Mapping, TypeVar
+
+T = TypeVar("T")
 
 from statekit.spi.errors import IncompatibleSerializerError, RestoreError
 from statekit.spi.json_fields import as_object, malformed, plain
@@ -63,8 +65,8 @@ class SerializerSnapshot:
         return hash((self.identity, self.version, repr(sorted(self.config.items()))))
 
 
-class TypeSerializer(ABC):
-    """Turns values of one type into bytes and back.
+class TypeSerializer(ABC, Generic[T]):
+    """Turns values of type ``T`` into bytes and back.
 
     Implementations are small, picklable and stateless. ``VERSION`` changes whenever the byte
     format changes; ``config()`` returns the constructor arguments that affect the format.
@@ -73,17 +75,17 @@ class TypeSerializer(ABC):
     VERSION: ClassVar[int] = 1
 
     @abstractmethod
-    def serialize(self, value: Any) -> bytes: ...
+    def serialize(self, value: T) -> bytes: ...
 
     @abstractmethod
-    def deserialize(self, data: bytes) -> Any: ...
+    def deserialize(self, data: bytes) -> T: ...
 
-    def serialize_many(self, values: Iterable[Any]) -> list[bytes]:
+    def serialize_many(self, values: Iterable[T]) -> list[bytes]:
         """Bulk form used by snapshot writers; override where a vectorized encoding is faster."""
         serialize = self.serialize
         return [serialize(v) for v in values]
 
-    def deserialize_many(self, datas: Iterable[bytes]) -> list[Any]:
+    def deserialize_many(self, datas: Iterable[bytes]) -> list[T]:
         deserialize = self.deserialize
         return [deserialize(d) for d in datas]
 
