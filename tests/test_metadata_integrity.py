@@ -38,7 +38,9 @@ ROWS = [make_rows(24, 12, seed=1), make_rows(24, 12, seed=2)]
 FLAVOURS: dict[str, tuple[Callable[[], Any], bool]] = {
     "heap-full": (HeapStateBackend, False),
     "heap-changelog": (HeapStateBackend, True),
+    "rocksdb-full": (RocksDBStateBackend, False),
     "rocksdb-incremental": (RocksDBStateBackend, True),
+    "lmdb-full": (LMDBStateBackend, False),
     "lmdb-changelog": (LMDBStateBackend, True),
 }
 LEGACY_V1 = Path(__file__).parent / "data" / "metadata-v1-heap-inline.json"
