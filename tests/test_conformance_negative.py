@@ -71,3 +71,43 @@ def test_restoring_the_wrong_key_groups_fails_the_spark_level(tmp_path):
                     "--level", "spark", "-k", "test_rescaled_jobs_keep_every_key")
     assert_fails_exactly(run, {"TestSpark::test_rescaled_jobs_keep_every_key": ("outputs of job 'rescale':",
                                                                                  "rows missing")}, "spark")
+
+
+# ---------------------------------------------------------------------------- broken storages
+
+
+def test_checkpoints_listed_by_name_fail_the_ordering_test(tmp_path):
+    run = run_suite(tmp_path, "--backend", "heap", "--storage", "broken_storages.string_order:StringOrderStorage",
+                    "--level", "storage")
+    assert_fails_exactly(run, {"TestStorage::test_checkpoints_are_ordered_by_number_not_by_name": (
+        "completed() of the access that committed is [1, 10, 100, 101, 11, 12, 2,",
+        "puts chk-10 before chk-9")}, "storage")
+
+
+def test_a_storage_that_ignores_checksums_fails_the_corruption_tests(tmp_path):
+    run = run_suite(tmp_path, "--backend", "heap", "--storage",
+                    "broken_storages.ignores_checksums:IgnoresChecksumsStorage", "--level", "storage")
+    assert_fails_exactly(run, {
+        "TestStorage::test_flipped_byte_is_a_checksum_error_naming_the_file":
+            ("must verify the checksum the handle records, but it raised no CorruptStateError",),
+        "TestStorage::test_truncated_file_is_a_clear_error":
+            ("reading a stream cut to half its size must fail", "but it raised no CorruptStateError"),
+    }, "storage")
+    # the canonical reader checks each key group's checksum too: a whole restore still fails
+    assert "TestStorage::test_flipped_byte_fails_a_whole_restore" in run.passed
+
+
+def test_handles_relative_to_the_wrong_root_fail_resolution_and_shared_files(tmp_path):
+    run = run_suite(tmp_path, "--backend", "heap", "--storage", "broken_storages.wrong_root:WrongRootStorage",
+                    "--level", "storage")
+    shared = ("S1", "must be deleted")
+    assert_fails_exactly(run, {
+        "TestStorage::test_a_completed_checkpoint_resolves_by_its_pointer":
+            ("must not be relative to another root", "cannot read"),
+        "TestStorage::test_shared_files_are_deleted_once_unreferenced": shared,
+        "TestStorage::test_shared_file_of_a_retained_checkpoint_is_never_deleted": shared,
+        "TestStorage::test_registry_is_rebuilt_after_a_restart": shared,
+        "TestStorage::test_no_claim_restore_never_deletes_the_restored_files": ("S3",),
+        "TestStorage::test_claim_restore_adopts_the_restored_files": ("S2 follows retention",),
+        "TestStorage::test_abort_deletes_only_the_aborted_checkpoints_new_shared_files": ("its new shared S2",),
+    }, "storage")

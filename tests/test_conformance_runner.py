@@ -91,7 +91,7 @@ def test_command_line_options_go_through_the_settings_parser(tmp_path):
     target = SuiteTarget("lmdb", "jobmanager", {"map_size": "1m"}, {"max-state-size": "10m"})
     target.check()
     assert target.create_backend().lmdb_options.map_size == 1 << 20
-    assert target.create_storage(tmp_path.as_uri()).max_state_size == 10 << 20
+    assert target.create_storage(tmp_path).max_state_size == 10 << 20
     with pytest.raises(ConfigurationError, match=r"spark\.statekit\.checkpoint\.filesystem\.memory-threshold must "
                                                  r"be a size"):
         SuiteTarget("heap", "filesystem", {}, {"memory-threshold": "lots"}).check()

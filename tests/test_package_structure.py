@@ -1,11 +1,14 @@
 """What importing statekit costs, and where plugins are found."""
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import statekit
 from statekit import registry
 from statekit.spi import ConfigurationError, StateBackend
 
@@ -57,3 +60,66 @@ def test_a_taken_name_needs_clobber() -> None:
         registry.register_backend("heap", _Registered)
     with pytest.raises(ConfigurationError, match="not a StateBackend subclass"):
         registry.register_backend("not-a-backend", dict)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- the source tree
+
+SOURCE = Path(statekit.__file__).parent
+
+
+def _modules(under: Path) -> dict[str, ast.Module]:
+    return {str(path.relative_to(SOURCE.parent)): ast.parse(path.read_text(), str(path))
+            for path in sorted(under.rglob("*.py"))}
+
+
+def _imported(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def _concrete_storages() -> set[str]:
+    """The modules of ``statekit/storage`` that define a ``CheckpointStorage``."""
+    found = set()
+    for name, tree in _modules(SOURCE / "storage").items():
+        if any(isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) == "CheckpointStorage" for b in node.bases)
+               for node in ast.walk(tree)):
+            found.add(name.removesuffix(".py").replace("/", "."))
+    return found
+
+
+def test_no_module_outside_storage_imports_a_concrete_storage() -> None:
+    concrete = _concrete_storages()
+    assert {"statekit.storage.filesystem", "statekit.storage.memory"} <= concrete, concrete
+    offenders = {name: sorted(_imported(tree) & concrete) for name, tree in _modules(SOURCE).items()
+                 if not name.startswith("statekit/storage/") and _imported(tree) & concrete}
+    assert not offenders, (f"modules outside statekit/storage import a concrete storage (use the CheckpointStorage "
+                           f"contract, or the registry to pick one by name): {offenders}")
+
+
+def _strings(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return {s for element in node.elts for s in _strings(element)}
+    return set()
+
+
+def test_no_code_outside_a_backend_tests_a_backend_name() -> None:
+    names = set(registry.available_backends())
+    assert {"heap", "rocksdb", "lmdb"} <= names, names
+    offenders = []
+    for module, tree in _modules(SOURCE).items():
+        if module.startswith("statekit/backends/"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                compared = _strings(node.left).union(*(_strings(c) for c in node.comparators))
+                if compared & names:
+                    offenders.append(f"{module}:{node.lineno} compares with {sorted(compared & names)}")
+    assert not offenders, ("code outside a backend's package decides by a backend's name (declare a capability or "
+                           "an attribute on the backend instead): " + "; ".join(offenders))

@@ -17,9 +17,7 @@ from statekit.storage.memory import JobManagerCheckpointStorage
 
 
 class TestJobManagerStorage(StorageTests):
-    writes_files = False  # every byte travels inline
-    shared_files = False
-    durable = False  # driver memory: a new access starts empty
+    """Declares writes_files=False (every byte travels inline) and durable=False (driver memory)."""
 
     @pytest.fixture
     def checkpoint_storage(self) -> CheckpointStorage:
@@ -27,18 +25,12 @@ class TestJobManagerStorage(StorageTests):
 
 
 class TestLocalFileSystemStorage(StorageTests):
-    writes_files = True
-    shared_files = True
-
     @pytest.fixture
     def checkpoint_storage(self, tmp_path) -> CheckpointStorage:
         return FileSystemCheckpointStorage((tmp_path / "checkpoints").as_uri())
 
 
 class TestMemoryFileSystemStorage(StorageTests):
-    writes_files = True
-    shared_files = True
-
     @pytest.fixture
     def checkpoint_storage(self) -> Iterator[CheckpointStorage]:
         root = f"/statekit-conformance/{uuid.uuid4().hex}"
@@ -51,9 +43,6 @@ class TestMemoryFileSystemStorage(StorageTests):
 
 
 class TestS3Storage(StorageTests):
-    writes_files = True
-    shared_files = True
-
     @pytest.fixture
     def checkpoint_storage(self, moto_s3: MotoS3) -> CheckpointStorage:
         return FileSystemCheckpointStorage(f"s3://{DEFAULT_BUCKET}/{uuid.uuid4().hex}",

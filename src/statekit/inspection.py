@@ -16,9 +16,9 @@ from statekit.spi.handles import OperatorStateHandle, StreamStateHandle
 from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.names import check_job_id
 from statekit.spi.serializer import SerializerSnapshot
-from statekit.storage.filesystem import (
-    CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR, open_url, resolve,
-)
+from statekit.spi.storage import CheckpointStorage, ResolvedCheckpoint
+from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SAVEPOINT_PREFIX, SHARED_DIR
+from statekit.storage.urls import open_url
 
 
 class InspectionError(StatekitError):
@@ -153,7 +153,7 @@ def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) ->
             if kind != "directory":
                 continue
             path = posixpath.join(root, child)
-            if child.startswith("savepoint-"):
+            if child.startswith(SAVEPOINT_PREFIX):
                 savepoints.append(_entry(fs, path, None))
                 continue
             grandchildren = _children(fs, path)
@@ -219,11 +219,19 @@ def describe_metadata(metadata: CheckpointMetadata, url: str) -> dict[str, Any]:
     }
 
 
-def _resolve(url: str, storage_options: dict[str, Any] | None, setting: str) -> Any:
+def _files(url: str, storage_options: dict[str, Any] | None) -> CheckpointStorage:
+    """The ``filesystem`` storage at ``url``: the tools read and write checkpoint and savepoint
+    directories of file systems, through that storage's contract."""
+    from statekit.registry import storage_class
+
+    return storage_class("filesystem")(url, storage_options=storage_options)  # type: ignore[call-arg]
+
+
+def _resolve(url: str, storage_options: dict[str, Any] | None, setting: str) -> ResolvedCheckpoint:
     fs, path = open_url(url, setting, storage_options)
     if not fs.exists(path):
         raise InspectionError(f"{url!r} does not exist")
-    return resolve(url, storage_options, setting=setting)
+    return _files(url, storage_options).resolve_checkpoint(url, setting)
 
 
 def describe(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -241,7 +249,6 @@ def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | No
     """Convert a completed checkpoint to a canonical savepoint; the document ``--json`` prints."""
     from statekit.registry import backend_class
     from statekit.runtime.savepoints import snapshot_as_savepoint
-    from statekit.storage.filesystem import SavepointLocation
 
     resolved = _resolve(source_url, storage_options, "--from")
     metadata = CheckpointMetadata.from_bytes(resolved.metadata, metadata_source(resolved.pointer))
@@ -256,11 +263,11 @@ def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | No
     check_job_id(metadata.job_id, f"the job id in {resolved.pointer.external_pointer}/{METADATA_FILE}")
     savepoint_id = f"{metadata.job_id}-{metadata.checkpoint_id}"
     fs, root = open_url(savepoint_dir, "--to", storage_options)
-    directory = posixpath.join(root, f"savepoint-{savepoint_id}")
+    directory = posixpath.join(root, f"{SAVEPOINT_PREFIX}{savepoint_id}")
     if fs.exists(posixpath.join(directory, METADATA_FILE)):
         raise InspectionError(f"savepoint {fs.unstrip_protocol(directory)} already exists; delete it or choose another --to")
     existed = fs.exists(directory)
-    location = SavepointLocation(savepoint_dir, savepoint_id, storage_options)
+    location = _files(savepoint_dir, storage_options).savepoint_location(savepoint_dir, savepoint_id)
     try:
         with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir:
             savepoint = snapshot_as_savepoint(metadata, resolved.streams, state_backend,

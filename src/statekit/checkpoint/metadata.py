@@ -37,6 +37,7 @@ import xxhash
 
 from statekit.registry import load_handle_types  # noqa: F401 - installs the loader of plugins' handle types
 from statekit.spi.errors import CorruptStateError, RestoreError, StatekitError
+from statekit.storage.layout import METADATA_FILE
 from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle, StateMetaInfo, nested_handle
 from statekit.spi.json_fields import JsonArray, JsonObject, as_object, malformed, plain
 from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
@@ -45,7 +46,6 @@ from statekit.spi.storage import CompletedCheckpointPointer
 FORMAT_VERSION = 2
 LEGACY_VERSION = 1  # no checksum; still read
 MAGIC = "statekit-checkpoint"
-METADATA_FILE = "_metadata"
 _PREFIX = re.compile(rb'\{"magic":"' + re.escape(MAGIC.encode("ascii"))
                      + rb'","version":(\d{1,9}),"checksum":"([0-9a-f]{16})","body":')
 _FIX = "Restore from another checkpoint or savepoint; a _metadata file is never edited by hand"

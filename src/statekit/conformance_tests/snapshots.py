@@ -671,13 +671,15 @@ class OnFilesystemStorage:
 
     @pytest.fixture
     def snapshot_streams(self, tmp_path: Any) -> CheckpointStreams:
-        import fsspec
-
-        from statekit.storage.filesystem import FileSystemCheckpointStreams
-        return FileSystemCheckpointStreams(fsspec.filesystem("file"), str(tmp_path / "snapshots"), "chk-1",
-                                           memory_threshold=1024)
+        return _small_threshold_files(str(tmp_path / "snapshots")).create_access("conformance-job").streams(1, "op-0")
 
     @pytest.fixture
     def checkpoint_storage(self, tmp_path: Any) -> CheckpointStorage:
-        from statekit.storage.filesystem import FileSystemCheckpointStorage
-        return FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), memory_threshold=1024)
+        return _small_threshold_files(str(tmp_path / "checkpoints"))
+
+
+def _small_threshold_files(directory: str) -> CheckpointStorage:
+    """The ``filesystem`` storage at ``directory``, every stream above 1 KiB a file."""
+    from statekit.registry import storage_class
+
+    return storage_class("filesystem").from_settings(directory, {"memory-threshold": "1024"})

@@ -10,21 +10,23 @@ mixins) in a test module and override the ``checkpoint_storage`` fixture to retu
         def checkpoint_storage(self, tmp_path):
             return MyCheckpointStorage(...)
 
-Knobs (class attributes) a subclass may set:
+What the storage is (``writes_files``, ``shared_files``, ``durable``) comes from its class
+declarations (``CheckpointStorage``); a test class may override each as a class attribute:
 
-* ``writes_files``: ``True`` when a stream of ``file_payload_size`` bytes must become a file
-  (the file-level tests then fail instead of skipping if it stays inline), ``False`` when the
-  storage keeps every byte inline (they skip), ``None`` to decide per written handle;
+* ``writes_files``: ``True`` when a stream of ``file_payload_size`` bytes must be stored apart
+  from the metadata (the tests that damage stored bytes then fail instead of skipping if it
+  stays inline), ``False`` when the storage keeps every byte inline (they skip), ``None`` to
+  decide per written handle;
 * ``shared_files``: the same for streams written with ``StateScope.SHARED`` (``True``: they
   must be ``access.is_shared()``; ``False``: the shared-file tests skip);
 * ``durable``: whether a second ``create_access(job)`` sees the checkpoints committed through
   the first (``False`` for driver-memory storages such as ``jobmanager``);
-* ``file_payload_size``: bytes written where a test needs a file (must exceed the storage's
-  memory threshold); ``large_payload_size``: the "large stream" round trip (> 1 MiB).
+* ``file_payload_size``: bytes written where a test needs a stored stream (must exceed the
+  storage's memory threshold); ``large_payload_size``: the "large stream" round trip (> 1 MiB).
 
-File-level tests damage stored bytes through ``locate``/``corrupt``/``truncate``/``delete``,
-which work for ``FileSystemCheckpointStorage`` (any fsspec URL). A storage with another layout
-overrides ``locate`` (returning an fsspec file system and path) or the three helpers.
+The tests that damage stored bytes, and the unwritable-location test, go through the storage's
+test support (``storage_support.StorageTestSupport``, named by ``CheckpointStorage.test_support``):
+a storage author provides it once, for this level and for the one command alike.
 
 Shared-file tests need a keyed handle that references several streams; this module registers
 the test-only handle type ``conformance-multi`` (``MultiStreamKeyedHandle``) for that. It is
@@ -38,9 +40,9 @@ import json
 import posixpath
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-import fsspec
 import pytest
 
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
@@ -58,7 +60,8 @@ from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.storage import (
     CheckpointStorage, CheckpointStorageAccess, CheckpointStreams, CompletedCheckpointPointer, StateScope,
 )
-from statekit.storage.filesystem import FileSystemCheckpointStorage, FileSystemStorageAccess, open_url
+from statekit.conformance_tests.expect import expect_error
+from statekit.conformance_tests.storage_support import StorageTestSupport, support_for
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -159,16 +162,31 @@ class StorageTestBase:
     """Base of every storage mixin: override ``checkpoint_storage`` in the subclass."""
 
     job_id = "conformance-job"
-    writes_files: bool | None = None
+    writes_files: bool | None = None  # None here: as the storage class declares
     shared_files: bool | None = None
-    durable: bool = True
+    durable: bool | None = None
     file_payload_size = 64 * KiB
     large_payload_size = MiB + 4321
+    support: StorageTestSupport
+    storage_under_test: CheckpointStorage
 
     @pytest.fixture
     def checkpoint_storage(self) -> CheckpointStorage:
         raise NotImplementedError("override the `checkpoint_storage` fixture to return your CheckpointStorage "
                                   "(a fresh, empty location per test)")
+
+    @pytest.fixture(autouse=True)
+    def _storage_declarations(self, checkpoint_storage: CheckpointStorage) -> None:
+        """What the storage declares, unless the test class says otherwise, and its test support."""
+        declared = type(checkpoint_storage)
+        if not isinstance(checkpoint_storage, CheckpointStorage):
+            raise AssertionError(f"the checkpoint_storage fixture returned {checkpoint_storage!r}, "
+                                 f"not a statekit.spi.storage.CheckpointStorage")
+        self.storage_under_test = checkpoint_storage
+        self.support = support_for(declared)
+        self.writes_files = declared.writes_files if self.writes_files is None else self.writes_files
+        self.shared_files = declared.shared_files if self.shared_files is None else self.shared_files
+        self.durable = declared.durable if self.durable is None else self.durable
 
     @pytest.fixture
     def access(self, checkpoint_storage: CheckpointStorage) -> CheckpointStorageAccess:
@@ -212,35 +230,26 @@ class StorageTestBase:
                         f"({type(handle).__name__}): the storage has no shared files")
         return handle
 
-    # --- damaging stored bytes (override for storages that are not fsspec file systems)
-    def locate(self, access: CheckpointStorageAccess,
-               handle: StreamStateHandle) -> tuple[fsspec.AbstractFileSystem, str]:
-        """The fsspec file system and path holding ``handle``'s bytes."""
-        if isinstance(access, FileSystemStorageAccess) and isinstance(handle, FileStateHandle):
-            return access.fs, posixpath.join(access.job_root, handle.path)
-        pytest.skip(f"override locate() (or corrupt/truncate/delete) to damage a {type(handle).__name__} "
-                    f"of {type(access).__name__}")
+    # --- damaging stored bytes (through the storage's test support)
+    def _damage(self, how: str, handle: StreamStateHandle, *args: Any) -> str:
+        damaged = getattr(self.support, how)(self.storage_under_test, self.job_id, handle, *args)
+        if damaged is None:
+            pytest.skip(f"{type(self.support).__name__}.{how}() cannot reach the stored bytes of a "
+                        f"{type(handle).__name__} of {type(self.storage_under_test).__name__}: give the storage a "
+                        f"test_support whose locate() (or corrupt/truncate/delete) finds them")
+        return damaged
 
-    def corrupt(self, access: CheckpointStorageAccess, handle: StreamStateHandle, offset: int | None = None) -> str:
-        """Flip one byte (the middle one by default); return the file's path."""
-        fs, path = self.locate(access, handle)
-        data = bytearray(fs.cat_file(path))
-        data[len(data) // 2 if offset is None else offset] ^= 0xFF
-        fs.pipe_file(path, bytes(data))
-        return path
+    def corrupt(self, handle: StreamStateHandle, offset: int | None = None) -> str:
+        """Flip one byte of the stored stream (the middle one by default); return its name."""
+        return self._damage("corrupt", handle, offset)
 
-    def truncate(self, access: CheckpointStorageAccess, handle: StreamStateHandle) -> str:
-        """Cut the file to half its size; return its path."""
-        fs, path = self.locate(access, handle)
-        data = fs.cat_file(path)
-        fs.pipe_file(path, data[: len(data) // 2])
-        return path
+    def truncate(self, handle: StreamStateHandle) -> str:
+        """Cut the stored stream to half its size; return its name."""
+        return self._damage("truncate", handle)
 
-    def delete(self, access: CheckpointStorageAccess, handle: StreamStateHandle) -> str:
-        """Remove the file; return its path."""
-        fs, path = self.locate(access, handle)
-        fs.rm_file(path)
-        return path
+    def delete(self, handle: StreamStateHandle) -> str:
+        """Remove the stored stream; return its name."""
+        return self._damage("delete", handle)
 
 
 def _names_file(message: str, path: str) -> bool:
@@ -284,7 +293,7 @@ class StorageCommitTests(StorageTestBase):
         for offset, length in ((0, 10), (n // 2, 4096), (n - 100, 100), (12345, 0)):
             got = streams.read_range(handle, offset, length)
             assert got == data[offset:offset + length], f"read_range({offset}, {length}) returned wrong bytes"
-        with pytest.raises(CorruptStateError):
+        with expect_error(CorruptStateError, 'read_range past the end of a stream must be a CorruptStateError (a short read is corruption)'):
             streams.read_range(handle, n - 10, 20)  # past the end: a short read is corruption
 
     def test_commit_makes_checkpoint_visible(self, access):
@@ -346,7 +355,7 @@ class StorageCommitTests(StorageTestBase):
         metadata = make_metadata(1, [write_stream(access.streams(1, SUBTASK), b"x" * 10)]).to_bytes()
         pointer = access.commit(1, metadata)
         other = make_metadata(1, [write_stream(access.streams(1, SUBTASK), b"y" * 10)]).to_bytes()
-        with pytest.raises(SnapshotError):
+        with expect_error(SnapshotError, 'committing checkpoint 1 again with different metadata must be refused (a completed checkpoint is never overwritten)'):
             access.commit(1, other)
         assert access.read_metadata(pointer) == metadata, \
             "a refused commit with different bytes still replaced the completed checkpoint's metadata"
@@ -373,6 +382,74 @@ class StorageCommitTests(StorageTestBase):
         assert streams.read(handle_6) == data_6, "checkpoint 6's stream reads back other bytes"
         latest = access.latest_completed()
         assert latest is not None and latest.checkpoint_id == 6, f"latest_completed() is {latest}, expected 6"
+
+    def test_checkpoints_are_ordered_by_number_not_by_name(self, checkpoint_storage, access):
+        """Ids of one, two and three digits, committed out of order: ``completed()`` and
+        ``latest_completed()`` follow the numbers (a storage that sorts names as text lists
+        chk-10 before chk-9 and restores stale state)."""
+        order = [5, 12, 1, 9, 10, 2, 11, 3, 4, 6, 7, 8, 100, 99, 101]
+        for checkpoint_id in order:
+            handle = write_stream(access.streams(checkpoint_id, SUBTASK), payload(16, checkpoint_id))
+            access.commit(checkpoint_id, make_metadata(checkpoint_id, [handle]).to_bytes())
+        readers = [("the access that committed", access)]
+        if self.durable:
+            readers.append(("a new access", checkpoint_storage.create_access(self.job_id)))
+        for who, reader in readers:
+            listed = ids(reader.completed())
+            assert listed == sorted(order), (
+                f"completed() of {who} is {listed}: it must list checkpoints oldest first by their number "
+                f"(sorting 'chk-<n>' names as text puts chk-10 before chk-9)")
+            latest = reader.latest_completed()
+            assert latest is not None and latest.checkpoint_id == 101, (
+                f"latest_completed() of {who} is {latest}, expected checkpoint 101 (the highest number)")
+            point = CheckpointStore(reader).latest_before(100)
+            assert point is not None and point.checkpoint_id == 99, (
+                f"the restore point of epoch 100 seen by {who} is {point}, expected checkpoint 99")
+
+    def test_a_completed_checkpoint_resolves_by_its_pointer(self, checkpoint_storage, access):
+        """As ``spark.statekit.restore.path`` does: the pointer alone finds the metadata, and the
+        streams it returns read every handle (handles built relative to another root than the one
+        the pointer gives fail here)."""
+        self.require_durable(checkpoint_storage)
+        written = [(write_stream(access.streams(1, f"conformance-op-{i}"), data, scope), data)
+                   for i, (data, scope) in enumerate([(payload(50, 1), StateScope.EXCLUSIVE),
+                                                      (payload(self.file_payload_size, 2), StateScope.EXCLUSIVE),
+                                                      (payload(self.file_payload_size, 3), StateScope.SHARED)])]
+        metadata = make_metadata(1, [h for h, _ in written]).to_bytes()
+        pointer = access.commit(1, metadata)
+        resolved = checkpoint_storage.resolve_checkpoint(pointer.external_pointer)
+        assert resolved.pointer.checkpoint_id == 1, (
+            f"resolve_checkpoint({pointer.external_pointer!r}) found checkpoint {resolved.pointer.checkpoint_id}")
+        assert resolved.metadata == metadata, \
+            f"resolve_checkpoint({pointer.external_pointer!r}) returns other metadata than was committed"
+        for handle, data in written:
+            try:
+                read = resolved.streams.read(json_round_trip(handle))
+            except RestoreError as exc:
+                raise AssertionError(
+                    f"handles must be readable from the checkpoint their pointer names, so they must not be "
+                    f"relative to another root (the storage's, another job's): the streams of "
+                    f"resolve_checkpoint({pointer.external_pointer!r}) cannot read {_describe(handle)} ({exc})") from exc
+            assert read == data, f"the resolved checkpoint reads other bytes for {_describe(handle)}"
+        with expect_error(RestoreError, "resolve_checkpoint() of a pointer to no checkpoint must be a RestoreError"):
+            checkpoint_storage.resolve_checkpoint(pointer.external_pointer + "-gone")
+
+    def test_jobs_keep_their_checkpoints_apart(self, checkpoint_storage, access):
+        other = checkpoint_storage.create_access("conformance-other-job")
+        mine_data, theirs_data = payload(self.file_payload_size, 1), payload(self.file_payload_size, 2)
+        mine = write_stream(access.streams(1, SUBTASK), mine_data)
+        pointer = access.commit(1, make_metadata(1, [mine]).to_bytes())
+        assert other.completed() == [], f"another job sees this job's checkpoints: {ids(other.completed())}"
+        theirs = write_stream(other.streams(1, SUBTASK), theirs_data)
+        other_metadata = make_metadata(1, [theirs], job_id="conformance-other-job").to_bytes()
+        other_pointer = other.commit(1, other_metadata)
+        assert access.read_metadata(pointer) == make_metadata(1, [mine]).to_bytes(), \
+            "checkpoint 1 of another job replaced this job's checkpoint 1"
+        assert access.restore_streams().read(mine) == mine_data, "another job's checkpoint 1 overwrote this job's bytes"
+        access.dispose(pointer)
+        assert other.read_metadata(other_pointer) == other_metadata, "disposing this job's checkpoint 1 removed another job's"
+        assert other.restore_streams().read(theirs) == theirs_data, \
+            "disposing this job's checkpoint 1 removed another job's bytes"
 
     def test_abort_removes_an_uncommitted_checkpoint(self, access):
         kept_data = payload(self.file_payload_size, 1)
@@ -404,7 +481,7 @@ class StorageCommitTests(StorageTestBase):
         access.commit(2, make_metadata(2, [second]).to_bytes())
         access.dispose(pointer_1)
         assert ids(access.completed()) == [2], f"completed() after dispose(1) is {ids(access.completed())}"
-        with pytest.raises(RestoreError):
+        with expect_error(RestoreError, 'reading the metadata of checkpoint 1 after dispose(1) must be a RestoreError (it no longer exists)'):
             access.read_metadata(pointer_1)
         if not isinstance(first, InlineStateHandle):
             assert not is_readable(access, first), f"dispose(1) left checkpoint 1's file {_describe(first)}"
@@ -452,7 +529,7 @@ class StorageRetentionTests(StorageTestBase):
         assert ids(access.completed()) == [3, 4], f"the storage lists {ids(access.completed())}, expected [3, 4]"
         for i in (1, 2):
             completed, own = added[i]
-            with pytest.raises(RestoreError):
+            with expect_error(RestoreError, 'reading the metadata of a checkpoint retention disposed must be a RestoreError'):
                 access.read_metadata(completed.pointer)
             if not isinstance(own, InlineStateHandle):
                 assert not is_readable(access, own), f"disposed checkpoint {i} left {_describe(own)}"
@@ -461,6 +538,19 @@ class StorageRetentionTests(StorageTestBase):
             assert access.read_metadata(completed.pointer) == completed.metadata.to_bytes(), \
                 f"retained checkpoint {i} reads back other metadata"
             assert is_readable(access, own), f"retained checkpoint {i} lost {_describe(own)}"
+
+    def test_retention_over_a_dozen_checkpoints(self, checkpoint_storage, access):
+        store = CheckpointStore(access, num_retained=3)
+        for i in range(1, 13):
+            self._add(store, i)
+        assert store_ids(store) == [10, 11, 12], f"the store retains {store_ids(store)}, expected [10, 11, 12]"
+        assert ids(access.completed()) == [10, 11, 12], \
+            f"the storage lists {ids(access.completed())} after 12 checkpoints with num_retained=3, expected [10, 11, 12]"
+        if self.durable:
+            restarted = CheckpointStore(checkpoint_storage.create_access(self.job_id), num_retained=3)
+            latest = restarted.latest()
+            assert latest is not None and latest.checkpoint_id == 12, \
+                f"a restarted coordinator restores from {latest}, expected checkpoint 12"
 
     def test_restarted_store_rebuilds_its_list(self, checkpoint_storage, access):
         store = CheckpointStore(access, num_retained=3)
@@ -544,7 +634,7 @@ class StorageRetentionTests(StorageTestBase):
         self._add(store, 2, [s1, s3])
         assert self._alive(access, s1=s1, s2=s2, s3=s3) == {"s1": True, "s2": False, "s3": True}, \
             "claim restore from chk-1, then chk-2 (S1, S3): S2 follows retention and is deleted"
-        with pytest.raises(RestoreError):
+        with expect_error(RestoreError, 'reading the claimed chk-1 after retention disposed it must be a RestoreError'):
             access.read_metadata(source.pointer)  # the claimed chk-1 follows retention too
         if not isinstance(own, InlineStateHandle):
             assert not is_readable(access, own), f"the claimed chk-1 left its exclusive {_describe(own)}"
@@ -572,8 +662,8 @@ class StorageCorruptionTests(StorageTestBase):
     def test_flipped_byte_is_a_checksum_error_naming_the_file(self, access):
         handle, _ = self.write_file(access, 1)
         access.commit(1, make_metadata(1, [handle]).to_bytes())
-        path = self.corrupt(access, handle)
-        with pytest.raises(CorruptStateError) as caught:
+        path = self.corrupt(handle)
+        with expect_error(CorruptStateError, 'reading a stream with one flipped byte must fail with a CorruptStateError: the storage must verify the checksum the handle records') as caught:
             access.restore_streams().read(handle)
         message = str(caught.value)
         assert "checksum" in message, f"the error does not say 'checksum': {message}"
@@ -596,8 +686,8 @@ class StorageCorruptionTests(StorageTestBase):
         handle = keyed[0]
         self.require_file(handle.stream)
         kg, byte_range = sorted(handle.key_groups.items())[len(handle.key_groups) // 2]
-        path = self.corrupt(runner.storage, handle.stream, offset=byte_range.offset + byte_range.length // 2)
-        with pytest.raises(CorruptStateError) as caught:
+        path = self.corrupt(handle.stream, offset=byte_range.offset + byte_range.length // 2)
+        with expect_error(CorruptStateError, 'restoring a snapshot with one flipped byte in a key group must fail with a CorruptStateError: the storage must return the stored bytes, and they fail their checksum') as caught:
             runner.run_epoch(make_rows(10, 5, seed=12))  # epoch 2 restores from chk-1
         message = str(caught.value)
         assert "checksum" in message, f"the restore error does not say 'checksum': {message}"
@@ -607,21 +697,21 @@ class StorageCorruptionTests(StorageTestBase):
 
     def test_truncated_file_is_a_clear_error(self, access):
         handle, _ = self.write_file(access, 1)
-        path = self.truncate(access, handle)
-        with pytest.raises(CorruptStateError) as caught:
+        path = self.truncate(handle)
+        with expect_error(CorruptStateError, 'reading a stream cut to half its size must fail with a CorruptStateError (the handle records its size and checksum)') as caught:
             access.restore_streams().read(handle)
         assert _names_file(str(caught.value), path), \
             f"the error does not name the truncated file {path}: {caught.value}"
-        with pytest.raises(CorruptStateError) as caught:
+        with expect_error(CorruptStateError, 'read_range within the missing half of a truncated stream must fail with a CorruptStateError') as caught:
             access.restore_streams().read_range(handle, handle.size - 100, 100)
         assert _names_file(str(caught.value), path), \
             f"the read_range error does not name the truncated file {path}: {caught.value}"
 
     def test_missing_file_is_a_restore_error_naming_it(self, access):
         handle, _ = self.write_file(access, 1)
-        path = self.delete(access, handle)
+        path = self.delete(handle)
         for read in (lambda s: s.read(handle), lambda s: s.read_range(handle, 0, 10)):
-            with pytest.raises(RestoreError) as caught:
+            with expect_error(RestoreError, 'reading a stream whose stored bytes were deleted must fail with a RestoreError naming it') as caught:
                 read(access.restore_streams())
             assert _names_file(str(caught.value), path), \
                 f"the error does not name the missing file {path}: {caught.value}"
@@ -630,9 +720,9 @@ class StorageCorruptionTests(StorageTestBase):
                              ids=["binary", "foreign-json", "empty"])
     def test_corrupt_metadata_is_a_clear_error(self, access, garbage):
         pointer = access.commit(1, garbage)
-        with pytest.raises(CorruptStateError):
+        with expect_error(CorruptStateError, "parsing metadata that is not statekit's must fail with a CorruptStateError"):
             CheckpointMetadata.from_bytes(access.read_metadata(pointer))
-        with pytest.raises(CorruptStateError) as caught:
+        with expect_error(CorruptStateError, "a coordinator starting on a checkpoint whose metadata is not statekit's must fail with a CorruptStateError") as caught:
             CheckpointStore(access)  # a coordinator starting on it
         assert pointer.external_pointer in str(caught.value), \
             f"the error does not name the checkpoint {pointer.external_pointer}: {caught.value}"
@@ -667,7 +757,7 @@ class StorageOwnershipTests(StorageTestBase):
         second.begin_epoch(second_store.latest())
         fenced = write_stream(access.streams(1, SUBTASK), payload(self.file_payload_size, 1))
         kept = write_stream(access.streams(1, "conformance-op-1"), payload(self.file_payload_size, 2))
-        with pytest.raises(JobOwnershipError) as caught:
+        with expect_error(JobOwnershipError, 'a run whose ownership was taken over must not commit') as caught:
             first_store.add(make_metadata(1, [fenced]))
         assert second.run.run_id in str(caught.value), f"the error does not name the new owner: {caught.value}"
         first_store.abort(1)  # the fenced run's cleanup must not remove the owner's files of the same epoch
@@ -683,42 +773,38 @@ class StorageErrorTests(StorageTestBase):
     """Bad locations and failed IO are clear errors that name the setting or the file."""
 
     @pytest.fixture
-    def unwritable_checkpoint_storage(self, checkpoint_storage: CheckpointStorage
-                                      ) -> Callable[[], CheckpointStorage]:
-        """A factory of the storage pointed at a location it cannot write. The default, for
-        ``FileSystemCheckpointStorage``: a "directory" that is an existing file (fails for root
-        too, unlike permissions). Override for other storages, or skip."""
-        if not isinstance(checkpoint_storage, FileSystemCheckpointStorage):
-            pytest.skip(f"{type(checkpoint_storage).__name__} has no checkpoint directory; override "
-                        f"unwritable_checkpoint_storage to test an unwritable location")
-        fs, root = open_url(checkpoint_storage.checkpoint_dir, storage_options=checkpoint_storage.storage_options)
-        fs.makedirs(root, exist_ok=True)
-        blocker = posixpath.join(root, "not-a-directory")
-        fs.pipe_file(blocker, b"a file where a directory is expected")
-        url = fs.unstrip_protocol(blocker)
-        options = checkpoint_storage.storage_options
-        return lambda: FileSystemCheckpointStorage(url, storage_options=options)
+    def unwritable_checkpoint_storage(self, checkpoint_storage: CheckpointStorage, tmp_path: Path
+                                      ) -> tuple[Callable[[], CheckpointStorage], str]:
+        """A factory of the storage pointed at a location it cannot write, and the setting its
+        error must name: from the storage's test support (``unwritable_location``)."""
+        cls = type(checkpoint_storage)
+        found = self.support.unwritable_location(tmp_path)
+        if found is None:
+            pytest.skip(f"{cls.__name__} has no location to get wrong ({type(self.support).__name__}."
+                        f"unwritable_location() is None)")
+        location, setting = found
+        return lambda: location.create(cls), setting
 
-    def test_unwritable_checkpoint_dir_fails_at_start_naming_the_setting(self, unwritable_checkpoint_storage):
-        with pytest.raises(ConfigurationError) as caught:
-            unwritable_checkpoint_storage().create_access(self.job_id)
-        assert "spark.statekit.checkpoint.dir" in str(caught.value), \
-            f"the error does not name spark.statekit.checkpoint.dir: {caught.value}"
+    def test_unwritable_location_fails_at_start_naming_the_setting(self, unwritable_checkpoint_storage):
+        create, setting = unwritable_checkpoint_storage
+        with expect_error(ConfigurationError, 'a storage pointed at a location it cannot write must fail when the job starts, with a ConfigurationError') as caught:
+            create().create_access(self.job_id)
+        assert setting in str(caught.value), f"the error does not name the setting {setting}: {caught.value}"
 
     def test_reading_a_file_that_was_never_written_is_a_restore_error(self, access):
         missing = FileStateHandle("chk-1/never-written", 10, checksum(b"0123456789"))
-        with pytest.raises(RestoreError):
+        with expect_error(RestoreError, 'reading a handle whose bytes were never written must fail with a RestoreError'):
             access.restore_streams().read(missing)
 
     def test_metadata_of_an_unknown_checkpoint_is_a_restore_error(self, access):
-        with pytest.raises(RestoreError):
+        with expect_error(RestoreError, 'reading the metadata of a checkpoint that was never committed must fail with a RestoreError'):
             access.read_metadata(CompletedCheckpointPointer(42, "chk-42"))
 
     def test_write_after_close_is_a_snapshot_error(self, access):
         out = access.streams(1, SUBTASK).create_output()
         out.write(b"abc")
         out.close_and_get_handle()
-        with pytest.raises(SnapshotError):
+        with expect_error(SnapshotError, 'writing to a stream after close_and_get_handle() must fail with a SnapshotError'):
             out.write(b"more")
 
 

@@ -8,6 +8,7 @@ the mixins in a test module of your own instead (docs/plugin-authors.md).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -31,7 +32,8 @@ class Configured:
 
     @pytest.fixture
     def checkpoint_storage(self, statekit_target: SuiteTarget, tmp_path: Path) -> CheckpointStorage:
-        return statekit_target.create_storage((tmp_path / "checkpoints").as_uri())
+        """The storage at a fresh location of this test's own (its test support places it)."""
+        return statekit_target.create_storage(tmp_path / "storage")
 
     @pytest.fixture
     def snapshot_streams(self, checkpoint_storage: CheckpointStorage) -> CheckpointStreams:
@@ -43,7 +45,7 @@ class Configured:
 
     @pytest.fixture
     def checkpoint_settings(self, statekit_target: SuiteTarget, tmp_path: Path) -> dict[str, str]:
-        return statekit_target.checkpoint_settings((tmp_path / "checkpoints").as_uri())
+        return statekit_target.checkpoint_settings(tmp_path / "storage")
 
 
 class TestSemantics(Configured, StateSemantics):
@@ -55,9 +57,17 @@ class TestSnapshots(Configured, SnapshotRestoreTests, IncrementalSnapshotTests, 
 
 
 class TestStorage(Configured, StorageTests):
-    @pytest.fixture(autouse=True)
-    def _storage_knobs(self, statekit_target: SuiteTarget) -> None:
-        self.writes_files, self.shared_files, self.durable = statekit_target.storage_knobs()
+    @pytest.fixture
+    def unwritable_checkpoint_storage(self, statekit_target: SuiteTarget, tmp_path: Path
+                                      ) -> tuple[Callable[[], CheckpointStorage], str]:
+        """The storage at its support's unwritable location, built from settings as a job does."""
+        from statekit.spark.conf import StatekitConf
+
+        found = statekit_target.support().unwritable_location(tmp_path)
+        if found is None:
+            pytest.skip(f"{statekit_target.storage} has no location to get wrong")
+        location, setting = found
+        return lambda: StatekitConf.parse(statekit_target.location_settings(location)).create_storage(), setting
 
 
 class TestSpark(Configured, SparkTests):

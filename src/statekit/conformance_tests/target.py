@@ -4,17 +4,18 @@ built-in, an entry point or ``module:Class``), with their options, which go thro
 parser as Spark conf (``StatekitConf``)."""
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
+from statekit.conformance_tests.storage_support import StorageLocation, StorageTestSupport, support_for
 from statekit.registry import backend_class, storage_class
 from statekit.spi.backend import StateBackend
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.storage import CheckpointStorage
 
 DEFAULT_STORAGE = "filesystem"
-#: where ``check`` points a storage that takes a directory (nothing is written there)
-_CHECK_DIR = "memory://statekit-conformance-check"
 
 
 def parse_pairs(pairs: Sequence[str], option: str) -> dict[str, str]:
@@ -51,37 +52,37 @@ class SuiteTarget:
         """The ``spark.statekit.*`` settings (without the prefix) that select the backend."""
         return {"backend": self.backend, **{f"backend.{self.backend}.{k}": v for k, v in self.backend_options.items()}}
 
-    def checkpoint_settings(self, checkpoint_dir: str) -> dict[str, str]:
-        """The ``spark.statekit.*`` settings that select the storage, checkpointing to ``checkpoint_dir``
-        when it takes a directory."""
-        directory = {"checkpoint.dir": checkpoint_dir} if self.storage_class().takes_directory else {}
-        return {"checkpoint.storage": self.storage, **directory,
-                **{f"checkpoint.{self.storage}.{k}": v for k, v in self.storage_options.items()}}
+    def support(self) -> StorageTestSupport:
+        """The storage's test support (``CheckpointStorage.test_support``)."""
+        return support_for(self.storage_class())
 
-    def create_storage(self, checkpoint_dir: str) -> CheckpointStorage:
-        """The storage, built exactly as ``spark.statekit.*`` settings build it."""
+    def checkpoint_settings(self, work: Path) -> dict[str, str]:
+        """The ``spark.statekit.*`` settings that select the storage at a fresh location under
+        ``work`` (an empty local directory), as its test support places it."""
+        return self.location_settings(self.support().fresh_location(work))
+
+    def location_settings(self, location: StorageLocation) -> dict[str, str]:
+        """The ``spark.statekit.*`` settings that select the storage at ``location``; the location's
+        options take precedence over the command line's ``--storage-option``s."""
+        directory = {"checkpoint.dir": location.directory} if location.directory is not None else {}
+        options = {**self.storage_options, **location.options}
+        return {"checkpoint.storage": self.storage, **directory,
+                **{f"checkpoint.{self.storage}.{k}": v for k, v in options.items()}}
+
+    def create_storage(self, work: Path) -> CheckpointStorage:
+        """The storage at a fresh location under ``work``, built exactly as ``spark.statekit.*``
+        settings build it."""
         from statekit.spark.conf import StatekitConf
 
-        return StatekitConf.parse(self.checkpoint_settings(checkpoint_dir)).create_storage()
-
-    def storage_knobs(self) -> tuple[bool | None, bool | None, bool]:
-        """``writes_files``, ``shared_files`` and ``durable`` of the storage level (see
-        ``storage.StorageTestBase``); a plugin storage decides per written handle and must be durable."""
-        from statekit.storage.filesystem import FileSystemCheckpointStorage
-        from statekit.storage.memory import JobManagerCheckpointStorage
-
-        cls = self.storage_class()
-        if issubclass(cls, JobManagerCheckpointStorage):
-            return False, False, cls.durable
-        if issubclass(cls, FileSystemCheckpointStorage):
-            return True, True, cls.durable
-        return None, None, cls.durable
+        return StatekitConf.parse(self.checkpoint_settings(work)).create_storage()
 
     def check(self) -> None:
         """Resolve both names and parse every option now, as Spark conf would, so that a wrong name
-        or option fails the run at once rather than every test."""
+        or option fails the run at once rather than every test. The storage is built (not used)
+        at a location in a temporary directory."""
         from statekit.spark.conf import StatekitConf
 
         self.backend_class()  # wrong names are reported as the command's own options
         self.storage_class()
-        StatekitConf.parse({**self.backend_settings(), **self.checkpoint_settings(_CHECK_DIR)})
+        with tempfile.TemporaryDirectory(prefix="statekit-conformance-check-") as work:
+            StatekitConf.parse({**self.backend_settings(), **self.checkpoint_settings(Path(work))})

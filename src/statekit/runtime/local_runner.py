@@ -22,7 +22,6 @@ from statekit.spi.key_groups import (
 from statekit.spi.errors import ConfigurationError, RestoreError
 from statekit.spi.names import check_job_id, check_operator_id
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
-from statekit.storage.filesystem import SavepointLocation
 from statekit.storage.inline import InlineStreams
 
 
@@ -36,7 +35,7 @@ class LocalRunner:
                  key_types: Sequence[str] | None = None, num_retained: int = 3,
                  local_dir: str | None = None, incremental: bool = False) -> None:
         from statekit.backends.heap import HeapStateBackend
-        from statekit.storage.memory import JobManagerCheckpointStorage
+        from statekit.registry import storage_class
 
         check_function(function)
         if not callable(key_selector):
@@ -49,7 +48,8 @@ class LocalRunner:
         check_parallelism(parallelism, self.max_parallelism)
         self.parallelism = parallelism
         self.state_backend = state_backend or HeapStateBackend()
-        self.storage = (storage or JobManagerCheckpointStorage()).create_access(job_id)
+        self.checkpoint_storage = storage or storage_class("jobmanager", "storage")()
+        self.storage = self.checkpoint_storage.create_access(job_id)
         self.ownership = JobOwnership(self.storage, job_id, BOUNDED)
         self.store = CheckpointStore(self.storage, num_retained, ownership=self.ownership)
         self.ownership.begin_epoch(self.store.latest())
@@ -107,7 +107,7 @@ class LocalRunner:
         if savepoint_dir is None:
             return snapshot_as_savepoint(latest.metadata, self.streams, self.state_backend,
                                          lambda subtask: InlineStreams(), local_dir=self.local_dir)
-        location = SavepointLocation(savepoint_dir, f"{self.job_id}-{latest.checkpoint_id}")
+        location = self.checkpoint_storage.savepoint_location(savepoint_dir, f"{self.job_id}-{latest.checkpoint_id}")
         metadata = snapshot_as_savepoint(latest.metadata, self.streams, self.state_backend,
                                          lambda subtask: location.streams, local_dir=self.local_dir)
         location.commit(metadata.checkpoint_id, metadata.to_bytes())

@@ -116,8 +116,8 @@ class StatekitConf:
     def create_backend(self) -> StateBackend:
         cls = backend_class(self.backend, PREFIX + "backend")
         options = dict(self.backend_options)
-        if self.local_dir and cls.name in ("rocksdb", "lmdb"):
-            options.setdefault("local-dir", self.local_dir)
+        if self.local_dir and cls.local_dir_option:
+            options.setdefault(cls.local_dir_option, self.local_dir)
         return cls(**options)
 
     def create_storage(self) -> CheckpointStorage:
@@ -128,11 +128,10 @@ class StatekitConf:
                     f"{PREFIX}checkpoint.dir={self.checkpoint_dir!r} is set, but {PREFIX}checkpoint.storage="
                     f"{self.storage} takes no directory{_and_keeps_state_in_memory(cls)}: set {PREFIX}"
                     f"checkpoint.storage=filesystem to checkpoint to that directory, or remove {PREFIX}checkpoint.dir")
-            return cls(**self.storage_options)
-        if not self.checkpoint_dir:
+        elif not self.checkpoint_dir:
             raise ConfigurationError(f"{PREFIX}checkpoint.storage={self.storage} needs {PREFIX}checkpoint.dir "
                                      f"(a directory URL such as file:///data/checkpoints or s3://bucket/chk)")
-        return cls(self.checkpoint_dir, **self.storage_options)  # type: ignore[call-arg]
+        return cls.from_settings(self.checkpoint_dir, self.storage_options)
 
 
 def _is_component_option(key: str) -> bool:

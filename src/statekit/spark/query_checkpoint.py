@@ -10,7 +10,7 @@ from typing import Any
 
 from statekit.checkpoint.ownership import RunIdentity, streaming_query
 from statekit.spi.errors import ConfigurationError
-from statekit.storage.filesystem import open_url
+from statekit.storage.urls import open_url
 
 LOCATION_ARGUMENT = "checkpoint_location"
 

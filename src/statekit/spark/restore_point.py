@@ -19,7 +19,6 @@ from statekit.checkpoint.ownership import RunIdentity, recorded_identity
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
 from statekit.spark.conf import StatekitConf
 from statekit.spi.errors import JobOwnershipError, RestoreError
-from statekit.storage.filesystem import resolve
 
 log = logging.getLogger(__name__)
 #: the checkpoint property naming the external snapshot an epoch restored from
@@ -68,7 +67,7 @@ def choose_restore_point(store: CheckpointStore, conf: StatekitConf, job_id: str
     if rolled_back:
         log.warning("job %r continues from %s (spark.statekit.restore.path), although Spark committed micro-batches "
                     "up to %d", job_id, external, committed - 1)
-    resolved = resolve(external)
+    resolved = conf.create_storage().resolve_checkpoint(external)
     restored = CompletedCheckpoint(resolved.pointer, CheckpointMetadata.from_bytes(resolved.metadata,
                                                                                    metadata_source(resolved.pointer)))
     store = CheckpointStore(store.access, store.num_retained, restored, conf.restore_mode, store.ownership)

@@ -11,7 +11,6 @@ from statekit.runtime.savepoints import snapshot_as_savepoint
 from statekit.spark.checkpoints import latest_checkpoint
 from statekit.spark.conf import StatekitConf
 from statekit.spi.errors import ConfigurationError
-from statekit.storage.filesystem import SavepointLocation
 
 
 def savepoint(spark: SparkSession, job_id: str, conf: StatekitConf | None = None) -> str:
@@ -20,7 +19,7 @@ def savepoint(spark: SparkSession, job_id: str, conf: StatekitConf | None = None
     if not conf.savepoint_dir:
         raise ConfigurationError("a savepoint needs spark.statekit.savepoint.dir (a directory URL)")
     latest, streams = latest_checkpoint(spark, job_id, conf)
-    location = SavepointLocation(conf.savepoint_dir, f"{job_id}-{latest.checkpoint_id}")
+    location = conf.create_storage().savepoint_location(conf.savepoint_dir, f"{job_id}-{latest.checkpoint_id}")
     with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir:
         metadata = snapshot_as_savepoint(latest.metadata, streams, conf.create_backend(),
                                          lambda subtask: location.streams, local_dir=local_dir)

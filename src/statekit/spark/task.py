@@ -117,8 +117,7 @@ def _restore_of(spec: SubtaskSpec, subtask_index: int, access: Any) -> tuple[Tas
     metadata = CheckpointMetadata.from_bytes(spec.restore_metadata, spec.restore_url or f"the restore point of job {spec.job_id!r}")
     operator = metadata.operator(spec.operator_id)
     if spec.restore_url is not None:
-        from statekit.storage.filesystem import resolve
-        streams = resolve(spec.restore_url).streams
+        streams = spec.storage.resolve_checkpoint(spec.restore_url).streams
     else:
         streams = access.restore_streams()
     assigned = assign(operator, subtask_index, spec.parallelism)

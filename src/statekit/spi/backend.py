@@ -212,6 +212,9 @@ class StateBackend(ABC):
 
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities] = Capabilities()
+    #: the backend's option for its working directory, set from ``spark.statekit.local.dir``
+    #: unless ``spark.statekit.backend.<name>.<option>`` is given (None: it has none)
+    local_dir_option: ClassVar[str | None] = None
 
     def __init__(self, **options: Any) -> None:
         self.options = dict(options)

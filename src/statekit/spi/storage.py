@@ -10,7 +10,7 @@ import enum
 import io
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Mapping
 
 from statekit.spi.handles import StreamStateHandle
 
@@ -115,20 +115,74 @@ class CheckpointStorageAccess(ABC):
         A run writes it when it starts and reads it back before every commit (job fencing)."""
 
 
+@dataclass(frozen=True)
+class ResolvedCheckpoint:
+    """A completed checkpoint or savepoint found by its external pointer: its metadata bytes and
+    the streams that read its handles."""
+
+    pointer: CompletedCheckpointPointer
+    metadata: bytes
+    streams: CheckpointStreams
+
+
+class SavepointTarget(ABC):
+    """Where one savepoint is written: streams for its (self-contained) files, then its metadata."""
+
+    streams: CheckpointStreams
+
+    @abstractmethod
+    def commit(self, checkpoint_id: int, metadata: bytes) -> CompletedCheckpointPointer:
+        """Write the savepoint's metadata last and atomically; the pointer's ``external_pointer``
+        is what ``resolve_checkpoint`` (and ``spark.statekit.restore.path``) takes."""
+
+
 class CheckpointStorage(ABC):
     """Picklable storage configuration; creates per-job access objects.
 
     The constructor takes the options ``spark.statekit.checkpoint.<name>.*`` as keyword arguments
     (strings from Spark conf), and first the directory ``spark.statekit.checkpoint.dir`` when the
-    storage declares ``takes_directory``."""
+    storage declares ``takes_directory``.
+
+    The class declares what it is (the conformance suite reads these, as fsspec's test knobs):
+    ``durable``, ``takes_directory``, ``writes_files``, ``shared_files``, and ``test_support``."""
 
     name: ClassVar[str]
     #: completed checkpoints survive the driver process (False: they live in its memory)
     durable: ClassVar[bool] = True
     #: the constructor's first argument is ``spark.statekit.checkpoint.dir``
     takes_directory: ClassVar[bool] = False
+    #: a stream larger than the storage's memory threshold becomes a file of its own (True), every
+    #: byte stays inline in the metadata (False), or the storage decides per stream (None)
+    writes_files: ClassVar[bool | None] = None
+    #: streams written with ``StateScope.SHARED`` are files that ``is_shared`` recognizes and that
+    #: outlive their checkpoint (True), there are none (False), or it depends (None)
+    shared_files: ClassVar[bool | None] = None
+    #: ``"module:Class"`` of the ``statekit.conformance_tests.StorageTestSupport`` that gives the
+    #: conformance suite a fresh location per test and lets it damage stored bytes; None: the
+    #: default support (a fresh ``spark.statekit.checkpoint.dir`` when ``takes_directory``)
+    test_support: ClassVar[str | None] = None
+
+    @classmethod
+    def from_settings(cls, directory: str | None, options: Mapping[str, Any]) -> "CheckpointStorage":
+        """The storage as settings build it: ``directory`` (``spark.statekit.checkpoint.dir``) as
+        the first argument when the storage ``takes_directory``, its own options as keywords."""
+        return cls(directory, **options) if cls.takes_directory else cls(**options)  # type: ignore[call-arg]
 
     @abstractmethod
     def create_access(self, job_id: str) -> CheckpointStorageAccess:
         """The access to job ``job_id``'s checkpoints; rejects an invalid job id
         (``statekit.spi.names.check_job_id``) before anything is written."""
+
+    @abstractmethod
+    def resolve_checkpoint(self, external_pointer: str,
+                           setting: str = "spark.statekit.restore.path") -> ResolvedCheckpoint:
+        """The completed checkpoint or savepoint at ``external_pointer`` (a pointer's
+        ``external_pointer``, a savepoint URL, or a URL the user gave in ``setting``), with streams
+        that read its handles wherever it was moved (Flink's ``resolveCheckpoint``). Savepoints
+        are files: every storage resolves file-system URLs (``statekit.storage.filesystem.resolve``).
+        A pointer that is no completed snapshot is a ``RestoreError`` naming it and ``setting``."""
+
+    @abstractmethod
+    def savepoint_location(self, savepoint_dir: str, savepoint_id: str) -> SavepointTarget:
+        """Where savepoint ``savepoint_id`` is written under ``savepoint_dir``
+        (``spark.statekit.savepoint.dir``); a savepoint is self-contained and movable."""

@@ -1,11 +1,6 @@
 """The ``filesystem`` storage: checkpoints on any fsspec URL (file://, s3://, memory://, ...).
 
-Layout (Flink's)::
-
-    <dir>/<job-id>/chk-<n>/_metadata    written last, atomically: its presence = complete
-    <dir>/<job-id>/chk-<n>/<file>       exclusive files of checkpoint n
-    <dir>/<job-id>/shared/<file>        files shared by incremental checkpoints
-    <savepoint-dir>/savepoint-<id>/     self-contained: _metadata and its files
+Layout: ``statekit.storage.layout`` (Flink's).
 
 Handles record paths relative to the job directory (checkpoints) or the savepoint directory
 (savepoints), so a savepoint can be moved. Streams smaller than ``memory_threshold`` bytes are
@@ -17,9 +12,7 @@ location came from (``spark.statekit.checkpoint.dir`` or ``spark.statekit.savepo
 from __future__ import annotations
 
 import posixpath
-import re
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import fsspec
@@ -31,15 +24,12 @@ from statekit.spi.names import check_job_id
 from statekit.spi.options import Option, OptionSet, size
 from statekit.spi.storage import (
     CheckpointOutputStream, CheckpointStorage, CheckpointStorageAccess, CheckpointStreams,
-    CompletedCheckpointPointer, StateScope,
+    CompletedCheckpointPointer, ResolvedCheckpoint, SavepointTarget, StateScope,
 )
+from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, OWNER_FILE, SAVEPOINT_PREFIX, SHARED_DIR
+from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure, open_url
 
-METADATA_FILE = "_metadata"
-OWNER_FILE = "_owner"
-SHARED_DIR = "shared"
-CHECKPOINT_DIR_PATTERN = re.compile(r"^chk-(\d+)$")
 DEFAULT_MEMORY_THRESHOLD = 20 * 1024
-CHECKPOINT_DIR_SETTING = "spark.statekit.checkpoint.dir"
 SAVEPOINT_DIR_SETTING = "spark.statekit.savepoint.dir"
 OPTIONS = OptionSet("spark.statekit.checkpoint.filesystem.",
                     Option("memory-threshold", size(minimum=0, maximum=1 << 30), DEFAULT_MEMORY_THRESHOLD,
@@ -47,27 +37,6 @@ OPTIONS = OptionSet("spark.statekit.checkpoint.filesystem.",
 #: file systems whose rename is atomic, so _metadata is written to a temporary name first;
 #: object stores get a single PUT, which is atomic by itself
 _RENAMING_PROTOCOLS = {"file", "local", "hdfs", "arrow_hdfs", "webhdfs", "viewfs"}
-
-
-def open_url(url: str, setting: str = CHECKPOINT_DIR_SETTING,
-             storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The fsspec file system and path of ``url``, or a ConfigurationError naming ``setting``."""
-    if not isinstance(url, str) or not url.strip():
-        raise ConfigurationError(f"{setting} must be a directory URL such as file:///data/checkpoints or "
-                                 f"s3://bucket/checkpoints, got {url!r}")
-    try:
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    except (ValueError, ImportError) as exc:
-        raise ConfigurationError(
-            f"{setting}={url!r} cannot be opened: {exc}. Use a URL scheme fsspec knows (file, s3, gs, "
-            f"memory, hdfs, ...) and install its package (e.g. `pip install statekit[s3]` for s3://)") from exc
-    return fs, path.rstrip("/") or "/"
-
-
-def io_failure(action: str, path: str, exc: BaseException, setting: str) -> str:
-    """The message of a failed file-system operation: what, where, why, and the setting to check."""
-    return (f"cannot {action} {path} ({type(exc).__name__}: {exc}); the location comes from {setting}: check that "
-            f"it exists, that this process may write there and that its file system has space")
 
 
 def _protocol(fs: fsspec.AbstractFileSystem) -> str:
@@ -372,6 +341,9 @@ class FileSystemCheckpointStorage(CheckpointStorage):
 
     name = "filesystem"
     takes_directory = True
+    writes_files = True
+    shared_files = True
+    test_support = "statekit.conformance_tests.storage_support:FileSystemTestSupport"
 
     def __init__(self, checkpoint_dir: str, storage_options: dict[str, Any] | None = None, **options: Any) -> None:
         self.checkpoint_dir = checkpoint_dir
@@ -384,6 +356,19 @@ class FileSystemCheckpointStorage(CheckpointStorage):
         fs, root = open_url(self.checkpoint_dir, CHECKPOINT_DIR_SETTING, self.storage_options)
         check_writable(fs, _join(root, job_id), CHECKPOINT_DIR_SETTING, self.checkpoint_dir)
         return FileSystemStorageAccess(fs, root, job_id, self.memory_threshold)
+
+    def resolve_checkpoint(self, external_pointer: str,
+                           setting: str = "spark.statekit.restore.path") -> ResolvedCheckpoint:
+        return resolve(external_pointer, self._options_for(external_pointer), setting)
+
+    def savepoint_location(self, savepoint_dir: str, savepoint_id: str) -> SavepointLocation:
+        return SavepointLocation(savepoint_dir, savepoint_id, self._options_for(savepoint_dir), self.memory_threshold)
+
+    def _options_for(self, url: str) -> dict[str, Any]:
+        """The fsspec options (credentials, endpoint) of the checkpoint directory, for a URL on the
+        same file system; none for another one."""
+        same = fsspec.core.split_protocol(url)[0] == fsspec.core.split_protocol(self.checkpoint_dir)[0]
+        return self.storage_options if same else {}
 
     def __repr__(self) -> str:
         return f"FileSystemCheckpointStorage({self.checkpoint_dir!r})"
@@ -404,23 +389,14 @@ def check_writable(fs: fsspec.AbstractFileSystem, directory: str, setting: str, 
 # ---------------------------------------------------------------------------- savepoints and pointers
 
 
-@dataclass(frozen=True)
-class ResolvedSnapshot:
-    """A completed checkpoint or savepoint found by URL: its metadata bytes and its streams."""
-
-    pointer: CompletedCheckpointPointer
-    metadata: bytes
-    streams: CheckpointStreams
-
-
-class SavepointLocation:
+class SavepointLocation(SavepointTarget):
     """Where one savepoint is written: ``<savepoint-dir>/savepoint-<id>/``."""
 
     def __init__(self, savepoint_dir: str, savepoint_id: str, storage_options: dict[str, Any] | None = None,
                  memory_threshold: int = DEFAULT_MEMORY_THRESHOLD) -> None:
         fs, root = open_url(savepoint_dir, SAVEPOINT_DIR_SETTING, storage_options)
         self.fs = fs
-        self.directory = _join(root, f"savepoint-{savepoint_id}")
+        self.directory = _join(root, f"{SAVEPOINT_PREFIX}{savepoint_id}")
         check_writable(fs, self.directory, SAVEPOINT_DIR_SETTING, savepoint_dir)
         # a savepoint's files are all exclusive and live beside its _metadata
         self.streams = FileSystemCheckpointStreams(fs, self.directory, "", memory_threshold, SAVEPOINT_DIR_SETTING)
@@ -431,7 +407,7 @@ class SavepointLocation:
 
 
 def resolve(url: str, storage_options: dict[str, Any] | None = None,
-            setting: str = "spark.statekit.restore.path") -> ResolvedSnapshot:
+            setting: str = "spark.statekit.restore.path") -> ResolvedCheckpoint:
     """Find a completed snapshot by URL: a ``_metadata`` file, a ``chk-<n>`` or ``savepoint-<id>``
     directory, or a job directory (its latest completed checkpoint)."""
     fs, path = open_url(url, setting, storage_options)
@@ -443,7 +419,7 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None,
         raise RestoreError(io_failure("read the snapshot at", path, exc, setting)) from exc
 
 
-def _resolve(fs: fsspec.AbstractFileSystem, path: str, url: str, setting: str) -> ResolvedSnapshot:
+def _resolve(fs: fsspec.AbstractFileSystem, path: str, url: str, setting: str) -> ResolvedCheckpoint:
     metadata_path = _join(path, METADATA_FILE)
     if not fs.exists(metadata_path):
         match = CHECKPOINT_DIR_PATTERN.match(posixpath.basename(path))
@@ -462,4 +438,4 @@ def _resolve(fs: fsspec.AbstractFileSystem, path: str, url: str, setting: str) -
     root = posixpath.dirname(path) if match else path
     checkpoint_id = int(match.group(1)) if match else -1
     pointer = CompletedCheckpointPointer(checkpoint_id, fs.unstrip_protocol(path), is_savepoint=not match)
-    return ResolvedSnapshot(pointer, data, FileSystemCheckpointStreams(fs, root))
+    return ResolvedCheckpoint(pointer, data, FileSystemCheckpointStreams(fs, root))

@@ -13,11 +13,13 @@ from statekit.spi.names import check_job_id
 from statekit.spi.options import Option, OptionSet, size
 from statekit.spi.storage import (
     CheckpointOutputStream, CheckpointStorage, CheckpointStorageAccess, CheckpointStreams,
-    CompletedCheckpointPointer, StateScope,
+    CompletedCheckpointPointer, ResolvedCheckpoint, StateScope,
 )
+from statekit.storage.filesystem import SavepointLocation, resolve
 from statekit.storage.inline import InlineOutputStream, InlineStreams
 
 DEFAULT_MAX_STATE_SIZE = 5 * 1024 * 1024
+POINTER_SCHEME = "jobmanager"
 OPTIONS = OptionSet("spark.statekit.checkpoint.jobmanager.",
                     Option("max-state-size", size(), DEFAULT_MAX_STATE_SIZE,
                            "the largest snapshot of one subtask kept in driver memory"))
@@ -93,7 +95,7 @@ class JobManagerStorageAccess(CheckpointStorageAccess):
         self._owner = bytes(record)
 
     def _pointer(self, checkpoint_id: int) -> CompletedCheckpointPointer:
-        return CompletedCheckpointPointer(checkpoint_id, f"jobmanager://{self.job_id}/chk-{checkpoint_id}")
+        return CompletedCheckpointPointer(checkpoint_id, f"{POINTER_SCHEME}://{self.job_id}/chk-{checkpoint_id}")
 
 
 class JobManagerCheckpointStorage(CheckpointStorage):
@@ -101,12 +103,27 @@ class JobManagerCheckpointStorage(CheckpointStorage):
 
     name = "jobmanager"
     durable = False
+    writes_files = False
+    shared_files = False
 
     def __init__(self, **options: Any) -> None:
         self.max_state_size: int = OPTIONS.parse(options)["max-state-size"]
 
     def create_access(self, job_id: str) -> JobManagerStorageAccess:
         return JobManagerStorageAccess(check_job_id(job_id), self.max_state_size)
+
+    def resolve_checkpoint(self, external_pointer: str,
+                           setting: str = "spark.statekit.restore.path") -> ResolvedCheckpoint:
+        """Savepoints and checkpoints on a file system (as in Flink, where the JobManager storage
+        resolves file pointers too); its own checkpoints live only in this driver's memory."""
+        if external_pointer.startswith(f"{POINTER_SCHEME}://"):
+            raise RestoreError(f"{setting}={external_pointer!r} is a checkpoint kept in driver memory (jobmanager "
+                               f"storage): it cannot be restored by pointer; take a savepoint "
+                               f"(spark.statekit.savepoint.dir) and restore from that")
+        return resolve(external_pointer, setting=setting)
+
+    def savepoint_location(self, savepoint_dir: str, savepoint_id: str) -> SavepointLocation:
+        return SavepointLocation(savepoint_dir, savepoint_id)
 
     def __repr__(self) -> str:
         return f"JobManagerCheckpointStorage(max_state_size={self.max_state_size})"

@@ -36,6 +36,7 @@ class SQLiteStateBackend(StateBackend):
     """The factory ``spark.statekit.backend=sqlite`` selects: configuration only, picklable."""
 
     name = "sqlite"
+    local_dir_option = "local-dir"
     capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False, out_of_core=True)
 
     def __init__(self, **options: Any) -> None:

@@ -88,6 +88,7 @@ class LMDBStateBackend(StateBackend):
     incremental ones as changelog deltas (``common.changelog``)."""
 
     name = "lmdb"
+    local_dir_option = "local-dir"
     capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False, out_of_core=True,
                                 local_recovery=True)
 

@@ -38,6 +38,7 @@ class RocksDBStateBackend(StateBackend):
     """Keyed state in RocksDB on executor-local disk; incremental checkpoints share SST files."""
 
     name = "rocksdb"
+    local_dir_option = "local-dir"
     capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False, out_of_core=True,
                                 local_recovery=True)
 
