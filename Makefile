@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.statekit-installed
-PLUGIN_EXAMPLE := examples/statekit-sqlite
+PLUGIN_EXAMPLES := examples/statekit-sqlite examples/statekit-sqlite-storage
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
@@ -25,11 +25,11 @@ $(VENV_PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstalls only when a pyproject.toml changes (or the virtual environment is new). The example
-# plugin is installed too: its tests run with the suite.
-$(STAMP): pyproject.toml $(PLUGIN_EXAMPLE)/pyproject.toml | $(VENV_PY)
+# plugins (a backend and a storage) are installed too: their tests run with the suite.
+$(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGIN_EXAMPLES)) | $(VENV_PY)
 	$(VENV_PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(VENV_PY) -m pip install -q --disable-pip-version-check -e '.[test,s3]'
-	$(VENV_PY) -m pip install -q --disable-pip-version-check -e $(PLUGIN_EXAMPLE)
+	$(VENV_PY) -m pip install -q --disable-pip-version-check $(addprefix -e ,$(PLUGIN_EXAMPLES))
 	@touch $@
 
 venv: $(STAMP)

@@ -95,3 +95,16 @@ def test_command_line_options_go_through_the_settings_parser(tmp_path):
     with pytest.raises(ConfigurationError, match=r"spark\.statekit\.checkpoint\.filesystem\.memory-threshold must "
                                                  r"be a size"):
         SuiteTarget("heap", "filesystem", {}, {"memory-threshold": "lots"}).check()
+
+
+@pytest.mark.parametrize("storage, option, message", [
+    ("sqlite", "busy-timeout=-1", "spark.statekit.checkpoint.sqlite.busy-timeout must be"),
+    ("sqlite", "pathh=x.db", "did you mean spark.statekit.checkpoint.sqlite.path"),
+    ("filesystem", "memory-threshold=lots", "spark.statekit.checkpoint.filesystem.memory-threshold must be a size"),
+])
+def test_a_bad_storage_option_stops_the_run_before_any_test(tmp_path, storage, option, message):
+    run = run_suite(tmp_path, "--backend", "heap", "--storage", storage, "--storage-option", option,
+                    "--level", "storage")
+    assert run.returncode == 4, run.output  # pytest's usage error: nothing ran
+    assert message in run.output, run.output
+    assert not run.failures and not run.passed, "tests ran although the storage's options were wrong"

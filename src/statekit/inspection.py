@@ -41,8 +41,8 @@ class StreamSummary:
     def of(cls, handles: Iterable[StreamStateHandle]) -> "StreamSummary":
         summary = cls()
         for handle in handles:
-            path = getattr(handle, "path", None)
-            if isinstance(path, str) and path:
+            path = handle.stored_as
+            if path:
                 target = summary.shared if path.startswith(SHARED_DIR + "/") else summary.exclusive
                 target[path] = int(handle.size)
             else:

@@ -60,7 +60,7 @@ def subtask_stream_handles(subtasks: Iterable[SubtaskState]) -> Iterator[StreamS
 
 
 def _key(handle: StreamStateHandle) -> str:
-    return getattr(handle, "path", None) or handle.checksum
+    return handle.stored_as or handle.checksum
 
 
 class SharedStateRegistry:
@@ -133,7 +133,7 @@ class CheckpointStore:
             metadata = self.ownership.stamp(metadata)
         # registered first, so disposing superseded checkpoints never deletes a file this one uses
         self.registry.register(metadata.checkpoint_id, self._shared(metadata))
-        new_files = frozenset(getattr(h, "path", "") for h in stream_handles(metadata)) - {""}
+        new_files = frozenset(h.stored_as for h in stream_handles(metadata) if h.stored_as)
         for stale in [c for c in self._retained if c.checkpoint_id >= metadata.checkpoint_id]:
             log.warning("checkpoint %d of a replayed epoch supersedes completed checkpoint %d",
                         metadata.checkpoint_id, stale.checkpoint_id)

@@ -152,7 +152,7 @@ def is_readable(access: CheckpointStorageAccess, handle: StreamStateHandle) -> b
 
 
 def _describe(handle: StreamStateHandle) -> str:
-    return getattr(handle, "path", None) or f"{type(handle).__name__}({handle.size} bytes)"
+    return handle.stored_as or f"{type(handle).__name__}({handle.size} bytes)"
 
 
 # ---------------------------------------------------------------------------- base

@@ -18,7 +18,7 @@ from statekit.spi.errors import (
 from statekit.spi.handles import (
     ByteRange, FileStateHandle, InlineStateHandle, KeyedStateHandle, KeyGroupsStateHandle,
     OperatorStateHandle, OperatorStateMode, StateHandle, StateMetaInfo, StreamStateHandle,
-    checksum, register_handle, verify_checksum,
+    StreamChecksum, checksum, register_handle, verify_checksum,
 )
 from statekit.spi.key_groups import (
     KeyGroupRange, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
@@ -33,7 +33,7 @@ from statekit.spi.state import (
 )
 from statekit.spi.storage import (
     CheckpointOutputStream, CheckpointStorage, CheckpointStorageAccess, CheckpointStreams,
-    CompletedCheckpointPointer, StateScope,
+    CompletedCheckpointPointer, ResolvedCheckpoint, SavepointTarget, StateScope,
 )
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -32,6 +32,20 @@ def checksum(data: bytes | memoryview) -> str:
     return xxhash.xxh3_64_hexdigest(data)
 
 
+class StreamChecksum:
+    """The handle checksum of bytes written in pieces: ``update`` with each, then ``hexdigest``
+    equals ``checksum`` of them all (what a storage's output stream records)."""
+
+    def __init__(self) -> None:
+        self._hash = xxhash.xxh3_64()
+
+    def update(self, data: bytes | memoryview) -> None:
+        self._hash.update(data)
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
 def verify_checksum(data: bytes | memoryview, expected: str, what: str) -> None:
     """Raise ``CorruptStateError`` naming ``what`` unless ``data`` has the expected checksum."""
     actual = checksum(data)
@@ -152,6 +166,13 @@ class StreamStateHandle(StateHandle):
     def stream_handles(self) -> Iterator["StreamStateHandle"]:
         yield self
 
+    @property
+    def stored_as(self) -> str | None:
+        """The name of the stored object holding the bytes (a file's path relative to its root, a
+        row's key, ...), unique within the job; None when the handle carries its bytes itself.
+        A storage's ``dispose(keep=...)`` receives these names."""
+        return None
+
 
 @register_handle("file")
 @dataclass(frozen=True)
@@ -161,6 +182,10 @@ class FileStateHandle(StreamStateHandle):
     path: str
     size: int
     checksum: str
+
+    @property
+    def stored_as(self) -> str:
+        return self.path
 
     def _fields_json(self) -> dict[str, Any]:
         return {"path": self.path, "size": self.size, "checksum": self.checksum}

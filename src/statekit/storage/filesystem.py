@@ -16,10 +16,11 @@ import uuid
 from typing import Any
 
 import fsspec
-import xxhash
 
 from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, SnapshotError
-from statekit.spi.handles import FileStateHandle, InlineStateHandle, StreamStateHandle, verify_checksum
+from statekit.spi.handles import (
+    FileStateHandle, InlineStateHandle, StreamChecksum, StreamStateHandle, verify_checksum,
+)
 from statekit.spi.names import check_job_id
 from statekit.spi.options import Option, OptionSet, size
 from statekit.spi.storage import (
@@ -62,7 +63,7 @@ class FileSystemOutputStream(CheckpointOutputStream):
         self._buffer = bytearray()
         self._file: Any = None
         self._size = 0
-        self._hasher = xxhash.xxh3_64()
+        self._hasher = StreamChecksum()
 
     @property
     def path(self) -> str:

@@ -228,5 +228,5 @@ def _parse_batches(data: memoryview, handle: KeyGroupsStateHandle, kg: int,
 
 
 def _describe(handle: KeyGroupsStateHandle) -> str:
-    path = getattr(handle.stream, "path", None)
-    return f"snapshot file {path!r}" if path else "an inline snapshot"
+    stored_as = handle.stream.stored_as
+    return f"snapshot stream {stored_as!r}" if stored_as else "an inline snapshot"
