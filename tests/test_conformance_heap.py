@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from statekit.backends.heap import HeapStateBackend
-from statekit.conformance_tests.semantics import StateSemantics
+from statekit.conformance_tests.semantics import StateSemantics, TtlSemantics
 from statekit.conformance_tests.spark import SparkTests
-from statekit.spi import StateBackend
+from statekit.spi import Capabilities, StateBackend
 
 
 class TestHeapSemantics(StateSemantics):
@@ -16,6 +16,19 @@ class TestHeapSemantics(StateSemantics):
     @pytest.fixture
     def state_backend(self) -> StateBackend:
         return HeapStateBackend()
+
+
+class HeapWithoutTtl(HeapStateBackend):
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False)
+
+
+class TestHeapWithoutTtlRefusesTtl(TtlSemantics):
+    """A backend that does not declare ``ttl`` refuses TTL descriptors (the heap implements TTL, so
+    only its declaration decides)."""
+
+    @pytest.fixture
+    def state_backend(self) -> StateBackend:
+        return HeapWithoutTtl()
 
 
 class TestHeapSpark(SparkTests):

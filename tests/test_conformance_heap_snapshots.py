@@ -5,9 +5,10 @@ from statekit.backends.heap import HeapStateBackend
 from statekit.conformance_tests.snapshots import (
     IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
 )
+from statekit.conformance_tests.ttl import TtlTests
 
 
-class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests):
     @pytest.fixture
     def state_backend(self):
         return HeapStateBackend()

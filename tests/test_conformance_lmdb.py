@@ -8,9 +8,11 @@ from statekit.conformance_tests.snapshots import (
     IncrementalSnapshotTests, LocalRecoveryTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
 )
 from statekit.conformance_tests.spark import SparkTests
+from statekit.conformance_tests.ttl import TtlTests
 
 
-class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests):
+class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
+               TtlTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return LMDBStateBackend(**{"local-dir": str(tmp_path / "lmdb"), "map-size": "64k"})

@@ -111,3 +111,14 @@ def test_handles_relative_to_the_wrong_root_fail_resolution_and_shared_files(tmp
         "TestStorage::test_claim_restore_adopts_the_restored_files": ("S2 follows retention",),
         "TestStorage::test_abort_deletes_only_the_aborted_checkpoints_new_shared_files": ("its new shared S2",),
     }, "storage")
+
+
+def test_a_backend_that_declares_ttl_but_ignores_it_fails_the_whole_ttl_level(tmp_path):
+    run = run_suite(tmp_path, "--backend", "broken_backends.false_ttl:FalseTtlBackend", "--level", "ttl")
+    ttl_tests = {name for name in [*run.failures, *run.passed] if name.startswith("TestTtl::")}
+    assert len(ttl_tests) >= 30, run.output[-3000:]
+    assert_fails_exactly(run, {name: () for name in ttl_tests}, "ttl")
+    assert "an entry written at t is still visible at t + ttl" in \
+        run.failures["TestTtl::test_an_entry_is_visible_until_its_ttl_has_passed[value]"]
+    assert "expired entries must be left out" in \
+        run.failures["TestTtl::test_expired_entries_are_left_out_of_full_snapshots"]

@@ -8,16 +8,19 @@ from statekit.conformance_tests.snapshots import (
     IncrementalSnapshotTests, LocalRecoveryTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
 )
 from statekit.conformance_tests.spark import SparkTests
+from statekit.conformance_tests.ttl import TtlTests
 
 
-class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests):
+class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
+                  TtlTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return RocksDBStateBackend(**{"local-dir": str(tmp_path / "rocksdb"), "block-cache-size": "16m",
                                       "write-buffer-size": "4m"})
 
 
-class TestRocksDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+class TestRocksDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests,
+                              TtlTests):
     state_backend = TestRocksDB.state_backend
 
 

@@ -166,8 +166,8 @@ def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) ->
 
 
 def _operator_doc(operator: OperatorState) -> dict[str, Any]:
-    key_serializer = next((h.key_serializer for s in operator.subtasks for h in s.keyed  # type: ignore[attr-defined]
-                           if getattr(h, "key_serializer", None)), None)
+    key_serializer = next((snapshot for s in operator.subtasks for h in s.keyed
+                           if (snapshot := h.key_serializer_snapshot())), None)
     states = [{"name": meta.name, "kind": meta.kind, "ttl_seconds": meta.ttl_seconds,
                "serializers": {role: _serializer(s) for role, s in sorted(meta.serializers.items())}}
               for _, meta in sorted(operator.states().items())]

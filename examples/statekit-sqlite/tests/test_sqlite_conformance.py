@@ -10,10 +10,11 @@ from statekit.conformance_tests.snapshots import (
     IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
 )
 from statekit.conformance_tests.spark import SparkTests
+from statekit.conformance_tests.ttl import TtlTests
 from statekit_sqlite import SQLiteStateBackend
 
 
-class TestSQLite(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+class TestSQLite(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         # options as Spark conf passes them: strings, named as after spark.statekit.backend.sqlite.

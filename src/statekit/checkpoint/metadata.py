@@ -92,7 +92,7 @@ class OperatorState:
         found: dict[str, StateMetaInfo] = {}
         for subtask in self.subtasks:
             for handle in subtask.keyed:
-                for meta in getattr(handle, "states", ()):
+                for meta in handle.state_meta_infos():
                     found.setdefault(meta.name, meta)
         return found
 

@@ -19,6 +19,7 @@ from statekit.conformance_tests.snapshots import (
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.storage import StorageTests
 from statekit.conformance_tests.target import SuiteTarget
+from statekit.conformance_tests.ttl import TtlTests
 from statekit.spi.backend import StateBackend
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 
@@ -53,6 +54,10 @@ class TestSemantics(Configured, StateSemantics):
 
 
 class TestSnapshots(Configured, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests):
+    pass
+
+
+class TestTtl(Configured, TtlTests):
     pass
 
 

@@ -14,7 +14,9 @@ from statekit.checkpoint.ownership import BOUNDED, JobOwnership
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.runtime.function import KeyedBatchFunction, ProcessFunction, check_function
 from statekit.runtime.savepoints import snapshot_as_savepoint
-from statekit.runtime.task import KeyedTask, TaskRestore
+from statekit.runtime.task import (
+    DEFAULT_TTL_SWEEP_SECONDS, PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms,
+)
 from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.key_groups import (
     check_parallelism, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
@@ -33,7 +35,8 @@ class LocalRunner:
                  state_backend: StateBackend | None = None, storage: CheckpointStorage | None = None,
                  job_id: str = "local-job", operator_id: str = "keyed-process",
                  key_types: Sequence[str] | None = None, num_retained: int = 3,
-                 local_dir: str | None = None, incremental: bool = False) -> None:
+                 local_dir: str | None = None, incremental: bool = False,
+                 clock: Callable[[], int] | None = None, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS) -> None:
         from statekit.backends.heap import HeapStateBackend
         from statekit.registry import storage_class
 
@@ -59,6 +62,10 @@ class LocalRunner:
         self.local_dir = local_dir
         self.incremental = incremental and self.state_backend.capabilities.incremental_snapshots
         self._restore_override: tuple[CheckpointMetadata, CheckpointStreams] | None = None
+        #: each epoch's processing time in epoch milliseconds, read once when the epoch starts
+        self.clock = clock or wall_clock_ms
+        self.ttl_sweep_seconds = ttl_sweep_seconds
+        self._processing_time_ms = 0
 
     # --- configuration between epochs
     def rescale(self, parallelism: int) -> None:
@@ -80,6 +87,7 @@ class LocalRunner:
         """Process ``records`` as one epoch, commit its checkpoint, return the outputs."""
         epoch = checkpoint_id if checkpoint_id is not None else self._next_checkpoint_id()
         restored = self._restore_point(epoch)
+        self._processing_time_ms = int(self.clock())
         partitions: list[list[tuple[Any, int, Any]]] = [[] for _ in range(self.parallelism)]
         for row in records:
             key = self.key_selector(row)
@@ -150,6 +158,7 @@ class LocalRunner:
         task = KeyedTask.create(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
                                 restore=restore, local_dir=self.local_dir)
         try:
+            task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds)
             task.open()
             if isinstance(self.function, KeyedBatchFunction):
                 task.process_key_runs(_rows_by_key(records), outputs)
@@ -163,7 +172,8 @@ class LocalRunner:
     def _metadata(self, epoch: int, subtasks: list[SubtaskState]) -> CheckpointMetadata:
         operator = OperatorState(self.operator_id, self.parallelism, self.max_parallelism, tuple(subtasks))
         return CheckpointMetadata(epoch, self.job_id, {self.operator_id: operator},
-                                  properties={"backend": self.state_backend.name, "incremental": self.incremental})
+                                  properties={"backend": self.state_backend.name, "incremental": self.incremental,
+                                              PROCESSING_TIME: self._processing_time_ms})
 
     def _commit(self, epoch: int, subtasks: list[SubtaskState]) -> None:
         self.store.add(self._metadata(epoch, subtasks))

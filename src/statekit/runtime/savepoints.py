@@ -47,8 +47,8 @@ def _convert_subtask(source: CheckpointMetadata, operator: OperatorState, index:
                      streams_for: Callable[[str], CheckpointStreams], local_dir: str | None) -> SubtaskState:
     subtask = SubtaskInfo(source.job_id, operator.operator_id, index, operator.parallelism, operator.max_parallelism)
     keyed = assign(operator, index, operator.parallelism).keyed
-    key_serializer = next((SerializerSnapshot.from_json(h.key_serializer).restore_serializer()
-                           for h in keyed if hasattr(h, "key_serializer")), None)
+    key_serializer = next((SerializerSnapshot.from_json(snapshot).restore_serializer()
+                           for h in keyed if (snapshot := h.key_serializer_snapshot()) is not None), None)
     # only this subtask's own operator state: the others' count as empty, so nothing is redistributed
     own_operator_state = tuple(s.operator if i == index else None for i, s in enumerate(operator.subtasks))
     restore = TaskRestore(source.checkpoint_id, keyed, own_operator_state, source_streams, share_files=False)

@@ -6,6 +6,7 @@ Both the local runner and the Spark executor code drive this class.
 from __future__ import annotations
 
 import inspect
+import time
 import types
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -30,6 +31,16 @@ from statekit.spi.storage import CheckpointStreams
 _ROW_ITERABLES = frozenset({types.GeneratorType, list, tuple})
 #: iterable, but not an iterable of rows: a string would be taken character by character, a dict key by key
 _NOT_ROWS = (str, bytes, bytearray, memoryview, Mapping)
+
+
+#: the default time a subtask spends removing expired TTL entries per epoch
+DEFAULT_TTL_SWEEP_SECONDS = 0.2
+#: the checkpoint property that records the epoch's processing time (epoch milliseconds)
+PROCESSING_TIME = "processing_time_ms"
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def checked_rows(produced: Any, function: Any, method: str, key: Any) -> Iterator[Any]:
@@ -91,6 +102,8 @@ class KeyedTask:
                  keyed_backend: KeyedStateBackend, operator_backend: OperatorStateBackend,
                  restore: TaskRestore | None = None) -> None:
         self.function = function
+        #: seconds spent at most removing expired TTL entries before each snapshot
+        self.ttl_sweep_seconds = DEFAULT_TTL_SWEEP_SECONDS
         self.subtask = subtask
         self.checkpoint_id = checkpoint_id
         self.restore = restore
@@ -122,6 +135,12 @@ class KeyedTask:
             keyed.dispose()
             raise
         return cls(function, subtask, checkpoint_id, keyed, operator, restore)
+
+    def begin_epoch(self, processing_time_ms: int, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS) -> None:
+        """The epoch's processing time (recorded, so identical on replay): what state TTL measures
+        against; and the sweep budget of its snapshot."""
+        self.keyed_backend.set_processing_time(processing_time_ms)
+        self.ttl_sweep_seconds = ttl_sweep_seconds
 
     def open(self) -> None:
         if isinstance(self.function, CheckpointedFunction):
@@ -159,7 +178,9 @@ class KeyedTask:
                 extend(produced)
 
     def snapshot(self, options: SnapshotOptions = SnapshotOptions()) -> PendingTaskSnapshot:
-        """The synchronous part of the epoch's snapshot (after the function's own hook)."""
+        """The synchronous part of the epoch's snapshot (after the function's own hook and a sweep
+        of expired TTL entries, bounded by ``ttl_sweep_seconds``)."""
+        self.keyed_backend.sweep_expired(self.ttl_sweep_seconds)
         if isinstance(self.function, CheckpointedFunction):
             self.function.snapshot_state(FunctionSnapshotContext(self.checkpoint_id))
         return PendingTaskSnapshot(self.keyed_backend.snapshot(self.checkpoint_id, options),

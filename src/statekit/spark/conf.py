@@ -15,11 +15,12 @@ from typing import Any, Mapping
 from statekit.checkpoint.ownership import TAKE_OVER_SETTING
 from statekit.checkpoint.store import DEFAULT_NUM_RETAINED, RestoreMode
 from statekit.registry import backend_class, storage_class
+from statekit.runtime.task import DEFAULT_TTL_SWEEP_SECONDS
 from statekit.spi.backend import StateBackend
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, check_parallelism
 from statekit.spi.names import check_job_id
-from statekit.spi.options import Option, OptionSet, boolean, choice, integer, local_directory, size, text
+from statekit.spi.options import Option, OptionSet, boolean, choice, integer, local_directory, number, size, text
 from statekit.spi.storage import CheckpointStorage
 
 PREFIX = "spark.statekit."
@@ -55,6 +56,9 @@ SETTINGS = OptionSet(
            "let this run continue a job whose checkpoints another query or kind of job wrote"),
     Option("batch.max-bytes", size(maximum=2 << 30), DEFAULT_BATCH_MAX_BYTES,
            "a KeyedBatchFunction's input batches (Arrow bytes)"),
+    Option("ttl.sweep-seconds", number(minimum=0, maximum=3600), DEFAULT_TTL_SWEEP_SECONDS,
+           "time each subtask spends per epoch removing expired TTL entries (0: only on access and in "
+           "full snapshots)"),
 )
 
 
@@ -76,6 +80,7 @@ class StatekitConf:
     job_id: str | None = None
     take_over: bool = False
     batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
+    ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS
 
     @classmethod
     def from_spark(cls, conf: Any) -> "StatekitConf":
@@ -106,7 +111,8 @@ class StatekitConf:
             max_parallelism=values["max-parallelism"], savepoint_dir=values["savepoint.dir"],
             restore_path=values["restore.path"], restore_mode=RestoreMode(values["restore.mode"]),
             local_dir=values["local.dir"], job_id=values["job-id"],
-            take_over=values[TAKE_OVER_SETTING[len(PREFIX):]], batch_max_bytes=values["batch.max-bytes"])
+            take_over=values[TAKE_OVER_SETTING[len(PREFIX):]], batch_max_bytes=values["batch.max-bytes"],
+            ttl_sweep_seconds=values["ttl.sweep-seconds"])
         conf.create_backend()  # resolves the names and parses every option now, before a job runs
         conf.create_storage()
         if conf.parallelism is not None and conf.max_parallelism is not None:

@@ -29,10 +29,11 @@ from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, Subt
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership, RunIdentity
 from statekit.checkpoint.store import CheckpointStore
 from statekit.runtime.function import ProcessFunction, check_function
+from statekit.runtime.task import PROCESSING_TIME
 from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import PREFIX, StatekitConf
 from statekit.spark.partitioning import partition_tokens
-from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point
+from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point, epoch_processing_time
 from statekit.spark.task import KEY_GROUP_COLUMN, MARKER_COLUMN, PARTITION_COLUMN, SubtaskSpec, run_subtask
 from statekit.spi.errors import ConfigurationError, SnapshotError
 from statekit.spi.key_groups import check_parallelism, default_max_parallelism
@@ -130,11 +131,12 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
             f"number of key groups is fixed for the life of a job: set spark.statekit.max-parallelism="
             f"{previous.max_parallelism}")
 
+    processing_time = epoch_processing_time(store, epoch, progress)
     acknowledgements = spark.sparkContext.accumulator([], _AcknowledgementParam())
     spec = SubtaskSpec(function, conf.create_backend(), storage, job_id, operator_id, epoch, parallelism,
                        max_parallelism, key_columns, to_arrow_schema(output), conf.incremental,
                        chosen.checkpoint.metadata.to_bytes() if chosen.checkpoint else None, restore_url,
-                       conf.local_dir, conf.batch_max_bytes)
+                       conf.local_dir, conf.batch_max_bytes, processing_time, conf.ttl_sweep_seconds)
 
     subtask_of_token = {token: index for index, token in enumerate(partition_tokens(parallelism))}
 
@@ -157,7 +159,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
     operator = OperatorState(operator_id, parallelism, max_parallelism,
                              tuple(states[i][0] for i in range(parallelism)))
     recovery = {str(i): states[i][1] for i in range(parallelism)}
-    properties = {"backend": spec.state_backend.name, "incremental": conf.incremental, "recovery": recovery}
+    properties = {"backend": spec.state_backend.name, "incremental": conf.incremental, "recovery": recovery,
+                  PROCESSING_TIME: processing_time}
     if restore_url is not None:
         properties[RESTORED_FROM] = restore_url
     store.add(CheckpointMetadata(epoch, job_id, {operator_id: operator}, properties=properties))

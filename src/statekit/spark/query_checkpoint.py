@@ -51,6 +51,20 @@ class QueryCheckpoint:
         committed = [int(name) for name in names if name.isdigit()]
         return max(committed) if committed else None
 
+    def batch_timestamp_ms(self, batch_id: int) -> int | None:
+        """Spark's timestamp of micro-batch ``batch_id`` (``batchTimestampMs`` in its offset log
+        entry ``offsets/<batchId>``, written before the batch runs), or None when unreadable."""
+        data = self._read(posixpath.join(self.path, "offsets", str(batch_id)))
+        if data is None:
+            return None
+        for line in data.decode("utf-8", "replace").splitlines():
+            if '"batchTimestampMs"' in line:
+                try:
+                    return int(json.loads(line)["batchTimestampMs"])
+                except (ValueError, KeyError, TypeError):
+                    return None
+        return None
+
     def _read(self, path: str) -> Any:
         try:
             return self.fs.cat_file(path)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from statekit.checkpoint.metadata import CheckpointMetadata, metadata_source
 from statekit.checkpoint.ownership import RunIdentity, recorded_identity
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
+from statekit.runtime.task import PROCESSING_TIME, wall_clock_ms
 from statekit.spark.conf import StatekitConf
 from statekit.spi.errors import JobOwnershipError, RestoreError
 
@@ -32,6 +33,8 @@ class StreamProgress:
     identity: RunIdentity
     location: str  # the query's checkpointLocation
     last_committed_batch: int | None
+    #: Spark's timestamp of this micro-batch (its offset log entry): the same when it is replayed
+    batch_timestamp_ms: int | None = None
 
     @property
     def committed_epoch(self) -> int:
@@ -114,3 +117,15 @@ def _rollback_message(store: CheckpointStore, conf: StatekitConf, job_id: str, o
             f"continue deliberately from older state by setting spark.statekit.restore.path{restore_from}, knowing "
             f"that the updates of the micro-batches after it are lost; or start the query with a new "
             f"checkpointLocation and a new job id, so that Spark reprocesses its source")
+
+
+def epoch_processing_time(store: CheckpointStore, epoch: int, progress: StreamProgress | None) -> int:
+    """The processing time of ``epoch`` (epoch ms), the same whenever the epoch is run again: Spark's
+    timestamp of the micro-batch; otherwise the time a completed earlier attempt recorded; otherwise now."""
+    if progress is not None and progress.batch_timestamp_ms is not None:
+        return progress.batch_timestamp_ms
+    for attempt in store.completed():
+        recorded = attempt.metadata.properties.get(PROCESSING_TIME)
+        if attempt.checkpoint_id == epoch and isinstance(recorded, int):
+            return recorded
+    return wall_clock_ms()

@@ -53,7 +53,7 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
 
     def each_batch(batch: DataFrame, batch_id: int) -> None:
         progress = StreamProgress(query_checkpoint.identity(), checkpoint_location,
-                                  query_checkpoint.last_committed_batch())
+                                  query_checkpoint.last_committed_batch(), query_checkpoint.batch_timestamp_ms(batch_id))
         sink(job.run_epoch(batch, epoch=batch_id + 1, progress=progress), batch_id)
 
     writer = df.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint_location)

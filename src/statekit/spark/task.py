@@ -20,7 +20,7 @@ from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
 from statekit.runtime.function import KeyedBatchFunction, ProcessFunction
 from statekit.runtime.local_recovery import SlotLease, lease_slot
 from statekit.runtime.snapshot_upload import SnapshotUpload
-from statekit.runtime.task import KeyedTask, TaskRestore
+from statekit.runtime.task import DEFAULT_TTL_SWEEP_SECONDS, KeyedTask, TaskRestore, wall_clock_ms
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spi.errors import StatekitError
 from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
@@ -56,6 +56,9 @@ class SubtaskSpec:
     local_dir: str | None
     #: a KeyedBatchFunction's input is grouped by key in batches of up to this many bytes
     batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
+    #: the epoch's processing time (epoch ms; the same on replay) and the TTL sweep budget
+    processing_time_ms: int | None = None  # None: the wall clock when the task starts
+    ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
@@ -72,6 +75,8 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
         raise
     outputs: list[Any] = []
     try:
+        task.begin_epoch(spec.processing_time_ms if spec.processing_time_ms is not None else wall_clock_ms(),
+                         spec.ttl_sweep_seconds)
         task.open()
         batched = isinstance(spec.function, KeyedBatchFunction)
         for batch in (_coalesced(batches, spec.batch_max_bytes) if batched else batches):

@@ -8,7 +8,7 @@ from statekit.spi.backend import (
 )
 from statekit.spi.descriptors import (
     AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
-    ReducingStateDescriptor, StateDescriptor, StateKind, StateTtlConfig, TtlUpdateType,
+    ReducingStateDescriptor, StateDescriptor, StateKind, StateTtlConfig, TtlStateVisibility, TtlUpdateType,
     ValueStateDescriptor,
 )
 from statekit.spi.errors import (

@@ -12,6 +12,7 @@ appear in what ``write()`` writes.
 from __future__ import annotations
 
 import enum
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Iterator, Sequence
@@ -128,6 +129,21 @@ class KeyedStateBackend(ABC):
         self.key_serializer = params.key_serializer
         self._key: Any = None
         self._key_group = -1
+        self._processing_time_ms: int | None = None
+
+    # --- time
+    def set_processing_time(self, timestamp_ms: int) -> None:
+        """The processing time (epoch milliseconds) state sees until the next call: what TTL
+        measures against. The runtime sets the epoch's recorded time before the epoch's first
+        record, so a replayed epoch sees the same time."""
+        self._processing_time_ms = int(timestamp_ms)
+
+    @property
+    def processing_time_ms(self) -> int:
+        """The time set by ``set_processing_time``; the wall clock until it is first set."""
+        if self._processing_time_ms is None:
+            return int(time.time() * 1000)
+        return self._processing_time_ms
 
     # --- current key
     @abstractmethod
@@ -170,6 +186,12 @@ class KeyedStateBackend(ABC):
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` will never complete."""
+
+    def sweep_expired(self, max_seconds: float) -> int:
+        """Remove entries whose TTL has expired, for at most about ``max_seconds``, continuing
+        where the previous sweep stopped; return how many were removed. The runtime calls it
+        after each epoch's records. A backend that declares ``ttl`` implements it."""
+        return 0
 
     @abstractmethod
     def dispose(self) -> None:

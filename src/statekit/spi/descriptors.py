@@ -29,21 +29,44 @@ class StateKind(str, enum.Enum):
 
 
 class TtlUpdateType(str, enum.Enum):
-    ON_CREATE_AND_WRITE = "on-create-and-write"
-    ON_READ_AND_WRITE = "on-read-and-write"
+    """When an entry's time-to-live starts again (Flink's ``StateTtlConfig.UpdateType``)."""
+
+    ON_CREATE_AND_WRITE = "on-create-and-write"  # written (update, add, put)
+    ON_READ_AND_WRITE = "on-read-and-write"  # written, or read while still alive
+
+
+class TtlStateVisibility(str, enum.Enum):
+    """Whether an expired entry that was not cleaned up yet may still be read."""
+
+    NEVER_RETURN_EXPIRED = "never-return-expired"
+    RETURN_EXPIRED_IF_NOT_CLEANED_UP = "return-expired-if-not-cleaned-up"
 
 
 @dataclass(frozen=True)
 class StateTtlConfig:
-    """Time-to-live of a state's entries; honoured only by backends that declare ``ttl``."""
+    """Time-to-live of a state's entries (a value; each list element; each map entry; a
+    reducing or aggregating state's accumulator), in processing time: under Spark the epoch's
+    recorded processing time, identical when a micro-batch is replayed. Honoured by backends
+    that declare the ``ttl`` capability. An expired entry is never returned (by default), is
+    removed when it is accessed, is left out of full snapshots and savepoints, and is swept
+    from the backend after each epoch (within ``cleanup_seconds_per_epoch``)."""
 
     ttl_seconds: float
     update_type: TtlUpdateType = TtlUpdateType.ON_CREATE_AND_WRITE
-    return_expired: bool = False
+    visibility: TtlStateVisibility = TtlStateVisibility.NEVER_RETURN_EXPIRED
 
     def __post_init__(self) -> None:
-        if not self.ttl_seconds > 0:
-            raise ConfigurationError(f"TTL must be positive, got {self.ttl_seconds!r} seconds")
+        if isinstance(self.ttl_seconds, bool) or not isinstance(self.ttl_seconds, (int, float)) \
+                or not 0 < self.ttl_seconds < float("inf"):
+            raise ConfigurationError(f"TTL must be a positive, finite number of seconds, got {self.ttl_seconds!r}")
+        if not isinstance(self.update_type, TtlUpdateType):
+            raise ConfigurationError(f"update_type must be a TtlUpdateType, got {self.update_type!r}")
+        if not isinstance(self.visibility, TtlStateVisibility):
+            raise ConfigurationError(f"visibility must be a TtlStateVisibility, got {self.visibility!r}")
+
+    @property
+    def ttl_ms(self) -> int:
+        return max(1, round(self.ttl_seconds * 1000))
 
 
 class AggregateFunction(ABC, Generic[IN, ACC, OUT]):

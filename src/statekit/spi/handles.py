@@ -298,6 +298,15 @@ class KeyedStateHandle(StateHandle):
     def restore_key_groups(self, target: KeyGroupRange) -> KeyGroupRange:
         return self.key_group_range.intersection(target)
 
+    def key_serializer_snapshot(self) -> dict[str, Any] | None:
+        """The snapshot (``SerializerSnapshot`` JSON) of the key serializer the state was written
+        with; None when the handle does not record it. Savepoints and inspection read it."""
+        return None
+
+    def state_meta_infos(self) -> tuple["StateMetaInfo", ...]:
+        """The states the handle holds (name, kind, serializers); empty when it does not record them."""
+        return ()
+
 
 @register_handle("key-groups")
 @dataclass(frozen=True)
@@ -314,6 +323,12 @@ class KeyGroupsStateHandle(KeyedStateHandle):
     key_serializer: dict[str, Any]
     states: tuple[StateMetaInfo, ...]
     format: str = "canonical-arrow-v1"
+
+    def key_serializer_snapshot(self) -> dict[str, Any]:
+        return self.key_serializer
+
+    def state_meta_infos(self) -> tuple[StateMetaInfo, ...]:
+        return self.states
 
     def stream_handles(self) -> Iterator[StreamStateHandle]:
         yield self.stream

@@ -37,7 +37,7 @@ class SQLiteStateBackend(StateBackend):
 
     name = "sqlite"
     local_dir_option = "local-dir"
-    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False, out_of_core=True)
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, out_of_core=True)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import xxhash
 
+from statekit.backends.common.ttl import timestamp_of
 from statekit.spi.errors import CorruptStateError, SnapshotError
 from statekit.spi.handles import ByteRange, KeyGroupsStateHandle, StateMetaInfo, verify_checksum
 from statekit.spi.key_groups import KeyGroupRange
@@ -90,9 +91,15 @@ class HashingSink(io.RawIOBase):
 class CanonicalSnapshotWriter:
     """Writes one keyed snapshot; call ``add_rows`` for key groups in ascending order.
 
-    ``format=CHANGELOG_FORMAT`` writes a changelog delta: every row then has an ``op``."""
+    ``format=CHANGELOG_FORMAT`` writes a changelog delta: every row then has an ``op``.
+    ``expired`` (state name -> deadline, ``ttl.expiry_deadlines``) leaves out the rows of states
+    with TTL written at or before their deadline: full snapshots clean up expired entries."""
 
-    def __init__(self, out: CheckpointOutputStream, format: str = FORMAT) -> None:
+    def __init__(self, out: CheckpointOutputStream, format: str = FORMAT,
+                 expired: Mapping[str, int] | None = None) -> None:
+        if expired and format != FORMAT:
+            raise SnapshotError("expired entries are left out of full snapshots only")
+        self._expired = expired or {}
         self._out = out
         self._format = format
         self._schema = SCHEMAS[format]
@@ -125,6 +132,14 @@ class CanonicalSnapshotWriter:
         n = len(keys)
         if not len(namespaces) == len(values) == n or (user_keys is not None and len(user_keys) != n):
             raise SnapshotError(f"state {state!r}: column lengths differ")
+        deadline = self._expired.get(state)
+        if deadline is not None:
+            alive = [i for i, value in enumerate(values) if timestamp_of(value) > deadline]
+            if len(alive) < n:
+                keys, namespaces, values = [keys[i] for i in alive], [namespaces[i] for i in alive], \
+                    [values[i] for i in alive]
+                user_keys = None if user_keys is None else [user_keys[i] for i in alive]
+                n = len(alive)
         p = self._pending
         p.state.extend([state] * n)
         p.key.extend(keys)

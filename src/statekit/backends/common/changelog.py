@@ -62,13 +62,11 @@ class ChangelogStateHandle(KeyedStateHandle):
     def newest(self) -> KeyGroupsStateHandle:
         return self.deltas[-1] if self.deltas else self.base
 
-    @property
-    def states(self) -> tuple[StateMetaInfo, ...]:
-        return self.newest.states
-
-    @property
-    def key_serializer(self) -> dict[str, Any]:
+    def key_serializer_snapshot(self) -> dict[str, Any]:
         return self.newest.key_serializer
+
+    def state_meta_infos(self) -> tuple[StateMetaInfo, ...]:
+        return self.newest.states
 
     @property
     def delta_bytes(self) -> int:

@@ -6,8 +6,9 @@ The RocksDB and LMDB backends are built on it, and so can a plugin's.
 """
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, read_key_groups, state_runs
 from statekit.backends.common.changelog import (
@@ -23,6 +24,7 @@ from statekit.backends.common.kv_states import (
 from statekit.backends.common.kv_store import KVTable, KVView
 from statekit.backends.common.namespaces import encode_namespace
 from statekit.backends.common.registration import RegisteredState, default_value, register
+from statekit.backends.common.ttl import expiry_deadlines, timestamp_of, ttl_state
 from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError, StateAccessError
@@ -39,7 +41,9 @@ _STATE_CLASSES = {StateKind.VALUE: KVValueState, StateKind.LIST: KVListState, St
 class KVKeyedStateBackend(KeyedStateBackend):
     #: the backend's name in error messages
     backend_name = "kv"
-    supports_ttl = False
+    #: the KV layer implements TTL for every backend built on it (``common/ttl.py``): a factory
+    #: of such a backend declares ``Capabilities(ttl=True)``
+    supports_ttl = True
 
     def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig()) -> None:
         super().__init__(params)
@@ -52,6 +56,7 @@ class KVKeyedStateBackend(KeyedStateBackend):
         self._prefix: bytes | None = None
         start = self.key_group_range.start
         self._kg_prefixes = [key_group_prefix(start + i) for i in range(len(self.key_group_range))]
+        self._sweep_cursor: tuple[str, bytes] = ("", b"")  # (state, the next stored key to visit)
 
     # --- the store, provided by subclasses
     @abstractmethod
@@ -84,6 +89,12 @@ class KVKeyedStateBackend(KeyedStateBackend):
 
     # --- states
     def get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> State:
+        if descriptor.ttl is not None and self.supports_ttl:
+            return ttl_state(descriptor, lambda inner: self._get_state(inner, namespace_serializer),
+                             lambda: self.processing_time_ms)
+        return self._get_state(descriptor, namespace_serializer)
+
+    def _get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> State:
         registration = register(self._registrations.get(descriptor.name), descriptor, namespace_serializer,
                                 self.supports_ttl, self.backend_name)
         self._registrations[descriptor.name] = registration
@@ -101,6 +112,56 @@ class KVKeyedStateBackend(KeyedStateBackend):
                 state = cls(self, table, registration)
             self._states[descriptor.name] = state
         return state
+
+    def sweep_expired(self, max_seconds: float) -> int:
+        """Range-scan the states with TTL, from where the last sweep stopped, deleting expired
+        entries (a list keeps its live elements); reads timestamps from the stored bytes."""
+        deadlines = expiry_deadlines(self.state_metas(), self.processing_time_ms)
+        if not deadlines:
+            return 0
+        lower, upper = key_group_bounds(self.key_group_range)
+        names = sorted(deadlines)
+        name, resume = self._sweep_cursor if self._sweep_cursor[0] in deadlines else (names[0], lower)
+        stop_at = time.monotonic() + max_seconds
+        removed = 0
+        for step in range(len(names) + 1):
+            current = names[(names.index(name) + step) % len(names)]
+            kind = self._registrations[current].kind
+            table = self._table(current)
+            visited = 0
+            for stored, data in table.items(resume if step == 0 else lower, upper):
+                removed += self._sweep_entry(current, kind, table, stored, data, deadlines[current])
+                visited += 1
+                if visited % 256 == 0 and time.monotonic() >= stop_at:
+                    self._sweep_cursor = (current, stored + b"\x00")
+                    return removed
+            if time.monotonic() >= stop_at:
+                break
+        self._sweep_cursor = (names[(names.index(name) + 1) % len(names)], lower)
+        return removed
+
+    def _sweep_entry(self, name: str, kind: StateKind, table: KVTable, stored: bytes, data: bytes,
+                     deadline: int) -> int:
+        if kind is StateKind.LIST:
+            elements = decode_list(data)
+            alive = [element for element in elements if timestamp_of(element) > deadline]
+            if len(alive) == len(elements):
+                return 0
+            if alive:
+                table.put(stored, encode_list(alive))
+            else:
+                table.delete(stored)
+            gone = len(elements) - len(alive)
+        elif timestamp_of(data) > deadline:
+            return 0
+        else:
+            table.delete(stored)
+            gone = 1
+        if self._changelog.enabled:
+            key_group, key, namespace, _ = split_cell_key(stored)
+            cell = cell_key(key_group_prefix(key_group), key, namespace)
+            self._changelog.dirty[key_group - self.key_group_range.start].add((name, cell))
+        return gone
 
     def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
         registration = self._registrations.get(state_name)
@@ -128,12 +189,13 @@ class KVKeyedStateBackend(KeyedStateBackend):
     # --- snapshots: full (canonical) or changelog (a new base, or a delta of the changed cells)
     def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
         view, metas = self._view(), self.state_metas()
+        expired = expiry_deadlines(metas, self.processing_time_ms)
         if options.snapshot_type is SnapshotType.SAVEPOINT or not options.incremental:
-            return CanonicalKVSnapshot(view, self.key_group_range, self.key_serializer, metas)
+            return CanonicalKVSnapshot(view, self.key_group_range, self.key_serializer, metas, expired=expired)
         base = self._changelog.needs_base()
         changed = self._changelog.capture(checkpoint_id)
         return ChangelogKVSnapshot(view, self.key_group_range, self.key_serializer, metas, checkpoint_id,
-                                   self._changelog, None if base else changed)
+                                   self._changelog, None if base else changed, expired)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self._changelog.complete(checkpoint_id)
@@ -148,7 +210,7 @@ class KVKeyedStateBackend(KeyedStateBackend):
                 raise RestoreError(f"the {self.backend_name} backend cannot restore a {type(handle).__name__} here")
             if streams is None:
                 raise RestoreError("restore handles were given without the streams to read them")
-            self.adopt_state_metas(handle.states, handle.key_serializer)
+            self.adopt_state_metas(handle.state_meta_infos(), handle.key_serializer_snapshot())
             if isinstance(handle, ChangelogStateHandle):
                 restore_chain(handle, streams, self.key_group_range, self._load_batch, self._apply_delta)
             else:
@@ -160,7 +222,7 @@ class KVKeyedStateBackend(KeyedStateBackend):
         """Local recovery: the store already holds the state of ``handles``; learn its states and
         changelog chain from them without loading anything."""
         for handle in handles:
-            self.adopt_state_metas(handle.states, handle.key_serializer)  # type: ignore[attr-defined]
+            self.adopt_state_metas(handle.state_meta_infos(), handle.key_serializer_snapshot())
         self._adopt_chain(handles)
 
     def _adopt_chain(self, handles: Sequence[StateHandle]) -> None:
@@ -177,9 +239,10 @@ class KVKeyedStateBackend(KeyedStateBackend):
                 self._table(states[i]).delete_range(cell, prefix_upper_bound(cell))
         self._load_batch(key_group, puts)
 
-    def adopt_state_metas(self, metas: Sequence[StateMetaInfo], key_serializer: dict[str, Any]) -> None:
+    def adopt_state_metas(self, metas: Sequence[StateMetaInfo], key_serializer: dict[str, Any] | None) -> None:
         """Know the restored states (kind, serializers) before the job registers them again."""
-        check_compatibility("<keys>", "key", self.key_serializer, SerializerSnapshot.from_json(key_serializer))
+        if key_serializer is not None:
+            check_compatibility("<keys>", "key", self.key_serializer, SerializerSnapshot.from_json(key_serializer))
         for meta in metas:
             if meta.name not in self._registrations:
                 self._registrations[meta.name] = RegisteredState.from_meta(meta)
@@ -216,8 +279,8 @@ class ChangelogKVSnapshot(PendingSnapshot):
 
     def __init__(self, view: KVView, key_groups: KeyGroupRange, key_serializer: TypeSerializer,
                  metas: list[StateMetaInfo], checkpoint_id: int, tracker: ChangelogTracker,
-                 changed: list[set[Any]] | None) -> None:
-        self._full = CanonicalKVSnapshot(view, key_groups, key_serializer, metas, StateScope.SHARED)
+                 changed: list[set[Any]] | None, expired: Mapping[str, int] | None = None) -> None:
+        self._full = CanonicalKVSnapshot(view, key_groups, key_serializer, metas, StateScope.SHARED, expired)
         self._view = view
         self._key_groups = key_groups
         self._key_serializer = key_serializer
@@ -271,7 +334,9 @@ class CanonicalKVSnapshot(PendingSnapshot):
     """Writes a ``KVView`` in the canonical format, key group by key group."""
 
     def __init__(self, view: KVView, key_groups: KeyGroupRange, key_serializer: TypeSerializer,
-                 metas: list[StateMetaInfo], scope: StateScope = StateScope.EXCLUSIVE) -> None:
+                 metas: list[StateMetaInfo], scope: StateScope = StateScope.EXCLUSIVE,
+                 expired: Mapping[str, int] | None = None) -> None:
+        self._expired = expired
         self._view = view
         self._key_groups = key_groups
         self._key_serializer = key_serializer
@@ -283,7 +348,7 @@ class CanonicalKVSnapshot(PendingSnapshot):
             self.release()
             return None
         name = "keyed-base" if self._scope is StateScope.SHARED else "keyed"
-        writer = CanonicalSnapshotWriter(streams.create_output(self._scope, name=name))
+        writer = CanonicalSnapshotWriter(streams.create_output(self._scope, name=name), expired=self._expired)
         kinds = {m.name: StateKind(m.kind) for m in self._metas}
         try:
             for key_group in self._key_groups:

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from statekit.serializers import DEFAULT_SERIALIZER, resolve
 from statekit.spi.descriptors import StateDescriptor, StateKind
-from statekit.spi.errors import CapabilityError, StateAccessError
+from statekit.spi.errors import CapabilityError, IncompatibleSerializerError, StateAccessError
 from statekit.spi.handles import StateMetaInfo
 from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
 
@@ -23,19 +23,19 @@ class RegisteredState:
     kind: StateKind
     serializers: dict[str, TypeSerializer]
     descriptor: StateDescriptor | None = None  # None while only restored, not yet registered
+    ttl_seconds: float | None = None
 
     @classmethod
     def from_meta(cls, meta: StateMetaInfo) -> "RegisteredState":
         """A restored state, with the serializers that wrote it recreated from their snapshots."""
         serializers = {role: SerializerSnapshot.from_json(snap).restore_serializer()
                        for role, snap in meta.serializers.items()}
-        return cls(meta.name, StateKind(meta.kind), serializers)
+        return cls(meta.name, StateKind(meta.kind), serializers, ttl_seconds=meta.ttl_seconds)
 
     def meta(self) -> StateMetaInfo:
-        ttl = self.descriptor.ttl.ttl_seconds if self.descriptor is not None and self.descriptor.ttl else None
         return StateMetaInfo(self.name, self.kind.value,
                              {role: s.snapshot().to_json() for role, s in sorted(self.serializers.items())},
-                             ttl)
+                             self.ttl_seconds)
 
     @property
     def value_serializer(self) -> TypeSerializer:
@@ -65,8 +65,9 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
             f"support; remove the TTL config or choose a backend that declares the 'ttl' capability")
     serializers = {role: resolve(s) for role, s in descriptor.serializers().items()}
     serializers["namespace"] = resolve(namespace_serializer) if namespace_serializer else DEFAULT_SERIALIZER
+    ttl_seconds = descriptor.ttl.ttl_seconds if descriptor.ttl is not None else None
     if existing is None:
-        return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor)
+        return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds)
     if existing.kind is not descriptor.kind:
         raise StateAccessError(
             f"state {descriptor.name!r} is a {existing.kind.value} state and cannot be registered "
@@ -77,11 +78,17 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
                 f"state {descriptor.name!r} is already registered with other serializers "
                 f"({existing.serializers}); register it once per name")
         return existing
+    if (existing.ttl_seconds is None) != (ttl_seconds is None):
+        raise IncompatibleSerializerError(
+            f"state {descriptor.name!r} was checkpointed {'without' if existing.ttl_seconds is None else 'with'} TTL "
+            f"and is registered {'with' if ttl_seconds is not None else 'without'} TTL now; as in Flink, state does "
+            f"not migrate between the two: keep the descriptor's TTL setting as it was, or start the state under "
+            f"a new name (or migrate offline: read the savepoint and write a new one)")
     for role, new in serializers.items():
         previous = existing.serializers.get(role)
         if previous is not None:
             check_compatibility(descriptor.name, role.replace("_", " "), new, previous.snapshot())
-    return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor)
+    return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds)
 
 
 def _serializers_differ(a: dict[str, TypeSerializer], b: dict[str, TypeSerializer]) -> bool:

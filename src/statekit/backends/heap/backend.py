@@ -1,6 +1,7 @@
 """The heap keyed state backend: all state as Python objects in dicts, by key group."""
 from __future__ import annotations
 
+import time
 from typing import Any, Iterator
 
 from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, read_key_groups, state_runs
@@ -10,6 +11,7 @@ from statekit.backends.common.changelog import (
 from statekit.backends.common.namespaces import decode_namespace, encode_namespace
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.common.registration import RegisteredState, default_value, register
+from statekit.backends.common.ttl import expiry_deadlines, ttl_state
 from statekit.backends.heap.copies import UserKeys
 from statekit.backends.heap.options import OPTIONS
 from statekit.backends.heap.state_table import KeyGroupMap, StateTable
@@ -33,22 +35,25 @@ class HeapStateBackend(StateBackend):
     Incremental snapshots are changelog deltas on a canonical base (``common.changelog``)."""
 
     name = "heap"
-    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False)
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.changelog = OPTIONS.parse(options).build(ChangelogConfig, "changelog.")
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "HeapKeyedStateBackend":
-        return HeapKeyedStateBackend(params, self.changelog)
+        return HeapKeyedStateBackend(params, self.changelog, supports_ttl=self.capabilities.ttl)
 
     def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
         return DefaultOperatorStateBackend(params)
 
 
 class HeapKeyedStateBackend(KeyedStateBackend):
-    def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig()) -> None:
+    def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig(),
+                 supports_ttl: bool = True) -> None:
         super().__init__(params)
+        #: TTL is implemented here (``common/ttl.py``); honoured when the factory declares ``ttl``
+        self.supports_ttl = supports_ttl
         self._changelog = ChangelogTracker(self.key_group_range, changelog)
         self._tables: dict[str, StateTable] = {}
         self._states: dict[str, HeapState] = {}
@@ -56,6 +61,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._key: Any = None
         self._key_group = -1
         self._index = self._num_key_groups  # the NO_CURRENT_KEY slot of every StateTable
+        self._sweep_position = 0
         if params.restore_handles:
             self._restore(params)
 
@@ -71,9 +77,15 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     # --- states
     def get_state(self, descriptor: StateDescriptor,
                   namespace_serializer: TypeSerializer | None = None) -> State:
+        if descriptor.ttl is not None and self.supports_ttl:
+            return ttl_state(descriptor, lambda inner: self._get_state(inner, namespace_serializer),
+                             lambda: self.processing_time_ms)
+        return self._get_state(descriptor, namespace_serializer)
+
+    def _get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> State:
         table = self._tables.get(descriptor.name)
         registration = register(table.registration if table else None, descriptor, namespace_serializer,
-                                HeapStateBackend.capabilities.ttl, HeapStateBackend.name)
+                                self.supports_ttl, HeapStateBackend.name)
         if table is None:
             table = self._tables[descriptor.name] = StateTable(registration, self.key_group_range)
         table.registration = registration
@@ -93,6 +105,58 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         if kind is StateKind.REDUCING:
             return HeapReducingState(self, table, descriptor.reduce_function)  # type: ignore[attr-defined]
         return HeapAggregatingState(self, table, descriptor.aggregate_function)  # type: ignore[attr-defined]
+
+    def sweep_expired(self, max_seconds: float) -> int:
+        """Visit key groups of the states with TTL, from where the last sweep stopped, replacing
+        entries that hold expired elements (never changing a held object in place: a pending
+        snapshot may share it)."""
+        deadlines = expiry_deadlines([t.registration.meta() for t in self._tables.values()], self.processing_time_ms)
+        work = [(name, index) for name in sorted(deadlines) for index in range(self._num_key_groups)]
+        if not work:
+            return 0
+        start = self._sweep_position % len(work)
+        stop_at = time.monotonic() + max_seconds
+        removed = 0
+        for step in range(len(work)):
+            name, index = work[(start + step) % len(work)]
+            removed += self._sweep_key_group(self._tables[name], index, deadlines[name])
+            if time.monotonic() >= stop_at:
+                self._sweep_position = start + step + 1
+                return removed
+        self._sweep_position = start
+        return removed
+
+    def _sweep_key_group(self, table: StateTable, index: int, deadline: int) -> int:
+        kind = table.registration.kind
+        changes: list[tuple[Any, Any, Any]] = []  # (namespace, key, what remains or None)
+        removed = 0
+        for namespace, entries in table.groups[index].items():
+            for key, held in entries.items():
+                if kind is StateKind.LIST:
+                    remains: Any = [entry for entry in held if entry[0] > deadline]
+                    gone = len(held) - len(remains)
+                elif kind is StateKind.MAP:
+                    remains = {user_key: entry for user_key, entry in held.items() if entry[0] > deadline}
+                    gone = len(held) - len(remains)
+                else:
+                    remains, gone = (held, 0) if held[0] > deadline else (None, 1)
+                if gone:
+                    changes.append((namespace, key, remains or None))
+                    removed += gone
+        if changes:
+            group = table.writable(index)
+            name = table.registration.name
+            for namespace, key, remains in changes:
+                entries = group[namespace]
+                if remains is None:
+                    del entries[key]
+                    if not entries:
+                        del group[namespace]
+                else:
+                    entries[key] = remains
+                if self._changelog.enabled:
+                    self._changelog.dirty[index].add((name, key, namespace))
+        return removed
 
     def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
         table = self._tables.get(state_name)
@@ -137,8 +201,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def _restore_handle(self, handle: KeyGroupsStateHandle | ChangelogStateHandle, streams: CheckpointStreams) -> None:
         check_compatibility("<keys>", "key", self.key_serializer,
-                            SerializerSnapshot.from_json(handle.key_serializer))
-        for meta in handle.states:
+                            SerializerSnapshot.from_json(handle.key_serializer_snapshot()))
+        for meta in handle.state_meta_infos():
             if meta.name not in self._tables:
                 self._tables[meta.name] = StateTable(RegisteredState.from_meta(meta), self.key_group_range)
         key_cache: dict[bytes, Any] = {}
@@ -223,6 +287,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
         self._key_serializer = backend.key_serializer
         self._shared = shared
         self._metas = [table.registration.meta() for table, _, _ in shared.values()]
+        self._expired = expiry_deadlines(self._metas, backend.processing_time_ms)
         self._registrations = {name: table.registration for name, (table, _, _) in shared.items()}
         self._user_keys = {name: table.user_keys for name, (table, _, _) in shared.items()}
         self._changelog = backend._changelog
@@ -248,7 +313,8 @@ class _HeapPendingSnapshot(PendingSnapshot):
         if not any(any(view) for _, view, _ in self._shared.values()):
             return None
         scope = StateScope.SHARED if incremental_base else StateScope.EXCLUSIVE
-        writer = CanonicalSnapshotWriter(streams.create_output(scope, name="keyed-base" if incremental_base else "keyed"))
+        writer = CanonicalSnapshotWriter(streams.create_output(scope, name="keyed-base" if incremental_base else "keyed"),
+                                         expired=self._expired)
         try:
             serialize_key = self._key_serializer.serialize
             for index, key_group in enumerate(self._key_group_range):

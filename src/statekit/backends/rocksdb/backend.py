@@ -39,7 +39,7 @@ class RocksDBStateBackend(StateBackend):
 
     name = "rocksdb"
     local_dir_option = "local-dir"
-    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False, out_of_core=True,
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, out_of_core=True,
                                 local_recovery=True)
 
     def __init__(self, **options: Any) -> None:

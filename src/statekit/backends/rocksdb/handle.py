@@ -24,6 +24,12 @@ class IncrementalRocksDBStateHandle(KeyedStateHandle):
     key_serializer: dict[str, Any]
     states: tuple[StateMetaInfo, ...]
 
+    def key_serializer_snapshot(self) -> dict[str, Any]:
+        return self.key_serializer
+
+    def state_meta_infos(self) -> tuple[StateMetaInfo, ...]:
+        return self.states
+
     def stream_handles(self) -> Iterator[StreamStateHandle]:
         yield from self.shared.values()
         yield from self.private.values()

@@ -1,0 +1,344 @@
+"""TTL level of the conformance suite, for backends that declare the ``ttl`` capability; modelled on
+the categories of Flink's ``TtlStateTestBase``: expiry of each state kind (a value, each list
+element, each map entry, a reducing or aggregating accumulator), the two update types, the two
+visibilities, namespaces, cleanup in full snapshots, the sweep, timestamps kept across a restore,
+a rescale and a backend switch, and TTL that is turned on or off for checkpointed state.
+
+Time is the backend's processing time, set by the test (``set_processing_time``), as the runtime
+sets it once per epoch. Every test skips for a backend that does not declare ``ttl``; the
+semantics level checks that such a backend refuses TTL descriptors instead.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import pytest
+
+from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
+from statekit.conformance_tests.expect import expect_error
+from statekit.conformance_tests.semantics.common import Average
+from statekit.spi import (
+    AggregatingStateDescriptor, IncompatibleSerializerError, KeyedStateBackend, ListStateDescriptor,
+    MapStateDescriptor, ReducingStateDescriptor, StateBackend, StateDescriptor, StateTtlConfig, TtlStateVisibility,
+    TtlUpdateType, ValueStateDescriptor,
+)
+from statekit.spi.backend import SnapshotOptions, SnapshotType
+from statekit.spi.storage import CheckpointStreams
+from statekit.storage.inline import InlineStreams
+
+TTL_SECONDS = 10.0
+TTL = int(TTL_SECONDS * 1000)
+T0 = 1_700_000_000_000  # a processing time in epoch milliseconds
+
+
+def _config(update: TtlUpdateType = TtlUpdateType.ON_CREATE_AND_WRITE,
+            visibility: TtlStateVisibility = TtlStateVisibility.NEVER_RETURN_EXPIRED) -> StateTtlConfig:
+    return StateTtlConfig(TTL_SECONDS, update, visibility)
+
+
+class Kind:
+    """One state kind seen the same way by every test: ``write(state, n)`` stores something built
+    from ``n``; ``read(state)`` returns what is visible (``empty`` when nothing is)."""
+
+    def __init__(self, name: str, descriptor: Callable[[StateTtlConfig | None], StateDescriptor],
+                 write: Callable[[Any, int], None], read: Callable[[Any], Any], empty: Any) -> None:
+        self.name, self.descriptor, self.write, self.read, self.empty = name, descriptor, write, read, empty
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+KINDS = [
+    Kind("value", lambda ttl: ValueStateDescriptor("ttl-value", ttl=ttl),
+         lambda s, n: s.update({"n": n}), lambda s: s.value(), None),
+    Kind("list", lambda ttl: ListStateDescriptor("ttl-list", ttl=ttl),
+         lambda s, n: s.add(n), lambda s: s.get(), []),
+    Kind("map", lambda ttl: MapStateDescriptor("ttl-map", ttl=ttl),
+         lambda s, n: s.put("entry", n), lambda s: dict(s.items()), {}),
+    Kind("reducing", lambda ttl: ReducingStateDescriptor("ttl-reducing", reduce_function=operator.add, ttl=ttl),
+         lambda s, n: s.add(n), lambda s: s.get(), None),
+    Kind("aggregating", lambda ttl: AggregatingStateDescriptor("ttl-aggregating", aggregate_function=Average(),
+                                                               ttl=ttl),
+         lambda s, n: s.add(n), lambda s: s.get(), None),
+]
+
+
+def at(backend: KeyedStateBackend, timestamp: int, key: Any = "k") -> None:
+    backend.set_processing_time(timestamp)
+    set_key(backend, key)
+
+
+class TtlTests(BackendTestBase):
+    """The TTL level: override ``state_backend``."""
+
+    @pytest.fixture(autouse=True)
+    def _requires_ttl(self, state_backend: StateBackend) -> None:
+        requires(state_backend, "ttl")
+
+    @pytest.fixture
+    def snapshot_streams(self) -> CheckpointStreams:
+        """Where snapshots are written and read; inline bytes by default."""
+        return InlineStreams()
+
+    # --- expiry per kind
+    @pytest.mark.parametrize("kind", KINDS, ids=repr)
+    def test_an_entry_is_visible_until_its_ttl_has_passed(self, keyed_backend, kind):
+        state = keyed_backend.get_state(kind.descriptor(_config()))
+        at(keyed_backend, T0)
+        kind.write(state, 1)
+        written = kind.read(state)
+        at(keyed_backend, T0 + TTL - 1)
+        assert kind.read(state) == written, f"{kind}: an entry written at t disappeared before t + ttl"
+        at(keyed_backend, T0 + TTL)
+        assert kind.read(state) == kind.empty, \
+            f"{kind}: an entry written at t is still visible at t + ttl (NeverReturnExpired): {kind.read(state)!r}"
+        kind.write(state, 2)
+        assert kind.read(state) not in (kind.empty, written), f"{kind}: a write after expiry is not visible"
+
+    def test_list_elements_expire_one_by_one(self, keyed_backend):
+        state = keyed_backend.get_state(ListStateDescriptor("elements", ttl=_config()))
+        at(keyed_backend, T0)
+        state.add("old")
+        at(keyed_backend, T0 + TTL // 2)
+        state.add_all(["new-1", "new-2"])
+        at(keyed_backend, T0 + TTL)
+        assert state.get() == ["new-1", "new-2"], f"list elements expire per element: {state.get()}"
+        at(keyed_backend, T0 + TTL // 2 + TTL)
+        assert state.get() == [], f"every element expired, the list is {state.get()}"
+
+    def test_map_entries_expire_one_by_one(self, keyed_backend):
+        state = keyed_backend.get_state(MapStateDescriptor("entries", ttl=_config()))
+        at(keyed_backend, T0)
+        state.put("old", 1)
+        at(keyed_backend, T0 + TTL // 2)
+        state.put_all({"new": 2, "other": 3})
+        at(keyed_backend, T0 + TTL)
+        assert state.get("old") is None and not state.contains("old"), "an expired map entry is visible"
+        assert dict(state.items()) == {"new": 2, "other": 3}, f"map entries expire per entry: {dict(state.items())}"
+        assert sorted(state.keys()) == ["new", "other"] and not state.is_empty()
+        at(keyed_backend, T0 + TTL // 2 + TTL)
+        assert state.is_empty() and dict(state.items()) == {}, f"every entry expired: {dict(state.items())}"
+
+    def test_an_aggregate_starts_again_after_expiry(self, keyed_backend):
+        reducing = keyed_backend.get_state(ReducingStateDescriptor("sum", reduce_function=operator.add,
+                                                                   ttl=_config()))
+        average = keyed_backend.get_state(AggregatingStateDescriptor("avg", aggregate_function=Average(),
+                                                                     ttl=_config()))
+        at(keyed_backend, T0)
+        reducing.add(10)
+        average.add(10)
+        at(keyed_backend, T0 + TTL // 2)
+        reducing.add(5)  # a write: the accumulator's ttl starts again
+        average.add(20)
+        at(keyed_backend, T0 + TTL)
+        assert (reducing.get(), average.get()) == (15, 15.0), "an accumulator written at t/2 expired at t"
+        at(keyed_backend, T0 + 3 * TTL)
+        reducing.add(1)
+        average.add(1)
+        assert (reducing.get(), average.get()) == (1, 1.0), \
+            f"after expiry an accumulator must start from the new value: {(reducing.get(), average.get())}"
+
+    def test_ttl_is_per_key_and_namespace(self, keyed_backend):
+        state = keyed_backend.get_state(ValueStateDescriptor("scoped", ttl=_config()))
+        at(keyed_backend, T0, "a")
+        state.update("a-void")
+        state.set_current_namespace("window-1")
+        state.update("a-w1")
+        at(keyed_backend, T0 + TTL // 2, "b")
+        state.set_current_namespace(None)
+        state.update("b-void")
+        at(keyed_backend, T0 + TTL, "a")
+        state.set_current_namespace("window-1")
+        assert state.value() is None, "key a's entry in window-1 outlived its ttl"
+        set_key(keyed_backend, "b")
+        state.set_current_namespace(None)
+        assert state.value() == "b-void", "key b's entry expired with key a's"
+
+    # --- update types and visibility
+    @pytest.mark.parametrize("kind", KINDS, ids=repr)
+    def test_on_create_and_write_a_read_does_not_extend(self, keyed_backend, kind):
+        state = keyed_backend.get_state(kind.descriptor(_config(TtlUpdateType.ON_CREATE_AND_WRITE)))
+        at(keyed_backend, T0)
+        kind.write(state, 1)
+        at(keyed_backend, T0 + TTL - 1)
+        kind.read(state)
+        at(keyed_backend, T0 + TTL)
+        assert kind.read(state) == kind.empty, f"{kind}: with OnCreateAndWrite, a read extended the ttl"
+
+    @pytest.mark.parametrize("kind", KINDS, ids=repr)
+    def test_on_read_and_write_a_read_extends(self, keyed_backend, kind):
+        state = keyed_backend.get_state(kind.descriptor(_config(TtlUpdateType.ON_READ_AND_WRITE)))
+        at(keyed_backend, T0)
+        kind.write(state, 1)
+        written = kind.read(state)
+        at(keyed_backend, T0 + TTL - 1)
+        assert kind.read(state) == written
+        at(keyed_backend, T0 + 2 * TTL - 2)
+        assert kind.read(state) == written, f"{kind}: with OnReadAndWrite, a read at t + ttl - 1 did not extend it"
+        at(keyed_backend, T0 + 3 * TTL)
+        assert kind.read(state) == kind.empty, f"{kind}: the entry never expired"
+
+    @pytest.mark.parametrize("kind", KINDS, ids=repr)
+    def test_return_expired_if_not_cleaned_up(self, keyed_backend, kind):
+        state = keyed_backend.get_state(kind.descriptor(_config(
+            visibility=TtlStateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP)))
+        at(keyed_backend, T0)
+        kind.write(state, 1)
+        written = kind.read(state)
+        at(keyed_backend, T0 + TTL)
+        assert kind.read(state) == written, f"{kind}: an expired entry not yet cleaned up must still be returned"
+        assert kind.read(state) == kind.empty, f"{kind}: reading an expired entry must clean it up"
+
+    # --- cleanup
+    def test_expired_entries_are_left_out_of_full_snapshots(self, state_backend, keyed_backend, snapshot_streams,
+                                                            tmp_path):
+        self._write_generations(keyed_backend)
+        keyed_backend.set_processing_time(T0 + TTL + 1)  # the first generation expired, the second not
+        for snapshot_type in (SnapshotType.CHECKPOINT, SnapshotType.SAVEPOINT):
+            handle = keyed_backend.snapshot(1, SnapshotOptions(snapshot_type)).write(snapshot_streams)
+            restored = open_keyed_backend(state_backend, str(tmp_path / f"restored-{snapshot_type.value}"),
+                                          restore_handles=[handle], restore_streams=snapshot_streams)
+            try:
+                restored.set_processing_time(T0)  # an earlier clock: whatever was written would be visible
+                found = self._generations(restored)
+                assert found == {"young": 50, "old": 0}, (
+                    f"a full {snapshot_type.value} taken after the ttl of 'old' holds {found}: expired entries "
+                    f"must be left out (Flink's cleanupFullSnapshot)")
+            finally:
+                restored.dispose()
+
+    def test_a_sweep_removes_entries_nobody_reads(self, keyed_backend):
+        self._write_generations(keyed_backend)
+        keyed_backend.set_processing_time(T0 + TTL + 1)
+        removed = 0
+        for _ in range(100):  # each call may stop early; together they visit everything
+            swept = keyed_backend.sweep_expired(10.0)
+            removed += swept
+            if not swept:
+                break
+        assert removed >= 50 * 4, f"sweep_expired removed {removed} entries, 50 keys x 4 kinds (200+) had expired"
+        keyed_backend.set_processing_time(T0)
+        assert self._generations(keyed_backend) == {"young": 50, "old": 0}, \
+            "after a sweep the expired entries must be gone even for an earlier clock"
+        assert sorted(keyed_backend.keys("gen-value")) == sorted(f"young-{i}" for i in range(50)), \
+            "keys() still lists keys whose entries were swept"
+
+    # --- timestamps survive restores
+    def test_a_restore_keeps_the_write_times(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        self._write_generations(keyed_backend)
+        keyed_backend.set_processing_time(T0 + 1)
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        restored = open_keyed_backend(state_backend, str(tmp_path / "restored"), restore_handles=[handle],
+                                      restore_streams=snapshot_streams)
+        try:
+            restored.set_processing_time(T0 + TTL // 2 + 1)
+            assert self._generations(restored) == {"young": 50, "old": 50}
+            restored.set_processing_time(T0 + TTL)
+            assert self._generations(restored) == {"young": 50, "old": 0}, \
+                "a restored entry expires at its original write time + ttl"
+        finally:
+            restored.dispose()
+
+    def test_a_rescale_keeps_the_write_times(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        self._write_generations(keyed_backend)
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        found = {"young": 0, "old": 0}
+        for index in range(3):
+            part = open_keyed_backend(state_backend, str(tmp_path / f"part-{index}"), subtask_index=index,
+                                      parallelism=3, restore_handles=[handle], restore_streams=snapshot_streams)
+            try:
+                part.set_processing_time(T0 + TTL)
+                for generation, count in self._generations(part, owned_only=True).items():
+                    found[generation] += count
+            finally:
+                part.dispose()
+        assert found == {"young": 50, "old": 0}, f"after a rescale 1->3 the live entries are {found}"
+
+    def test_heap_snapshots_restore_with_their_write_times(self, keyed_backend, snapshot_streams, tmp_path,
+                                                          state_backend):
+        """A backend switch: timestamps are part of the canonical format."""
+        from statekit.backends.heap import HeapStateBackend
+
+        heap = open_keyed_backend(HeapStateBackend(), str(tmp_path / "heap"))
+        try:
+            self._write_generations(heap)
+            handle = heap.snapshot(1, SnapshotOptions(SnapshotType.SAVEPOINT)).write(snapshot_streams)
+        finally:
+            heap.dispose()
+        restored = open_keyed_backend(state_backend, str(tmp_path / "switched"), restore_handles=[handle],
+                                      restore_streams=snapshot_streams)
+        try:
+            restored.set_processing_time(T0 + TTL)
+            assert self._generations(restored) == {"young": 50, "old": 0}
+        finally:
+            restored.dispose()
+
+    # --- turning TTL on or off
+    @pytest.mark.parametrize("before, after", [(None, _config()), (_config(), None)], ids=["enable", "disable"])
+    def test_changing_whether_a_state_has_ttl_is_refused(self, state_backend, keyed_backend, snapshot_streams,
+                                                         tmp_path, before, after):
+        state = keyed_backend.get_state(ValueStateDescriptor("switched", ttl=before))
+        at(keyed_backend, T0)
+        state.update(1)
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        restored = open_keyed_backend(state_backend, str(tmp_path / "restored"), restore_handles=[handle],
+                                      restore_streams=snapshot_streams)
+        try:
+            with expect_error(IncompatibleSerializerError, "registering a checkpointed state with TTL turned "
+                              f"{'on' if after else 'off'} must be refused") as caught:
+                restored.get_state(ValueStateDescriptor("switched", ttl=after))
+            assert "TTL" in str(caught.value), f"the error does not say that TTL changed: {caught.value}"
+            longer = StateTtlConfig(2 * TTL_SECONDS) if before else None
+            if longer is not None:  # another duration is fine: entries keep their write time
+                restored.set_processing_time(T0 + TTL + 1)
+                assert restored.get_state(ValueStateDescriptor("switched", ttl=longer)) is not None
+        finally:
+            restored.dispose()
+
+    # --- helpers
+    GENERATIONS = {"old": T0, "young": T0 + TTL // 2}
+
+    def _states(self, backend: KeyedStateBackend) -> dict[str, Any]:
+        ttl = _config()
+        return {
+            "value": backend.get_state(ValueStateDescriptor("gen-value", ttl=ttl)),
+            "list": backend.get_state(ListStateDescriptor("gen-list", ttl=ttl)),
+            "map": backend.get_state(MapStateDescriptor("gen-map", ttl=ttl)),
+            "reducing": backend.get_state(ReducingStateDescriptor("gen-reducing", reduce_function=operator.add,
+                                                                  ttl=ttl)),
+        }
+
+    def _write_generations(self, backend: KeyedStateBackend) -> None:
+        """50 keys written at T0 ('old'), 50 at T0 + ttl/2 ('young'), in four state kinds."""
+        states = self._states(backend)
+        for generation, timestamp in self.GENERATIONS.items():
+            for i in range(50):
+                at(backend, timestamp, f"{generation}-{i}")
+                states["value"].update(i)
+                states["list"].add_all([i, i + 1])
+                states["map"].put("m", i)
+                states["reducing"].add(i)
+
+    def _generations(self, backend: KeyedStateBackend, owned_only: bool = False) -> dict[str, int]:
+        """How many keys of each generation hold visible entries in all four kinds (a key with
+        some kinds visible and others not fails the test)."""
+        from statekit.spi.key_groups import key_group_for_key
+
+        states = self._states(backend)
+        found = {"young": 0, "old": 0}
+        for generation in self.GENERATIONS:
+            for i in range(50):
+                key = f"{generation}-{i}"
+                if owned_only and key_group_for_key(key, backend.max_parallelism) not in backend.key_group_range:
+                    continue
+                set_key(backend, key)
+                visible = {"value": states["value"].value() is not None, "list": bool(states["list"].get()),
+                           "map": states["map"].get("m") is not None, "reducing": states["reducing"].get() is not None}
+                if len(set(visible.values())) != 1:
+                    raise AssertionError(f"key {key}: entries written together expire together, but {visible}")
+                found[generation] += visible["value"]
+        return found
+
+
+__all__ = ["KINDS", "TtlTests"]

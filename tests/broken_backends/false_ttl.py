@@ -1,0 +1,22 @@
+"""A backend that declares the ``ttl`` capability and ignores every descriptor's TTL: its entries
+never expire (the claim a plugin author can make by flipping one flag)."""
+from __future__ import annotations
+
+import dataclasses
+
+from statekit.backends.heap import HeapStateBackend
+from statekit.backends.heap.backend import HeapKeyedStateBackend
+from statekit.spi import Capabilities, KeyedBackendParams, State, StateDescriptor, TypeSerializer
+
+
+class IgnoresTtlKeyedBackend(HeapKeyedStateBackend):
+    def get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> State:
+        return self._get_state(dataclasses.replace(descriptor, ttl=None), namespace_serializer)
+
+
+class FalseTtlBackend(HeapStateBackend):
+    name = "false-ttl"
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True)
+
+    def create_keyed_backend(self, params: KeyedBackendParams) -> IgnoresTtlKeyedBackend:
+        return IgnoresTtlKeyedBackend(params, self.changelog)
