@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 
-from benchmarks import checkpointing, memory, operations, spark_keyed
+from benchmarks import checkpointing, memory, operations, spark_keyed, ttl
 from benchmarks.chart import save_chart
 from benchmarks.report import SCHEMA_VERSION, report
 
@@ -30,15 +30,17 @@ class Sizes:
     checkpoint_keys: int
     memory_keys: int
     memory_cache_mb: int
+    ttl_ops: int
+    ttl_epoch_keys: int
 
 
 SIZES = {
-    "tiny": Sizes(((20_000, 2_000, 2),), 2_000, 5_000, 1, 5_000, 5_000, 1),
-    "quick": Sizes(((1_000_000, 100_000, 1),), 50_000, 200_000, 3, 500_000, 1_000_000, 32),
+    "tiny": Sizes(((20_000, 2_000, 2),), 2_000, 5_000, 1, 5_000, 5_000, 1, 2_000, 200),
+    "quick": Sizes(((1_000_000, 100_000, 1),), 50_000, 200_000, 3, 500_000, 1_000_000, 32, 200_000, 5_000),
     "full": Sizes(((1_000_000, 100_000, 1), (1_000_000, 100_000, 10), (5_000_000, 1_000_000, 1),
-                   (5_000_000, 1_000_000, 10)), 200_000, 1_000_000, 5, 5_000_000, 4_000_000, 64),
+                   (5_000_000, 1_000_000, 10)), 200_000, 1_000_000, 5, 5_000_000, 4_000_000, 64, 1_000_000, 20_000),
 }
-SECTIONS = ("operations", "checkpoint", "memory", "spark")
+SECTIONS = ("operations", "ttl", "checkpoint", "memory", "spark")
 
 
 def _spark(sizes: Sizes) -> list[dict]:
@@ -54,6 +56,7 @@ def run_sections(sizes: Sizes, sections: tuple[str, ...]) -> list[dict]:
     runners = {
         "operations": lambda: operations.run(n_keys=sizes.operation_keys, n_ops=sizes.operation_ops,
                                              rounds=sizes.operation_rounds),
+        "ttl": lambda: ttl.run(n_ops=sizes.ttl_ops, epoch_keys=sizes.ttl_epoch_keys),
         "checkpoint": lambda: checkpointing.run(n_keys=sizes.checkpoint_keys),
         "memory": lambda: memory.run(n_keys=sizes.memory_keys, cache_mb=sizes.memory_cache_mb),
         "spark": lambda: _spark(sizes),

@@ -19,7 +19,7 @@ RECORD_FIELDS = {"name": str, "group": str, "ours": (int, float), "peer": (int, 
 def results(tmp_path_factory) -> dict:
     path = tmp_path_factory.mktemp("bench") / "results.json"
     subprocess.run([sys.executable, "-m", "benchmarks", "--size", "tiny", "--sections",
-                    "operations,checkpoint,memory", "--json", str(path)], cwd=ROOT, check=True,
+                    "operations,ttl,checkpoint,memory", "--json", str(path)], cwd=ROOT, check=True,
                    capture_output=True, text=True, timeout=120)
     return json.loads(path.read_text())
 
@@ -27,8 +27,8 @@ def results(tmp_path_factory) -> dict:
 def test_top_level(results: dict) -> None:
     assert results["schema_version"] == 1
     assert results["run"]["size"] == "tiny"
-    assert results["run"]["sections"] == ["operations", "checkpoint", "memory"]
-    assert {r["group"] for r in results["records"]} == {"operations", "checkpoint", "memory"}
+    assert results["run"]["sections"] == ["operations", "ttl", "checkpoint", "memory"]
+    assert {r["group"] for r in results["records"]} == {"operations", "ttl", "checkpoint", "memory"}
 
 
 def test_records(results: dict) -> None:

@@ -13,7 +13,9 @@ import pytest
 
 from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.conformance_tests.workload import dump_state, expected_outputs, expected_state, make_rows
+from statekit.runtime.task import PROCESSING_TIME
 from statekit.spark import StatekitConf
+from statekit.spark.query_checkpoint import QueryCheckpoint
 from statekit.storage.filesystem import resolve
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -44,6 +46,9 @@ def test_killed_query_restarts_exactly_once(tmp_path, backend, kill):
     resolved = resolve(f"file://{tmp_path}/checkpoints/killable")
     metadata = CheckpointMetadata.from_bytes(resolved.metadata)
     assert metadata.checkpoint_id == BATCHES
+    # the epoch's processing time (TTL's clock) is Spark's timestamp of the micro-batch, replay or not
+    sparks = QueryCheckpoint(f"file://{tmp_path}/spark-checkpoint").batch_timestamp_ms(BATCHES - 1)
+    assert sparks is not None and metadata.properties[PROCESSING_TIME] == sparks
     reader = StatekitConf.parse({"backend": backend, "local.dir": str(tmp_path / "dump-local")}).create_backend()
     found = dump_state(metadata, resolved.streams, str(tmp_path / "dump"), state_backend=reader)
     assert found == expected_state([r for e in epochs for r in e])

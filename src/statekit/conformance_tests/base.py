@@ -54,14 +54,13 @@ def open_keyed_backend(state_backend: StateBackend, local_dir: str, *, subtask_i
                        parallelism: int = 1, max_parallelism: int = MAX_PARALLELISM,
                        restore_handles: Sequence[KeyedStateHandle] = (),
                        restore_streams: CheckpointStreams | None = None,
-                       restore_checkpoint_id: int | None = None,
                        job_id: str = "conformance-job", operator_id: str = "op",
                        working_dir: str | None = None, resume_local_state: bool = False) -> KeyedStateBackend:
     subtask = SubtaskInfo(job_id, operator_id, subtask_index, parallelism, max_parallelism)
     return state_backend.create_keyed_backend(KeyedBackendParams(
         subtask=subtask, key_serializer=PickleSerializer(), restore_handles=tuple(restore_handles),
-        restore_streams=restore_streams, restore_checkpoint_id=restore_checkpoint_id,
-        local_dir=local_dir, working_dir=working_dir, resume_local_state=resume_local_state))
+        restore_streams=restore_streams, local_dir=local_dir, working_dir=working_dir,
+        resume_local_state=resume_local_state))
 
 
 def set_key(backend: KeyedStateBackend, key: Any) -> None:

@@ -87,7 +87,7 @@ class SnapshotRestoreTests(BackendTestBase):
     def _restore(self, state_backend: StateBackend, tmp_path: Any, handles: list[Any],
                  streams: CheckpointStreams, name: str = "restored", **kwargs: Any) -> KeyedStateBackend:
         return open_keyed_backend(state_backend, str(tmp_path / name), restore_handles=handles,
-                                  restore_streams=streams, restore_checkpoint_id=1, **kwargs)
+                                  restore_streams=streams, **kwargs)
 
     def test_round_trip_every_key_and_value(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         expected = _fill(keyed_backend, range(2000))
@@ -441,7 +441,7 @@ class LocalRecoveryTests(BackendTestBase):
         finally:
             backend.dispose()
         resumed = open_keyed_backend(state_backend, str(tmp_path / "local"), restore_handles=[handle],
-                                     restore_streams=_WriteOnlyStreams(streams), restore_checkpoint_id=1,
+                                     restore_streams=_WriteOnlyStreams(streams),
                                      working_dir=working, resume_local_state=True)
         try:
             assert_same_state(_read_all(resumed), expected, "working state reopened by local recovery")
@@ -450,7 +450,7 @@ class LocalRecoveryTests(BackendTestBase):
         finally:
             resumed.dispose()
         restored = open_keyed_backend(state_backend, str(tmp_path / "restored"), restore_handles=[second],
-                                      restore_streams=streams, restore_checkpoint_id=2)
+                                      restore_streams=streams)
         try:
             assert_same_state(_read_all(restored), expected, "snapshot taken after local recovery, restored")
         finally:
@@ -478,7 +478,7 @@ class IncrementalSnapshotTests(BackendTestBase):
     def _restored(self, state_backend: StateBackend, tmp_path: Any, handle: Any, streams: CheckpointStreams,
                   name: str, **kwargs: Any) -> KeyedStateBackend:
         return open_keyed_backend(state_backend, str(tmp_path / name), restore_handles=[handle],
-                                  restore_streams=streams, restore_checkpoint_id=1, **kwargs)
+                                  restore_streams=streams, **kwargs)
 
     def test_chain_of_completed_checkpoints_restores_every_key(self, state_backend, keyed_backend,
                                                                 snapshot_streams, tmp_path):

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction
-from statekit.runtime.task import KeyedTask, TaskRestore
+from statekit.runtime.task import PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms
 from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.serializer import SerializerSnapshot
 from statekit.spi.storage import CheckpointStreams
@@ -55,6 +55,9 @@ def _convert_subtask(source: CheckpointMetadata, operator: OperatorState, index:
     # KeyedTask.create disposes the keyed backend if the operator backend cannot be created
     task = KeyedTask.create(_NoFunction(), state_backend, subtask, source.checkpoint_id,
                             key_serializer=key_serializer, restore=restore, local_dir=local_dir)
+    # TTL: entries expired at the checkpoint's own processing time are left out, no others
+    recorded = source.properties.get(PROCESSING_TIME)
+    task.begin_epoch(recorded if isinstance(recorded, int) else wall_clock_ms(), ttl_sweep_seconds=0.0)
     try:
         return task.snapshot(SAVEPOINT).write(streams_for(subtask.name))
     finally:

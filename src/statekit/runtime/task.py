@@ -124,7 +124,6 @@ class KeyedTask:
             subtask=subtask, key_serializer=resolve(key_serializer),
             restore_handles=tuple(restore.keyed) if restore else (),
             restore_streams=restore.streams if restore else None,
-            restore_checkpoint_id=restore.checkpoint_id if restore else None,
             local_dir=local_dir, share_restored_files=restore.share_files if restore else True,
             working_dir=working_dir, resume_local_state=resume_local_state))
         try:

@@ -51,10 +51,12 @@ class _AcknowledgementParam(AccumulatorParam):
 
 def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFunction,
                   schema: str | StructType, *, operator_id: str = "keyed-process", job_id: str | None = None,
-                  conf: StatekitConf | None = None) -> DataFrame:
-    """Process a bounded DataFrame as the job's next epoch; returns the output."""
+                  conf: StatekitConf | None = None, processing_time_ms: int | None = None) -> DataFrame:
+    """Process a bounded DataFrame as the job's next epoch; returns the output.
+    ``processing_time_ms``: the epoch's processing time (what state TTL measures against);
+    default now, or what an earlier run of the same epoch recorded."""
     job = KeyedJob.create(df.sparkSession, df.columns, keys, function, schema, operator_id, job_id, conf)
-    return job.run_epoch(df)
+    return job.run_epoch(df, processing_time_ms=processing_time_ms)
 
 
 class KeyedJob:
@@ -103,16 +105,17 @@ class KeyedJob:
         output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
         return cls(spark, key_columns, function, output, operator_id, job_id, conf)
 
-    def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None) -> DataFrame:
+    def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None,
+                  processing_time_ms: int | None = None) -> DataFrame:
         """Run one epoch (default: after the latest checkpoint) and commit its checkpoint.
         Epoch N restores from the latest completed checkpoint with an id below N, so a replayed
         epoch recomputes the same state; ``progress`` (streaming) is what Spark's own checkpoint
-        says at this micro-batch."""
-        return _run_epoch(self, df, epoch, progress)
+        says at this micro-batch; ``processing_time_ms`` sets the epoch's processing time."""
+        return _run_epoch(self, df, epoch, progress, processing_time_ms)
 
 
 def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
-               progress: StreamProgress | None) -> DataFrame:
+               progress: StreamProgress | None, processing_time_ms: int | None) -> DataFrame:
     spark, conf, key_columns, function = job.spark, job.conf, job.key_columns, job.function
     job_id, operator_id, output, storage = job.job_id, job.operator_id, job.output, job.storage
     ownership = job.ownership(progress.identity if progress is not None else BOUNDED)
@@ -131,7 +134,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
             f"number of key groups is fixed for the life of a job: set spark.statekit.max-parallelism="
             f"{previous.max_parallelism}")
 
-    processing_time = epoch_processing_time(store, epoch, progress)
+    processing_time = processing_time_ms if processing_time_ms is not None else \
+        epoch_processing_time(store, epoch, progress)
     acknowledgements = spark.sparkContext.accumulator([], _AcknowledgementParam())
     spec = SubtaskSpec(function, conf.create_backend(), storage, job_id, operator_id, epoch, parallelism,
                        max_parallelism, key_columns, to_arrow_schema(output), conf.incremental,

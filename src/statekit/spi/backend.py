@@ -91,8 +91,6 @@ class KeyedBackendParams:
     restore_handles: Sequence[KeyedStateHandle] = ()
     #: how to read the restore handles' bytes (required when there are handles)
     restore_streams: CheckpointStreams | None = None
-    #: the checkpoint the restore handles belong to (local recovery may reuse local state)
-    restore_checkpoint_id: int | None = None
     #: executor-local directory under which backends that keep files make their instance directory
     local_dir: str | None = None
     #: an exact directory for the working state, used by this backend alone, whose files outlive

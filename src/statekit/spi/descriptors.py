@@ -49,7 +49,7 @@ class StateTtlConfig:
     recorded processing time, identical when a micro-batch is replayed. Honoured by backends
     that declare the ``ttl`` capability. An expired entry is never returned (by default), is
     removed when it is accessed, is left out of full snapshots and savepoints, and is swept
-    from the backend after each epoch (within ``cleanup_seconds_per_epoch``)."""
+    from the backend after each epoch (within ``spark.statekit.ttl.sweep-seconds``)."""
 
     ttl_seconds: float
     update_type: TtlUpdateType = TtlUpdateType.ON_CREATE_AND_WRITE

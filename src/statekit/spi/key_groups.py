@@ -1,6 +1,6 @@
 """Key groups: the unit of state partitioning and rescaling.
 
-The assignment is decided and must stay exact (DESIGN.md §3):
+The assignment is decided and must stay exact:
 
 * key group  = pmod(xxhash64(key columns, seed 42), max_parallelism), identical to Spark SQL's
   ``pmod(xxhash64(cols...), maxP)`` so the engine can compute it in the JVM;

@@ -28,6 +28,7 @@ from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.common.registration import (
     RegisteredState, checked_list_elements, default_value, register,
 )
+from statekit.backends.common.ttl import TtlSerializer, expiry_deadlines, timestamp_of, ttl_state
 
 __all__ = [
     # a backend over an ordered byte key-value store
@@ -36,7 +37,7 @@ __all__ = [
     "DefaultOperatorStateBackend",
     # executor-local files: one instance directory per keyed backend, locked to one process; its option
     "instance_path", "acquire_lock", "release_lock", "LOCAL_DIR_OPTION",
-    # the byte layout of keyed state (DESIGN.md §3)
+    # the byte layout of keyed state (key_layout; docs/plugin-authors.md, "The key layout")
     "key_group_prefix", "cell_key", "split_cell_key", "key_group_bounds", "prefix_upper_bound",
     "encode_list", "decode_list", "varint", "read_varint",
     # state registration and namespaces, for backends with their own data structures
@@ -45,4 +46,6 @@ __all__ = [
     # snapshot formats: canonical (full, savepoints) and changelog (incremental)
     "CANONICAL_FORMAT", "CHANGELOG_FORMAT", "CanonicalSnapshotWriter", "read_key_groups", "state_runs",
     "ChangelogStateHandle", "ChangelogTracker", "restore_chain", "split_ops", "OP_PUT", "OP_DELETE",
+    # state time-to-live, for any backend
+    "ttl_state", "TtlSerializer", "expiry_deadlines", "timestamp_of",
 ]

@@ -1,4 +1,5 @@
-"""The byte layout of keyed state in ordered key-value stores (DESIGN.md §3).
+"""The byte layout of keyed state in ordered key-value stores (documented for plugin authors in
+docs/plugin-authors.md, "The key layout").
 
     key_group (2 bytes, big-endian) | varint len(key) | key | varint len(ns) | ns [| user_key]
 

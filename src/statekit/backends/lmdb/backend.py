@@ -48,8 +48,8 @@ Snapshots. The synchronous part commits and begins a read transaction; the async
 (possibly on another thread: py-lmdb opens every environment with ``MDB_NOTLS``, so a read
 transaction is not bound to the thread that began it) writes the canonical format from its
 cursors and aborts it. Processing continues meanwhile in new write transactions, invisible to
-it. Incremental snapshots: not declared yet (the shared layer's changelog mode is to be enabled
-for this backend separately; until then checkpoints are full).
+it. Incremental snapshots are the shared layer's changelog (``common.changelog``): a canonical base
+and deltas of the cells changed since the last completed checkpoint.
 
 Restore. From canonical handles (``KeyGroupsStateHandle``: any backend's savepoints and full
 checkpoints; also the shared layer's changelog chains of them, as the heap backend writes) through
