@@ -2,9 +2,9 @@
 import pytest
 
 from statekit.backends.heap import HeapStateBackend
-from statekit.conformance_tests.snapshots import (
-    IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
-)
+from statekit.conformance_tests.incremental import IncrementalSnapshotTests
+from statekit.conformance_tests.rescale import RescaleTests
+from statekit.conformance_tests.snapshots import OnFilesystemStorage, SnapshotRestoreTests
 from statekit.conformance_tests.ttl import TtlTests
 
 

@@ -3,10 +3,10 @@ kept inline (the jobmanager storage) and written as files (the filesystem storag
 import pytest
 
 from statekit.backends.lmdb import LMDBStateBackend
+from statekit.conformance_tests.incremental import IncrementalSnapshotTests
+from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.semantics import StateSemantics
-from statekit.conformance_tests.snapshots import (
-    IncrementalSnapshotTests, LocalRecoveryTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
-)
+from statekit.conformance_tests.snapshots import LocalRecoveryTests, OnFilesystemStorage, SnapshotRestoreTests
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.ttl import TtlTests
 

@@ -5,10 +5,10 @@ rescale levels run with snapshots kept inline (the ``jobmanager`` storage) and w
 a real local SparkSession."""
 import pytest
 
+from statekit.conformance_tests.incremental import IncrementalSnapshotTests
+from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.semantics import StateSemantics
-from statekit.conformance_tests.snapshots import (
-    IncrementalSnapshotTests, OnFilesystemStorage, RescaleTests, SnapshotRestoreTests,
-)
+from statekit.conformance_tests.snapshots import OnFilesystemStorage, SnapshotRestoreTests
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.ttl import TtlTests
 from statekit_sqlite import SQLiteStateBackend

@@ -12,10 +12,10 @@ from typing import Callable
 
 import pytest
 
+from statekit.conformance_tests.incremental import IncrementalSnapshotTests
+from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.semantics import StateSemantics
-from statekit.conformance_tests.snapshots import (
-    IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests, SnapshotRestoreTests,
-)
+from statekit.conformance_tests.snapshots import LocalRecoveryTests, SnapshotRestoreTests
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.storage import StorageTests
 from statekit.conformance_tests.target import SuiteTarget

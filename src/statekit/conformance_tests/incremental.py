@@ -1,0 +1,116 @@
+"""Incremental level: snapshots that build on completed ones, through aborts, pending checkpoints
+and a rescale of a chain (skipped for a backend without ``incremental_snapshots``)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
+from statekit.conformance_tests.compare import assert_same_state
+from statekit.conformance_tests.snapshot_support import INCREMENTAL, fill_states, read_states
+from statekit.conformance_tests.workload import COUNT, LAST, SUMS
+from statekit.spi import KeyedStateBackend, StateBackend
+from statekit.spi.storage import CheckpointStreams
+from statekit.storage.inline import InlineStreams
+
+
+class IncrementalSnapshotTests(BackendTestBase):
+    """Incremental snapshots that build on completed ones (skipped without the capability)."""
+
+    @pytest.fixture
+    def snapshot_streams(self) -> CheckpointStreams:
+        return InlineStreams()
+
+    def _checkpoint(self, backend: KeyedStateBackend, checkpoint_id: int, streams: CheckpointStreams,
+                    complete: bool = True) -> Any:
+        handle = backend.snapshot(checkpoint_id, INCREMENTAL).write(streams)
+        if complete:
+            backend.notify_checkpoint_complete(checkpoint_id)
+        else:
+            backend.notify_checkpoint_aborted(checkpoint_id)
+        return handle
+
+    def _restored(self, state_backend: StateBackend, tmp_path: Any, handle: Any, streams: CheckpointStreams,
+                  name: str, **kwargs: Any) -> KeyedStateBackend:
+        return open_keyed_backend(state_backend, str(tmp_path / name), restore_handles=[handle],
+                                  restore_streams=streams, **kwargs)
+
+    def test_chain_of_completed_checkpoints_restores_every_key(self, state_backend, keyed_backend,
+                                                                snapshot_streams, tmp_path):
+        requires(state_backend, "incremental_snapshots")
+        expected = fill_states(keyed_backend, range(1500))
+        handle = self._checkpoint(keyed_backend, 1, snapshot_streams)
+        for checkpoint_id in range(2, 8):
+            expected.update(fill_states(keyed_backend, range(checkpoint_id * 37, 1500, 50), base=checkpoint_id * 1000))
+            count, last, sums = (keyed_backend.get_state(d) for d in (COUNT, LAST, SUMS))
+            for k in range(checkpoint_id, 1500, 97):  # clears and removals must reach the restored state
+                key = f"key-{k}"
+                set_key(keyed_backend, key)
+                if k % 2:
+                    for state in (count, last, sums):
+                        state.clear()
+                    expected.pop(key, None)
+                else:
+                    sums.remove("b")
+                    last.add(checkpoint_id)
+                    if key in expected:
+                        c, lst, sm = expected[key]
+                        expected[key] = (c, lst + [checkpoint_id], {k2: v for k2, v in sm.items() if k2 != "b"})
+            handle = self._checkpoint(keyed_backend, checkpoint_id, snapshot_streams)
+            restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, f"r{checkpoint_id}")
+            try:
+                assert_same_state(read_states(restored), expected, f"state restored from checkpoint {checkpoint_id}")
+            finally:
+                restored.dispose()
+
+    def test_aborted_checkpoint_changes_reach_the_next_one(self, state_backend, keyed_backend,
+                                                           snapshot_streams, tmp_path):
+        requires(state_backend, "incremental_snapshots")
+        expected = fill_states(keyed_backend, range(500))
+        self._checkpoint(keyed_backend, 1, snapshot_streams)
+        expected.update(fill_states(keyed_backend, range(0, 500, 3), base=2000))  # only in aborted checkpoint 2
+        self._checkpoint(keyed_backend, 2, snapshot_streams, complete=False)
+        expected.update(fill_states(keyed_backend, range(1, 500, 7), base=3000))
+        handle = self._checkpoint(keyed_backend, 3, snapshot_streams)
+        restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, "restored")
+        try:
+            assert_same_state(read_states(restored), expected, "changes of an aborted checkpoint were lost")
+        finally:
+            restored.dispose()
+
+    def test_pending_checkpoint_not_yet_confirmed(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        """Checkpoint 3 is taken while 2 is still pending: it must hold 2's changes too."""
+        requires(state_backend, "incremental_snapshots")
+        expected = fill_states(keyed_backend, range(400))
+        self._checkpoint(keyed_backend, 1, snapshot_streams)
+        expected.update(fill_states(keyed_backend, range(0, 400, 2), base=5000))
+        pending = keyed_backend.snapshot(2, INCREMENTAL)
+        expected.update(fill_states(keyed_backend, range(1, 400, 5), base=6000))
+        third = keyed_backend.snapshot(3, INCREMENTAL)
+        pending.write(snapshot_streams)
+        handle = third.write(snapshot_streams)
+        keyed_backend.notify_checkpoint_complete(3)
+        restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, "restored")
+        try:
+            assert_same_state(read_states(restored), expected, "checkpoint 3, taken while 2 was pending")
+        finally:
+            restored.dispose()
+
+    def test_rescale_from_an_incremental_chain(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        requires(state_backend, "incremental_snapshots")
+        expected = fill_states(keyed_backend, range(2000))
+        self._checkpoint(keyed_backend, 1, snapshot_streams)
+        expected.update(fill_states(keyed_backend, range(0, 2000, 9), base=7000))
+        handle = self._checkpoint(keyed_backend, 2, snapshot_streams)
+        found: dict[str, Any] = {}
+        for index in range(3):
+            restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, f"part-{index}",
+                                      subtask_index=index, parallelism=3)
+            try:
+                part = read_states(restored)
+                assert not part.keys() & found.keys(), "a key was restored by two subtasks"
+                found.update(part)
+            finally:
+                restored.dispose()
+        assert_same_state(found, expected, "state of 3 subtasks restored from an incremental chain")

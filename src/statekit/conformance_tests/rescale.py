@@ -1,0 +1,104 @@
+"""Rescale level: checkpoint at one parallelism, continue at another, and compare every key and
+value with an oracle; operator state redistribution, from checkpoints and from savepoints."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from statekit.checkpoint.assignment import assign
+from statekit.checkpoint.metadata import CheckpointMetadata
+from statekit.conformance_tests.base import BackendTestBase
+from statekit.conformance_tests.compare import assert_same_rows, assert_same_state
+from statekit.conformance_tests.snapshot_support import MAX_P, SNAPSHOT_MODES, snapshot_options_for
+from statekit.conformance_tests.workload import (
+    WorkloadFunction, dump_state, expected_outputs, expected_state, make_rows,
+)
+from statekit.runtime.local_runner import LocalRunner
+from statekit.serializers import Int64Serializer
+from statekit.spi import OperatorBackendParams, StateBackend, SubtaskInfo
+from statekit.spi.storage import CheckpointStorage, CheckpointStreams
+from statekit.storage.inline import InlineStreams
+
+RESCALE_MATRIX = [(4, 2), (2, 4), (2, 2), (15, 77), (77, 15)]
+
+
+class RescaleTests(BackendTestBase):
+    """Checkpoint at one parallelism, continue at another, compare every key with the oracle."""
+
+    @pytest.fixture
+    def checkpoint_storage(self) -> CheckpointStorage | None:
+        """The storage the rescaled jobs checkpoint to; None = the ``jobmanager`` storage."""
+        return None
+
+    @pytest.mark.parametrize("mode", SNAPSHOT_MODES)
+    @pytest.mark.parametrize("old,new", RESCALE_MATRIX, ids=[f"{a}to{b}" for a, b in RESCALE_MATRIX])
+    def test_rescale_matrix(self, state_backend, checkpoint_storage, tmp_path, old, new, mode):
+        rows_1, rows_2 = make_rows(3000, 800, seed=old), make_rows(2000, 800, seed=new + 1000)
+        runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=old, max_parallelism=MAX_P,
+                             state_backend=state_backend, local_dir=str(tmp_path / "local"),
+                             storage=checkpoint_storage, job_id=f"rescale-{old}-{new}-{mode}",
+                             incremental=snapshot_options_for(mode, state_backend).incremental)
+        runner.run_epoch(rows_1)
+        runner.rescale(new)
+        outputs = runner.run_epoch(rows_2)
+        assert_same_rows(outputs, expected_outputs(rows_2, rows_1), f"outputs after rescale {old}->{new}")
+        found = dump_state(runner.latest_metadata(), runner.streams, str(tmp_path), state_backend=state_backend,
+                           parallelism=new, operator_id=runner.operator_id)
+        assert_same_state(found, expected_state(rows_1 + rows_2), f"state after rescale {old}->{new}")
+
+    @pytest.mark.parametrize("old,new", [(4, 2), (2, 3)], ids=["4to2", "2to3"])
+    def test_operator_state_redistribution(self, state_backend, checkpoint_storage, tmp_path, old, new):
+        rows = make_rows(1000, 200, seed=7)
+        runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=old, max_parallelism=MAX_P,
+                             state_backend=state_backend, local_dir=str(tmp_path / "local"),
+                             storage=checkpoint_storage, job_id=f"redistribute-{old}-{new}")
+        runner.run_epoch(rows)
+        runner.rescale(new)
+        runner.run_epoch([])
+        metadata = runner.latest_metadata()
+        assert metadata is not None
+        seen_rows: list[int] = []
+        for state in _operator_states(state_backend, metadata, runner.streams, runner.operator_id, new):
+            seen_rows.extend(state["list"])
+            assert set(state["union"]) == {1, 2}, "union list state must give every subtask every element"
+            assert state["broadcast"] == {"categories": ["a", "b", "c", "d"]}
+        assert sum(seen_rows) == len(rows), "list state elements were lost or duplicated on redistribution"
+        assert len(seen_rows) == old + new, "every element of list state goes to exactly one subtask"
+
+    @pytest.mark.parametrize("new", [2, 3], ids=["same-parallelism", "rescaled"])
+    def test_operator_state_restores_alike_from_checkpoint_and_savepoint(self, state_backend, checkpoint_storage,
+                                                                         tmp_path, new):
+        """A savepoint holds each subtask's operator state as the checkpoint it was made from did:
+        list, union list and broadcast state restore identically from either."""
+        runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=MAX_P,
+                             state_backend=state_backend, local_dir=str(tmp_path / "local"),
+                             storage=checkpoint_storage, job_id=f"operator-state-from-savepoint-{new}")
+        runner.run_epoch(make_rows(400, 100, seed=11))
+        runner.run_epoch(make_rows(400, 100, seed=12))  # every subtask's union state now holds every epoch
+        checkpoint = runner.latest_metadata()
+        assert checkpoint is not None
+        from_checkpoint = _operator_states(state_backend, checkpoint, runner.streams, runner.operator_id, new)
+        from_savepoint = _operator_states(state_backend, runner.savepoint(), InlineStreams(), runner.operator_id, new)
+        assert from_checkpoint[0]["union"], "the workload's union list state is empty"
+        for index, (expected, found) in enumerate(zip(from_checkpoint, from_savepoint)):
+            assert found == expected, (f"subtask {index} of {new}: operator state restored from the savepoint "
+                                       f"differs from the checkpoint's: {found} != {expected}")
+
+
+def _operator_states(state_backend: StateBackend, metadata: CheckpointMetadata, streams: CheckpointStreams,
+                     operator_id: str, parallelism: int) -> list[dict[str, Any]]:
+    """The workload's operator state of every subtask, restored at ``parallelism``."""
+    operator = metadata.operator(operator_id)
+    found = []
+    for index in range(parallelism):
+        backend = state_backend.create_operator_backend(OperatorBackendParams(
+            SubtaskInfo(metadata.job_id, operator.operator_id, index, parallelism, operator.max_parallelism),
+            assign(operator, index, parallelism).operator, streams))
+        try:
+            found.append({"list": backend.get_list_state("rows-seen", Int64Serializer()).get(),
+                          "union": backend.get_union_list_state("epochs", Int64Serializer()).get(),
+                          "broadcast": dict(backend.get_broadcast_state("config").items())})
+        finally:
+            backend.dispose()
+    return found
