@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     import fsspec
 
 
-
 @dataclass(frozen=True)
 class StorageLocation:
     """Where a storage keeps checkpoints, as settings give it: ``directory`` is

@@ -75,7 +75,9 @@ from statekit.backends.common.kv_backend import KVKeyedStateBackend
 from statekit.backends.common.local_dirs import instance_path
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.lmdb.options import OPTIONS, LMDBOptions
-from statekit.backends.lmdb.store import LMDBStore, LMDBTable, LMDBView
+from statekit.backends.lmdb.read_snapshot import LMDBView
+from statekit.backends.lmdb.store import LMDBStore
+from statekit.backends.lmdb.table import LMDBTable
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, StateBackend,
 )

@@ -1,0 +1,160 @@
+"""Read snapshots: an MVCC read transaction (or, once spilled, a private copy of it) that pending
+snapshots and large iterations read from in chunks, and ``LMDBView`` over one."""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any, Iterator
+
+import lmdb
+
+from statekit.backends.common.kv_store import KVView
+from statekit.spi.errors import SnapshotError
+from statekit.backends.lmdb.cursors import read_range
+
+if TYPE_CHECKING:
+    from statekit.backends.lmdb.store import LMDBStore
+
+#: entries read per lock acquisition from a read snapshot
+CHUNK = 1024
+
+
+class SnapshotIterator:
+    """Entries already read, then the rest of a range from a read snapshot; the snapshot is
+    released when the iteration ends or the iterator is dropped."""
+
+    def __init__(self, first: list[tuple[bytes, bytes]], snapshot: "ReadSnapshot", name: str,
+                 lower: bytes, upper: bytes) -> None:
+        self._snapshot = snapshot
+        self._rest = snapshot.items(name, lower, upper)
+        self._it = iter(first)
+
+    def __iter__(self) -> "SnapshotIterator":
+        return self
+
+    def __next__(self) -> tuple[bytes, bytes]:
+        try:
+            return next(self._it)
+        except StopIteration:
+            pass
+        if self._rest is not None:
+            self._it, self._rest = self._rest, None
+            try:
+                return next(self._it)
+            except StopIteration:
+                pass
+        self.close()
+        raise StopIteration
+
+    def close(self) -> None:
+        if self._snapshot is not None:
+            self._snapshot.release()
+            self._snapshot = None  # type: ignore[assignment]
+
+    def __del__(self) -> None:
+        snapshot = self._snapshot
+        if snapshot is not None:  # no locks here: the store releases it at its next safe point
+            self._snapshot = None  # type: ignore[assignment]
+            snapshot._store._dropped.append(snapshot)
+
+
+class ReadSnapshot:
+    """A read transaction of the store's environment; if the map must grow while it is alive, it
+    is spilled to a private copy of its point in time. Read from any one thread at a time."""
+
+    def __init__(self, store: LMDBStore, txn: Any, dbs: dict[str, Any]) -> None:
+        self._store = store
+        self._txn = txn
+        self._dbs = dbs
+        self._max_key = store.max_key_size
+        self._lock = threading.Lock()
+        self._env: Any = None  # the spilled copy, once spilled
+        self._dir: str | None = None
+        self._closed = False
+
+    @property
+    def spilled(self) -> bool:
+        return self._env is not None
+
+    def _read(self, name: str, lower: bytes, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        with self._lock:
+            if self._closed:
+                raise SnapshotError("the LMDB snapshot was released (or its backend disposed) while it was read")
+            db = self._dbs.get(name)
+            if db is None:
+                return []
+            cursor = self._txn.cursor(db)
+            try:
+                return read_range(cursor, lower, upper, limit, self._max_key)
+            finally:
+                cursor.close()
+
+    def items(self, name: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """``lower <= key < upper`` of table ``name`` at the snapshot's point in time."""
+        while True:
+            chunk = self._read(name, lower, upper, CHUNK)
+            yield from chunk
+            if len(chunk) < CHUNK:
+                return
+            lower = chunk[-1][0] + b"\x00"  # the smallest key after the last one read
+
+    def spill(self) -> None:
+        """Copy this point in time into a private environment and read from it from now on."""
+        with self._lock:
+            if self._closed or self._env is not None:
+                return
+            store = self._store
+            directory = os.path.join(store.directory, f"spill-{uuid.uuid4().hex[:12]}")
+            os.makedirs(directory)
+            try:
+                store.env.copy(directory, compact=True, txn=self._txn)
+                env = lmdb.open(directory, readonly=True, lock=False, max_dbs=store.options.max_dbs,
+                                readahead=False, map_size=store.map_size)
+                txn = env.begin()
+                dbs = {}
+                for name in self._dbs:
+                    try:
+                        dbs[name] = env.open_db(name.encode("utf-8"), txn=txn, create=False)
+                    except lmdb.NotFoundError:
+                        pass
+            except BaseException:
+                shutil.rmtree(directory, ignore_errors=True)
+                raise
+            self._txn.abort()
+            self._txn, self._dbs, self._env, self._dir = txn, dbs, env, directory
+            store.spills += 1
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            txn, self._txn = self._txn, None
+            try:
+                if txn is not None:
+                    txn.abort()
+                if self._env is not None:
+                    self._env.close()
+                    self._env = None
+            finally:
+                if self._dir is not None:
+                    shutil.rmtree(self._dir, ignore_errors=True)
+
+    def release(self) -> None:
+        self.close()
+        self._store._forget(self)
+
+
+class LMDBView(KVView):
+    """The full snapshot's consistent view: one read snapshot of every table."""
+
+    def __init__(self, snapshot: ReadSnapshot) -> None:
+        self.snapshot = snapshot
+
+    def items(self, table: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return self.snapshot.items(table, lower, upper)
+
+    def release(self) -> None:
+        self.snapshot.release()
