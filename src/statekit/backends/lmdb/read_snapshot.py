@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 import lmdb
 
 from statekit.backends.common.kv_store import KVView
-from statekit.spi.errors import SnapshotError
 from statekit.backends.lmdb.cursors import read_range
+from statekit.spi.errors import SnapshotError
 
 if TYPE_CHECKING:
     from statekit.backends.lmdb.store import LMDBStore

@@ -25,11 +25,11 @@ from typing import Any
 import lmdb
 
 from statekit.backends.common.local_dirs import acquire_lock, release_lock
-from statekit.backends.lmdb.options import SETTING_PREFIX, LMDBOptions
-from statekit.spi.errors import SnapshotError, StateAccessError, StatekitError
 from statekit.backends.lmdb.cursors import RangeEnd, delete_range
+from statekit.backends.lmdb.options import SETTING_PREFIX, LMDBOptions
 from statekit.backends.lmdb.read_snapshot import ReadSnapshot
 from statekit.backends.lmdb.table import LMDBTable
+from statekit.spi.errors import SnapshotError, StateAccessError, StatekitError
 
 ENV_DIR = "env"
 

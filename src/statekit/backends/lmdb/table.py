@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 import lmdb
 
 from statekit.backends.common.kv_store import KVTable
-from statekit.spi.errors import StateAccessError
 from statekit.backends.lmdb.cursors import RangeEnd, delete_range, read_range
 from statekit.backends.lmdb.read_snapshot import SnapshotIterator
+from statekit.spi.errors import StateAccessError
 
 if TYPE_CHECKING:
     from statekit.backends.lmdb.store import LMDBStore
