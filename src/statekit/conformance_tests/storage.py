@@ -36,6 +36,7 @@ Assertions carry their own messages: pytest does not rewrite asserts in installe
 """
 from __future__ import annotations
 
+import io
 import json
 import posixpath
 import random
@@ -284,6 +285,13 @@ class StorageCommitTests(StorageTestBase):
         again = json_round_trip(handle)
         read = access.restore_streams().read(again)
         assert read == data, f"a {len(data)}-byte stream reads back different bytes ({len(read)} bytes)"
+
+    def test_copy_to_writes_the_verified_bytes(self, access):
+        data = payload(self.large_payload_size, seed=4)
+        handle = json_round_trip(write_stream(access.streams(1, SUBTASK), data))
+        target = io.BytesIO()
+        access.restore_streams().copy_to(handle, target)
+        assert target.getvalue() == data, f"copy_to wrote {len(target.getvalue())} other bytes"
 
     def test_read_range(self, access):
         data = payload(self.large_payload_size, seed=2)
@@ -668,6 +676,8 @@ class StorageCorruptionTests(StorageTestBase):
         message = str(caught.value)
         assert "checksum" in message, f"the error does not say 'checksum': {message}"
         assert _names_file(message, path), f"the error does not name the corrupt file {path}: {message}"
+        with expect_error(CorruptStateError, "copy_to of a stream with one flipped byte must fail its checksum"):
+            access.restore_streams().copy_to(handle, io.BytesIO())
 
     def test_flipped_byte_fails_a_whole_restore(self, checkpoint_storage, tmp_path):
         """A keyed snapshot written by the heap backend through this storage, one byte flipped in

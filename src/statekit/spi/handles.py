@@ -45,14 +45,21 @@ class StreamChecksum:
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
 
+    def verify(self, expected: str, size: int, what: str) -> None:
+        """``verify_checksum`` for the bytes seen so far (``size`` of them)."""
+        _verify_digest(self.hexdigest(), expected, size, what)
+
 
 def verify_checksum(data: bytes | memoryview, expected: str, what: str) -> None:
     """Raise ``CorruptStateError`` naming ``what`` unless ``data`` has the expected checksum."""
-    actual = checksum(data)
+    _verify_digest(checksum(data), expected, len(data), what)
+
+
+def _verify_digest(actual: str, expected: str, size: int, what: str) -> None:
     if actual != expected:
         raise CorruptStateError(
             f"{what} is corrupt: checksum {actual} does not match the recorded {expected} "
-            f"({len(data)} bytes read). Restore from an earlier checkpoint or savepoint.")
+            f"({size} bytes read). Restore from an earlier checkpoint or savepoint.")
 
 
 def register_handle(tag: str) -> Callable[[H], H]:

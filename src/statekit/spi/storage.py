@@ -10,7 +10,7 @@ import enum
 import io
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, BinaryIO, ClassVar, Mapping
 
 from statekit.spi.handles import StreamStateHandle
 
@@ -53,6 +53,12 @@ class CheckpointStreams(ABC):
     def read_range(self, handle: StreamStateHandle, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset``; a short read raises ``CorruptStateError``. The
         caller verifies the checksums of the ``ByteRange``s inside (``verify_checksum``)."""
+
+    def copy_to(self, handle: StreamStateHandle, target: BinaryIO) -> None:
+        """Write the stream's bytes to ``target``, verified like ``read`` (size and checksum; the
+        caller discards ``target`` when it raises). Restores of whole files (RocksDB's SSTs) use
+        it; the default reads the stream whole, a storage of large files copies in chunks."""
+        target.write(self.read(handle))
 
 
 @dataclass(frozen=True)

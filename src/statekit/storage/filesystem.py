@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import posixpath
 import uuid
-from typing import Any
+from typing import Any, BinaryIO
 
 import fsspec
 
@@ -31,6 +31,8 @@ from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, OWNER
 from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure, open_url
 
 DEFAULT_MEMORY_THRESHOLD = 20 * 1024
+#: bytes per read when a file is copied (``copy_to``)
+COPY_CHUNK = 8 << 20
 SAVEPOINT_DIR_SETTING = "spark.statekit.savepoint.dir"
 OPTIONS = OptionSet("spark.statekit.checkpoint.filesystem.",
                     Option("memory-threshold", size(minimum=0, maximum=1 << 30), DEFAULT_MEMORY_THRESHOLD,
@@ -154,6 +156,28 @@ class FileSystemCheckpointStreams(CheckpointStreams):
                                     f"its handle records {handle.size}")
         verify_checksum(data, handle.checksum, f"checkpoint file {path}")
         return data
+
+    def copy_to(self, handle: StreamStateHandle, target: BinaryIO) -> None:
+        if isinstance(handle, InlineStateHandle):
+            target.write(self.read(handle))
+            return
+        path = self._path(handle)
+        checksum, size = StreamChecksum(), 0
+        try:
+            with self.fs.open(path, "rb") as source:
+                while chunk := source.read(COPY_CHUNK):
+                    checksum.update(chunk)
+                    target.write(chunk)
+                    size += len(chunk)
+        except FileNotFoundError as exc:
+            raise RestoreError(f"checkpoint file {path} is missing; it was deleted or the checkpoint was "
+                               f"moved (only savepoints are relocatable)") from exc
+        except OSError as exc:
+            raise RestoreError(io_failure("read checkpoint file", path, exc, self.setting)) from exc
+        if size != handle.size:
+            raise CorruptStateError(f"checkpoint file {path} is truncated or was changed: {size} bytes, "
+                                    f"its handle records {handle.size}")
+        checksum.verify(handle.checksum, size, f"checkpoint file {path}")
 
     def read_range(self, handle: StreamStateHandle, offset: int, length: int) -> bytes:
         if isinstance(handle, InlineStateHandle):

@@ -262,7 +262,7 @@ def _download(handle: IncrementalRocksDBStateHandle, streams: CheckpointStreams,
     os.makedirs(directory, exist_ok=True)
     for name, stream in {**handle.shared, **handle.private}.items():
         with open(os.path.join(directory, name), "wb") as f:
-            f.write(streams.read(stream))
+            streams.copy_to(stream, f)  # in chunks: an SST file is never held in memory whole
 
 
 class _IncrementalSnapshot(PendingSnapshot):
