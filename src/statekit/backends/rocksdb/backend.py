@@ -1,9 +1,11 @@
 """The RocksDB keyed state backend (rocksdict in raw mode): state on local disk, out of core.
 
 One column family per state; keys laid out by ``key_layout``. Snapshots are either full (the
-canonical format, for savepoints and ``incremental=false``) or incremental: the synchronous part
-takes a native RocksDB checkpoint (hard links), the asynchronous part uploads only the SST files
-not confirmed by a completed checkpoint and always the private files (Flink's strategy).
+canonical format, for savepoints and ``incremental=false``) or incremental (``incremental.py``):
+the synchronous part takes a native RocksDB checkpoint (hard links), the asynchronous part
+uploads only the SST files not confirmed by a completed checkpoint and always the private files
+(Flink's strategy). This module keeps the store and the restores, incremental ones by download
+(``transfer.py``), clip and SST ingestion.
 """
 from __future__ import annotations
 
@@ -20,16 +22,18 @@ from statekit.backends.common.kv_backend import KVKeyedStateBackend
 from statekit.backends.common.local_dirs import instance_path
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.rocksdb.handle import IncrementalRocksDBStateHandle
+from statekit.backends.rocksdb.incremental import IncrementalSnapshot
 from statekit.backends.rocksdb.options import OPTIONS, RocksDBOptions
 from statekit.backends.rocksdb.table import CheckpointView, ColumnFamilyTable, bounded_items
+from statekit.backends.rocksdb.transfer import download
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot,
     SnapshotOptions, SnapshotType, StateBackend,
 )
-from statekit.spi.errors import RestoreError, SnapshotError, StatekitError
-from statekit.spi.handles import KeyGroupsStateHandle, StateHandle, StreamStateHandle
+from statekit.spi.errors import RestoreError, StatekitError
+from statekit.spi.handles import KeyGroupsStateHandle, StreamStateHandle
 from statekit.spi.key_groups import KeyGroupRange
-from statekit.spi.storage import CheckpointStreams, StateScope
+from statekit.spi.storage import CheckpointStreams
 
 DEFAULT_COLUMN_FAMILY = "default"
 
@@ -136,7 +140,13 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         if options.snapshot_type is SnapshotType.SAVEPOINT or not options.incremental:
             return super().snapshot(checkpoint_id, options)
         checkpoint_dir = self._native_checkpoint(f"chk-{checkpoint_id}")
-        return _IncrementalSnapshot(self, checkpoint_id, checkpoint_dir, dict(self._confirmed))
+        return IncrementalSnapshot(checkpoint_dir, dict(self._confirmed), self._uploaded,
+                                   self.key_group_range, checkpoint_id, self.backend_id, self.state_metas(),
+                                   self.key_serializer.snapshot().to_json())
+
+    def _uploaded(self, checkpoint_id: int, shared: dict[str, StreamStateHandle]) -> None:
+        """The SST files checkpoint ``checkpoint_id`` uploaded or reused: confirmed once it completes."""
+        self._pending[checkpoint_id] = shared
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         uploaded = self._pending.pop(checkpoint_id, None)
@@ -184,7 +194,7 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
             self.adopt_state_metas(handle.states, handle.key_serializer)
         # the base: the handle overlapping most; its files become this instance's database
         base = max(handles, key=lambda h: len(h.key_group_range.intersection(target)))
-        _download(base, streams, self.db_dir)
+        download(base, streams, self.db_dir)
         self._open(self.db_dir, Rdict.list_cf(self.db_dir, self._options.db_options()))
         exact = base.key_group_range == target
         if exact and len(handles) == 1:
@@ -212,7 +222,7 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
             return
         temporary = os.path.join(self.instance_dir, f"merge-{uuid.uuid4().hex[:8]}")
         try:
-            _download(handle, streams, temporary)
+            download(handle, streams, temporary)
             names = Rdict.list_cf(temporary, self._options.db_options())
             source = Rdict(temporary, self._options.db_options(),
                            column_families={n: self._options.column_family_options() for n in names
@@ -256,55 +266,3 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
                 self._db = None
         if not self._keeps_dir:
             shutil.rmtree(self.instance_dir, ignore_errors=True)
-
-
-def _download(handle: IncrementalRocksDBStateHandle, streams: CheckpointStreams, directory: str) -> None:
-    os.makedirs(directory, exist_ok=True)
-    for name, stream in {**handle.shared, **handle.private}.items():
-        with open(os.path.join(directory, name), "wb") as f:
-            streams.copy_to(stream, f)  # in chunks: an SST file is never held in memory whole
-
-
-class _IncrementalSnapshot(PendingSnapshot):
-    def __init__(self, backend: RocksDBKeyedStateBackend, checkpoint_id: int, checkpoint_dir: str,
-                 confirmed: dict[str, StreamStateHandle]) -> None:
-        self._backend = backend
-        self._checkpoint_id = checkpoint_id
-        self._dir = checkpoint_dir
-        self._confirmed = confirmed
-        self._metas = backend.state_metas()
-        self._key_serializer = backend.key_serializer.snapshot().to_json()
-
-    def write(self, streams: CheckpointStreams) -> StateHandle | None:
-        try:
-            shared: dict[str, StreamStateHandle] = {}
-            private: dict[str, StreamStateHandle] = {}
-            for name in sorted(os.listdir(self._dir)):
-                if name.endswith(".sst"):
-                    reused = self._confirmed.get(name)
-                    shared[name] = reused if reused is not None else _upload(self._dir, name, streams, StateScope.SHARED)
-                else:
-                    private[name] = _upload(self._dir, name, streams, StateScope.EXCLUSIVE)
-            self._backend._pending[self._checkpoint_id] = shared
-            return IncrementalRocksDBStateHandle(self._backend.key_group_range, self._checkpoint_id,
-                                                 self._backend.backend_id, shared, private, self._key_serializer,
-                                                 tuple(self._metas))
-        except OSError as exc:
-            raise SnapshotError(f"cannot read RocksDB checkpoint files in {self._dir}: {exc}") from exc
-        finally:
-            self.release()
-
-    def release(self) -> None:
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-
-def _upload(directory: str, name: str, streams: CheckpointStreams, scope: StateScope) -> StreamStateHandle:
-    out = streams.create_output(scope, name=name)
-    try:
-        with open(os.path.join(directory, name), "rb") as f:
-            while chunk := f.read(4 << 20):
-                out.write(chunk)
-        return out.close_and_get_handle()
-    except BaseException:
-        out.discard()
-        raise
