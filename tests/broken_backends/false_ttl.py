@@ -11,7 +11,7 @@ from statekit.spi import Capabilities, KeyedBackendParams, State, StateDescripto
 
 class IgnoresTtlKeyedBackend(HeapKeyedStateBackend):
     def get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> State:
-        return self._get_state(dataclasses.replace(descriptor, ttl=None), namespace_serializer)
+        return self._registered_state(dataclasses.replace(descriptor, ttl=None), namespace_serializer)
 
 
 class FalseTtlBackend(HeapStateBackend):

@@ -10,6 +10,7 @@ namespace encoding, the canonical snapshot writer/reader and the changelog track
 can use ``DefaultOperatorStateBackend`` for operator state. Options are declared with
 ``statekit.spi.options``. See ``docs/plugin-authors.md``.
 """
+from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend
 from statekit.backends.common.canonical import (
     CHANGELOG_FORMAT, FORMAT as CANONICAL_FORMAT, CanonicalSnapshotWriter, read_key_groups, state_runs,
 )
@@ -33,6 +34,8 @@ from statekit.backends.common.ttl import TtlSerializer, expiry_deadlines, timest
 __all__ = [
     # a backend over an ordered byte key-value store
     "KVTable", "KVView", "KVKeyedStateBackend", "ChangelogConfig",
+    # a backend with its own data structures: the skeleton both the heap and the KV layer build on
+    "AbstractKeyedStateBackend",
     # operator state, for any backend
     "DefaultOperatorStateBackend",
     # executor-local files: one instance directory per keyed backend, locked to one process; its option

@@ -6,13 +6,13 @@ The RocksDB and LMDB backends are built on it, and so can a plugin's.
 """
 from __future__ import annotations
 
-import time
 from abc import abstractmethod
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping
 
-from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, read_key_groups, state_runs
+from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend
+from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, state_runs
 from statekit.backends.common.changelog import (
-    OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker, restore_chain, split_ops,
+    OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker,
 )
 from statekit.backends.common.key_layout import (
     cell_key, decode_list, encode_list, key_group_bounds, key_group_prefix, prefix_upper_bound, split_cell_key,
@@ -23,40 +23,36 @@ from statekit.backends.common.kv_states import (
 )
 from statekit.backends.common.kv_store import KVTable, KVView
 from statekit.backends.common.namespaces import encode_namespace
-from statekit.backends.common.registration import RegisteredState, default_value, register
-from statekit.backends.common.ttl import expiry_deadlines, timestamp_of, ttl_state
-from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType
+from statekit.backends.common.registration import RegisteredState, default_value
+from statekit.backends.common.ttl import timestamp_of
+from statekit.spi.backend import KeyedBackendParams, PendingSnapshot
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError, StateAccessError
-from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo
+from statekit.spi.handles import KeyGroupsStateHandle, StateHandle, StateMetaInfo
 from statekit.spi.key_groups import KeyGroupRange
-from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
-from statekit.spi.state import State, VOID_NAMESPACE
+from statekit.spi.serializer import TypeSerializer
+from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
 
 _STATE_CLASSES = {StateKind.VALUE: KVValueState, StateKind.LIST: KVListState, StateKind.MAP: KVMapState,
                   StateKind.REDUCING: KVReducingState, StateKind.AGGREGATING: KVAggregatingState}
 
 
-class KVKeyedStateBackend(KeyedStateBackend):
-    #: the backend's name in error messages
-    backend_name = "kv"
-    #: the KV layer implements TTL for every backend built on it (``common/ttl.py``): a factory
-    #: of such a backend declares ``Capabilities(ttl=True)``
-    supports_ttl = True
+class KVKeyedStateBackend(AbstractKeyedStateBackend):
+    """The skeleton over a ``KVTable`` per state: a subclass provides ``_table``, ``_view`` and
+    ``dispose``. The KV layer implements TTL (``common/ttl.py``): pass the factory's ``ttl``
+    capability as ``supports_ttl``."""
 
-    def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig()) -> None:
-        super().__init__(params)
-        #: changelog incremental snapshots (unused by backends with native incremental snapshots)
-        self._changelog = ChangelogTracker(self.key_group_range, changelog)
-        self._registrations: dict[str, RegisteredState] = {}
-        self._states: dict[str, KVState] = {}
+    backend_name = "kv"
+
+    def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig(),
+                 supports_ttl: bool = True) -> None:
+        super().__init__(params, changelog, supports_ttl)
         self._key: Any = None
         self._key_group = -1
         self._prefix: bytes | None = None
         start = self.key_group_range.start
-        self._kg_prefixes = [key_group_prefix(start + i) for i in range(len(self.key_group_range))]
-        self._sweep_cursor: tuple[str, bytes] = ("", b"")  # (state, the next stored key to visit)
+        self._kg_prefixes = [key_group_prefix(start + i) for i in range(self._num_key_groups)]
 
     # --- the store, provided by subclasses
     @abstractmethod
@@ -69,11 +65,8 @@ class KVKeyedStateBackend(KeyedStateBackend):
 
     # --- current key
     def set_current_key(self, key: Any, key_group: int) -> None:
-        index = key_group - self.key_group_range.start
-        if not 0 <= index < len(self._kg_prefixes):
-            raise StateAccessError(
-                f"key {key!r} is in key group {key_group}, outside this backend's range "
-                f"{self.key_group_range}; the key group must be computed with the job's max parallelism")
+        if not 0 <= key_group - self.key_group_range.start < self._num_key_groups:
+            raise self._key_outside_range(key, key_group)
         self._key, self._key_group, self._prefix = key, key_group, None
 
     def current_key_prefix(self) -> bytes:
@@ -88,80 +81,15 @@ class KVKeyedStateBackend(KeyedStateBackend):
         return prefix
 
     # --- states
-    def get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> State:
-        if descriptor.ttl is not None and self.supports_ttl:
-            return ttl_state(descriptor, lambda inner: self._get_state(inner, namespace_serializer),
-                             lambda: self.processing_time_ms)
-        return self._get_state(descriptor, namespace_serializer)
-
-    def _get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> State:
-        registration = register(self._registrations.get(descriptor.name), descriptor, namespace_serializer,
-                                self.supports_ttl, self.backend_name)
-        self._registrations[descriptor.name] = registration
-        state = self._states.get(descriptor.name)
-        if state is None:
-            table = self._table(descriptor.name)
-            cls = _STATE_CLASSES[descriptor.kind]
-            if descriptor.kind is StateKind.VALUE:
-                state = KVValueState(self, table, registration, default_value(descriptor))
-            elif descriptor.kind is StateKind.REDUCING:
-                state = KVReducingState(self, table, registration, descriptor.reduce_function)  # type: ignore[attr-defined]
-            elif descriptor.kind is StateKind.AGGREGATING:
-                state = KVAggregatingState(self, table, registration, descriptor.aggregate_function)  # type: ignore[attr-defined]
-            else:
-                state = cls(self, table, registration)
-            self._states[descriptor.name] = state
-        return state
-
-    def sweep_expired(self, max_seconds: float) -> int:
-        """Range-scan the states with TTL, from where the last sweep stopped, deleting expired
-        entries (a list keeps its live elements); reads timestamps from the stored bytes."""
-        deadlines = expiry_deadlines(self.state_metas(), self.processing_time_ms)
-        if not deadlines:
-            return 0
-        lower, upper = key_group_bounds(self.key_group_range)
-        names = sorted(deadlines)
-        name, resume = self._sweep_cursor if self._sweep_cursor[0] in deadlines else (names[0], lower)
-        stop_at = time.monotonic() + max_seconds
-        removed = 0
-        for step in range(len(names) + 1):
-            current = names[(names.index(name) + step) % len(names)]
-            kind = self._registrations[current].kind
-            table = self._table(current)
-            visited = 0
-            for stored, data in table.items(resume if step == 0 else lower, upper):
-                removed += self._sweep_entry(current, kind, table, stored, data, deadlines[current])
-                visited += 1
-                if visited % 256 == 0 and time.monotonic() >= stop_at:
-                    self._sweep_cursor = (current, stored + b"\x00")
-                    return removed
-            if time.monotonic() >= stop_at:
-                break
-        self._sweep_cursor = (names[(names.index(name) + 1) % len(names)], lower)
-        return removed
-
-    def _sweep_entry(self, name: str, kind: StateKind, table: KVTable, stored: bytes, data: bytes,
-                     deadline: int) -> int:
-        if kind is StateKind.LIST:
-            elements = decode_list(data)
-            alive = [element for element in elements if timestamp_of(element) > deadline]
-            if len(alive) == len(elements):
-                return 0
-            if alive:
-                table.put(stored, encode_list(alive))
-            else:
-                table.delete(stored)
-            gone = len(elements) - len(alive)
-        elif timestamp_of(data) > deadline:
-            return 0
-        else:
-            table.delete(stored)
-            gone = 1
-        if self._changelog.enabled:
-            key_group, key, namespace, _ = split_cell_key(stored)
-            cell = cell_key(key_group_prefix(key_group), key, namespace)
-            self._changelog.dirty[key_group - self.key_group_range.start].add((name, cell))
-        return gone
+    def _create_state(self, descriptor: StateDescriptor, registration: RegisteredState) -> KVState:
+        table = self._table(descriptor.name)
+        if descriptor.kind is StateKind.VALUE:
+            return KVValueState(self, table, registration, default_value(descriptor))
+        if descriptor.kind is StateKind.REDUCING:
+            return KVReducingState(self, table, registration, descriptor.reduce_function)  # type: ignore[attr-defined]
+        if descriptor.kind is StateKind.AGGREGATING:
+            return KVAggregatingState(self, table, registration, descriptor.aggregate_function)  # type: ignore[attr-defined]
+        return _STATE_CLASSES[descriptor.kind](self, table, registration)
 
     def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
         registration = self._registrations.get(state_name)
@@ -180,72 +108,24 @@ class KVKeyedStateBackend(KeyedStateBackend):
                 previous = key
                 yield deserialize(key)
 
-    def state_names(self) -> list[str]:
-        return sorted(self._registrations)
-
-    def state_metas(self) -> list[StateMetaInfo]:
-        return [self._registrations[name].meta() for name in sorted(self._registrations)]
-
     # --- snapshots: full (canonical) or changelog (a new base, or a delta of the changed cells)
-    def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
+    def _full_snapshot(self, checkpoint_id: int) -> PendingSnapshot:
         view, metas = self._view(), self.state_metas()
-        expired = expiry_deadlines(metas, self.processing_time_ms)
-        if options.snapshot_type is SnapshotType.SAVEPOINT or not options.incremental:
-            return CanonicalKVSnapshot(view, self.key_group_range, self.key_serializer, metas, expired=expired)
-        base = self._changelog.needs_base()
-        changed = self._changelog.capture(checkpoint_id)
+        return CanonicalKVSnapshot(view, self.key_group_range, self.key_serializer, metas,
+                                   expired=self.expired_now(metas))
+
+    def _changelog_snapshot(self, checkpoint_id: int, changed: list[set[Any]] | None) -> PendingSnapshot:
+        view, metas = self._view(), self.state_metas()
         return ChangelogKVSnapshot(view, self.key_group_range, self.key_serializer, metas, checkpoint_id,
-                                   self._changelog, None if base else changed, expired)
+                                   self._changelog, changed, self.expired_now(metas))
 
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        self._changelog.complete(checkpoint_id)
-
-    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
-        self._changelog.abort(checkpoint_id)
-
-    # --- restore from canonical snapshots and changelog chains
-    def restore_canonical(self, handles: Sequence[StateHandle], streams: CheckpointStreams | None) -> None:
-        for handle in handles:
-            if not isinstance(handle, (KeyGroupsStateHandle, ChangelogStateHandle)):
-                raise RestoreError(f"the {self.backend_name} backend cannot restore a {type(handle).__name__} here")
-            if streams is None:
-                raise RestoreError("restore handles were given without the streams to read them")
-            self.adopt_state_metas(handle.state_meta_infos(), handle.key_serializer_snapshot())
-            if isinstance(handle, ChangelogStateHandle):
-                restore_chain(handle, streams, self.key_group_range, self._load_batch, self._apply_delta)
-            else:
-                for key_group, batch in read_key_groups(handle, streams, handle.restore_key_groups(self.key_group_range)):
-                    self._load_batch(key_group, batch)
-        self._adopt_chain(handles)
-
-    def resume_bookkeeping(self, handles: Sequence[KeyedStateHandle]) -> None:
-        """Local recovery: the store already holds the state of ``handles``; learn its states and
-        changelog chain from them without loading anything."""
-        for handle in handles:
-            self.adopt_state_metas(handle.state_meta_infos(), handle.key_serializer_snapshot())
-        self._adopt_chain(handles)
-
-    def _adopt_chain(self, handles: Sequence[StateHandle]) -> None:
-        if len(handles) == 1 and self.params.share_restored_files:
-            self._changelog.adopt(handles[0], handles[0].key_group_range == self.key_group_range)  # type: ignore[attr-defined]
-
-    def _apply_delta(self, key_group: int, batch: Any) -> None:
-        deletes, puts = split_ops(batch)
-        if deletes:
-            kg = key_group_prefix(key_group)
-            states, keys, namespaces = (batch.column(c).to_pylist() for c in ("state", "key", "namespace"))
-            for i in deletes:
-                cell = cell_key(kg, keys[i], namespaces[i])
-                self._table(states[i]).delete_range(cell, prefix_upper_bound(cell))
-        self._load_batch(key_group, puts)
-
-    def adopt_state_metas(self, metas: Sequence[StateMetaInfo], key_serializer: dict[str, Any] | None) -> None:
-        """Know the restored states (kind, serializers) before the job registers them again."""
-        if key_serializer is not None:
-            check_compatibility("<keys>", "key", self.key_serializer, SerializerSnapshot.from_json(key_serializer))
-        for meta in metas:
-            if meta.name not in self._registrations:
-                self._registrations[meta.name] = RegisteredState.from_meta(meta)
+    # --- restore
+    def _delete_cells(self, key_group: int, batch: Any, rows: list[int]) -> None:
+        kg = key_group_prefix(key_group)
+        states, keys, namespaces = (batch.column(c).to_pylist() for c in ("state", "key", "namespace"))
+        for i in rows:
+            cell = cell_key(kg, keys[i], namespaces[i])
+            self._table(states[i]).delete_range(cell, prefix_upper_bound(cell))
 
     def _load_batch(self, key_group: int, batch: Any) -> None:
         columns = batch.to_pydict()
@@ -272,6 +152,37 @@ class KVKeyedStateBackend(KeyedStateBackend):
             if pending_cell is not None:
                 entries.append((pending_cell, encode_list(pending_elements)))
             self._table(name).put_many(entries)
+
+    # --- TTL sweep: a range scan of the key group's cells, timestamps read from the stored bytes
+    def _sweep_key_group(self, registration: RegisteredState, index: int, deadline: int) -> int:
+        table = self._table(registration.name)
+        lower, upper = key_group_bounds(KeyGroupRange(self.key_group_range.start + index,
+                                                      self.key_group_range.start + index))
+        return sum(self._sweep_entry(registration, table, stored, data, deadline)
+                   for stored, data in table.items(lower, upper))
+
+    def _sweep_entry(self, registration: RegisteredState, table: KVTable, stored: bytes, data: bytes,
+                     deadline: int) -> int:
+        if registration.kind is StateKind.LIST:
+            elements = decode_list(data)
+            alive = [element for element in elements if timestamp_of(element) > deadline]
+            if len(alive) == len(elements):
+                return 0
+            if alive:
+                table.put(stored, encode_list(alive))
+            else:
+                table.delete(stored)
+            gone = len(elements) - len(alive)
+        elif timestamp_of(data) > deadline:
+            return 0
+        else:
+            table.delete(stored)
+            gone = 1
+        if self._changelog.enabled:
+            key_group, key, namespace, _ = split_cell_key(stored)
+            cell = cell_key(key_group_prefix(key_group), key, namespace)
+            self._changelog.dirty[key_group - self.key_group_range.start].add((registration.name, cell))
+        return gone
 
 
 class ChangelogKVSnapshot(PendingSnapshot):

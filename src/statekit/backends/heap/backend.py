@@ -1,17 +1,14 @@
 """The heap keyed state backend: all state as Python objects in dicts, by key group."""
 from __future__ import annotations
 
-import time
 from typing import Any, Iterator
 
-from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, read_key_groups, state_runs
-from statekit.backends.common.changelog import (
-    OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker, restore_chain, split_ops,
-)
+from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend
+from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, state_runs
+from statekit.backends.common.changelog import OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle
 from statekit.backends.common.namespaces import decode_namespace, encode_namespace
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
-from statekit.backends.common.registration import RegisteredState, default_value, register
-from statekit.backends.common.ttl import expiry_deadlines, ttl_state
+from statekit.backends.common.registration import RegisteredState, default_value
 from statekit.backends.heap.copies import UserKeys
 from statekit.backends.heap.options import OPTIONS
 from statekit.backends.heap.state_table import KeyGroupMap, StateTable
@@ -19,14 +16,12 @@ from statekit.backends.heap.states import (
     HeapAggregatingState, HeapListState, HeapMapState, HeapReducingState, HeapState, HeapValueState,
 )
 from statekit.spi.backend import (
-    Capabilities, KeyedBackendParams, KeyedStateBackend, OperatorBackendParams, OperatorStateBackend,
-    PendingSnapshot, SnapshotOptions, SnapshotType, StateBackend,
+    Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot, StateBackend,
 )
 from statekit.spi.descriptors import StateDescriptor, StateKind
-from statekit.spi.errors import RestoreError, StateAccessError
+from statekit.spi.errors import RestoreError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle
-from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
-from statekit.spi.state import State, VOID_NAMESPACE
+from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
 
 
@@ -48,53 +43,38 @@ class HeapStateBackend(StateBackend):
         return DefaultOperatorStateBackend(params)
 
 
-class HeapKeyedStateBackend(KeyedStateBackend):
+class HeapKeyedStateBackend(AbstractKeyedStateBackend):
+    backend_name = "heap"
+
     def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig(),
                  supports_ttl: bool = True) -> None:
-        super().__init__(params)
-        #: TTL is implemented here (``common/ttl.py``); honoured when the factory declares ``ttl``
-        self.supports_ttl = supports_ttl
-        self._changelog = ChangelogTracker(self.key_group_range, changelog)
+        super().__init__(params, changelog, supports_ttl)
         self._tables: dict[str, StateTable] = {}
-        self._states: dict[str, HeapState] = {}
-        self._num_key_groups = len(self.key_group_range)
         self._key: Any = None
         self._key_group = -1
         self._index = self._num_key_groups  # the NO_CURRENT_KEY slot of every StateTable
-        self._sweep_position = 0
+        self._key_cache: dict[bytes, Any] = {}  # deserialized keys while restoring
         if params.restore_handles:
-            self._restore(params)
+            self.restore_canonical(params.restore_handles, params.restore_streams)
+            self._key_cache = {}
 
     # --- current key
     def set_current_key(self, key: Any, key_group: int) -> None:
         index = key_group - self.key_group_range.start
         if not 0 <= index < self._num_key_groups:
-            raise StateAccessError(
-                f"key {key!r} is in key group {key_group}, outside this backend's range "
-                f"{self.key_group_range}; the key group must be computed with the job's max parallelism")
+            raise self._key_outside_range(key, key_group)
         self._key, self._key_group, self._index = key, key_group, index
 
     # --- states
-    def get_state(self, descriptor: StateDescriptor,
-                  namespace_serializer: TypeSerializer | None = None) -> State:
-        if descriptor.ttl is not None and self.supports_ttl:
-            return ttl_state(descriptor, lambda inner: self._get_state(inner, namespace_serializer),
-                             lambda: self.processing_time_ms)
-        return self._get_state(descriptor, namespace_serializer)
-
-    def _get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> State:
-        table = self._tables.get(descriptor.name)
-        registration = register(table.registration if table else None, descriptor, namespace_serializer,
-                                self.supports_ttl, HeapStateBackend.name)
+    def _state_known(self, registration: RegisteredState) -> None:
+        table = self._tables.get(registration.name)
         if table is None:
-            table = self._tables[descriptor.name] = StateTable(registration, self.key_group_range)
-        table.registration = registration
-        state = self._states.get(descriptor.name)
-        if state is None:
-            state = self._states[descriptor.name] = self._create_state(descriptor, table)
-        return state
+            self._tables[registration.name] = StateTable(registration, self.key_group_range)
+        else:
+            table.registration = registration
 
-    def _create_state(self, descriptor: StateDescriptor, table: StateTable) -> HeapState:
+    def _create_state(self, descriptor: StateDescriptor, registration: RegisteredState) -> HeapState:
+        table = self._tables[descriptor.name]
         kind = descriptor.kind
         if kind is StateKind.VALUE:
             return HeapValueState(self, table, default_value(descriptor))
@@ -106,28 +86,28 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             return HeapReducingState(self, table, descriptor.reduce_function)  # type: ignore[attr-defined]
         return HeapAggregatingState(self, table, descriptor.aggregate_function)  # type: ignore[attr-defined]
 
-    def sweep_expired(self, max_seconds: float) -> int:
-        """Visit key groups of the states with TTL, from where the last sweep stopped, replacing
-        entries that hold expired elements (never changing a held object in place: a pending
-        snapshot may share it)."""
-        deadlines = expiry_deadlines([t.registration.meta() for t in self._tables.values()], self.processing_time_ms)
-        work = [(name, index) for name in sorted(deadlines) for index in range(self._num_key_groups)]
-        if not work:
-            return 0
-        start = self._sweep_position % len(work)
-        stop_at = time.monotonic() + max_seconds
-        removed = 0
-        for step in range(len(work)):
-            name, index = work[(start + step) % len(work)]
-            removed += self._sweep_key_group(self._tables[name], index, deadlines[name])
-            if time.monotonic() >= stop_at:
-                self._sweep_position = start + step + 1
-                return removed
-        self._sweep_position = start
-        return removed
+    def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
+        table = self._tables.get(state_name)
+        return table.keys(namespace) if table is not None else iter(())
 
-    def _sweep_key_group(self, table: StateTable, index: int, deadline: int) -> int:
-        kind = table.registration.kind
+    # --- snapshots: the key-group maps are shared with the pending snapshot (copy-on-write)
+    def _full_snapshot(self, checkpoint_id: int) -> PendingSnapshot:
+        shared = {name: (table, *table.share()) for name, table in sorted(self._tables.items())
+                  if not table.is_empty()}
+        return _HeapPendingSnapshot(self, shared, checkpoint_id)
+
+    def _changelog_snapshot(self, checkpoint_id: int, changed: list[set[Any]] | None) -> PendingSnapshot:
+        shared = {name: (table, *table.share()) for name, table in sorted(self._tables.items())}
+        return _HeapPendingSnapshot(self, shared, checkpoint_id, incremental=True, changed=changed)
+
+    def dispose(self) -> None:
+        self._tables.clear()
+        self._states.clear()
+
+    # --- TTL sweep: entries are replaced, never changed in place (a pending snapshot may share them)
+    def _sweep_key_group(self, registration: RegisteredState, index: int, deadline: int) -> int:
+        table = self._tables[registration.name]
+        kind = registration.kind
         changes: list[tuple[Any, Any, Any]] = []  # (namespace, key, what remains or None)
         removed = 0
         for namespace, entries in table.groups[index].items():
@@ -145,7 +125,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                     removed += gone
         if changes:
             group = table.writable(index)
-            name = table.registration.name
             for namespace, key, remains in changes:
                 entries = group[namespace]
                 if remains is None:
@@ -155,76 +134,13 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 else:
                     entries[key] = remains
                 if self._changelog.enabled:
-                    self._changelog.dirty[index].add((name, key, namespace))
+                    self._changelog.dirty[index].add((registration.name, key, namespace))
         return removed
 
-    def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
-        table = self._tables.get(state_name)
-        return table.keys(namespace) if table is not None else iter(())
-
-    def state_names(self) -> list[str]:
-        return sorted(self._tables)
-
-    # --- snapshots
-    def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
-        shared = {name: (table, *table.share()) for name, table in sorted(self._tables.items())
-                  if not table.is_empty() or options.incremental}
-        if options.snapshot_type is SnapshotType.SAVEPOINT or not options.incremental:
-            return _HeapPendingSnapshot(self, shared, checkpoint_id)
-        base = self._changelog.needs_base()
-        changed = self._changelog.capture(checkpoint_id)
-        return _HeapPendingSnapshot(self, shared, checkpoint_id, incremental=True, changed=None if base else changed)
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        self._changelog.complete(checkpoint_id)
-
-    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
-        self._changelog.abort(checkpoint_id)
-
-    def dispose(self) -> None:
-        self._tables.clear()
-        self._states.clear()
-
     # --- restore
-    def _restore(self, params: KeyedBackendParams) -> None:
-        if params.restore_streams is None:
-            raise RestoreError("restore handles were given without the streams to read them")
-        handles = list(params.restore_handles)
-        for handle in handles:
-            if not isinstance(handle, (KeyGroupsStateHandle, ChangelogStateHandle)):
-                raise RestoreError(f"the heap backend restores canonical and changelog snapshots, not "
-                                   f"{type(handle).__name__}; take a savepoint with the backend that wrote it "
-                                   f"and restore from that")
-            self._restore_handle(handle, params.restore_streams)
-        if len(handles) == 1 and params.share_restored_files:
-            self._changelog.adopt(handles[0], handles[0].key_group_range == self.key_group_range)
-
-    def _restore_handle(self, handle: KeyGroupsStateHandle | ChangelogStateHandle, streams: CheckpointStreams) -> None:
-        check_compatibility("<keys>", "key", self.key_serializer,
-                            SerializerSnapshot.from_json(handle.key_serializer_snapshot()))
-        for meta in handle.state_meta_infos():
-            if meta.name not in self._tables:
-                self._tables[meta.name] = StateTable(RegisteredState.from_meta(meta), self.key_group_range)
-        key_cache: dict[bytes, Any] = {}
-        start = self.key_group_range.start
-
-        def load(key_group: int, batch: Any) -> None:
-            self._load_batch(key_group - start, batch, key_cache)
-
-        def apply_delta(key_group: int, batch: Any) -> None:
-            deletes, puts = split_ops(batch)
-            self._delete_cells(key_group - start, batch, deletes, key_cache)
-            self._load_batch(key_group - start, puts, key_cache)
-
-        if isinstance(handle, ChangelogStateHandle):
-            restore_chain(handle, streams, self.key_group_range, load, apply_delta)
-        else:
-            for key_group, batch in read_key_groups(handle, streams, handle.restore_key_groups(self.key_group_range)):
-                load(key_group, batch)
-
-    def _delete_cells(self, index: int, batch: Any, rows: list[int], key_cache: dict[bytes, Any]) -> None:
-        if not rows:
-            return
+    def _delete_cells(self, key_group: int, batch: Any, rows: list[int]) -> None:
+        index = key_group - self.key_group_range.start
+        key_cache = self._key_cache
         states, keys, namespaces = (batch.column(c).to_pylist() for c in ("state", "key", "namespace"))
         for i in rows:
             table = self._tables[states[i]]
@@ -237,14 +153,15 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             if entries is not None and entries.pop(key, None) is not None and not entries:
                 del group[namespace]
 
-    def _load_batch(self, index: int, batch: Any, key_cache: dict[bytes, Any]) -> None:
+    def _load_batch(self, key_group: int, batch: Any) -> None:
+        index = key_group - self.key_group_range.start
         columns = batch.to_pydict()
         deserialize_key = self.key_serializer.deserialize
         for name, start, end in state_runs(columns["state"]):
             table = self._tables.get(name)
             if table is None:
                 raise RestoreError(f"snapshot rows for state {name!r}, which its handle does not describe")
-            _load_rows(table, table.writable(index), columns, start, end, key_cache, deserialize_key)
+            _load_rows(table, table.writable(index), columns, start, end, self._key_cache, deserialize_key)
 
 
 def _load_rows(table: StateTable, group: KeyGroupMap, columns: dict[str, list[Any]],
@@ -287,7 +204,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
         self._key_serializer = backend.key_serializer
         self._shared = shared
         self._metas = [table.registration.meta() for table, _, _ in shared.values()]
-        self._expired = expiry_deadlines(self._metas, backend.processing_time_ms)
+        self._expired = backend.expired_now(self._metas)
         self._registrations = {name: table.registration for name, (table, _, _) in shared.items()}
         self._user_keys = {name: table.user_keys for name, (table, _, _) in shared.items()}
         self._changelog = backend._changelog

@@ -1,0 +1,189 @@
+"""``AbstractKeyedStateBackend``: what every keyed backend built from statekit's parts shares (Flink's
+``AbstractKeyedStateBackend``), so that a backend provides only its data structures.
+
+The skeleton owns the registrations of states (``register``, TTL wrapping), the snapshot strategy
+(a full canonical snapshot for savepoints and full checkpoints; for incremental ones a changelog
+base when the chain needs one, else a delta of the cells changed since the last completed
+checkpoint), restores from canonical snapshots and changelog chains (any backend's), and the
+TTL sweep's bookkeeping (which key group of which state is next, within a time budget).
+
+A subclass provides: ``set_current_key`` (the hot path stays its own), ``_create_state``, the two
+snapshot writers ``_full_snapshot`` and ``_changelog_snapshot``, the restore loaders
+``_load_batch`` and ``_delete_cells``, ``_sweep_key_group``, ``keys`` and ``dispose``; optionally
+``_state_known`` to build per-state structures as states become known.
+"""
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from typing import Any, Sequence
+
+from statekit.backends.common.canonical import read_key_groups
+from statekit.backends.common.changelog import (
+    ChangelogConfig, ChangelogStateHandle, ChangelogTracker, restore_chain, split_ops,
+)
+from statekit.backends.common.registration import RegisteredState, register
+from statekit.backends.common.ttl import expiry_deadlines, ttl_state
+from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType
+from statekit.spi.descriptors import StateDescriptor
+from statekit.spi.errors import RestoreError, StateAccessError
+from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo
+from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
+from statekit.spi.state import State
+from statekit.spi.storage import CheckpointStreams
+
+
+class AbstractKeyedStateBackend(KeyedStateBackend):
+    #: the backend's name in error messages
+    backend_name = "keyed"
+
+    def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig(),
+                 supports_ttl: bool = True) -> None:
+        super().__init__(params)
+        #: TTL is implemented for every backend (``common/ttl.py``); honoured when the factory
+        #: declares the ``ttl`` capability, which passes it here
+        self.supports_ttl = supports_ttl
+        #: changelog incremental snapshots (unused by backends with native incremental snapshots)
+        self._changelog = ChangelogTracker(self.key_group_range, changelog)
+        self._registrations: dict[str, RegisteredState] = {}
+        self._states: dict[str, State] = {}
+        self._num_key_groups = len(self.key_group_range)
+        self._sweep_position = 0
+
+    def _key_outside_range(self, key: Any, key_group: int) -> StateAccessError:
+        return StateAccessError(
+            f"key {key!r} is in key group {key_group}, outside this backend's range {self.key_group_range}; "
+            f"the key group must be computed with the job's max parallelism")
+
+    # --- states
+    def get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> State:
+        if descriptor.ttl is not None and self.supports_ttl:
+            return ttl_state(descriptor, lambda inner: self._registered_state(inner, namespace_serializer),
+                             lambda: self.processing_time_ms)
+        return self._registered_state(descriptor, namespace_serializer)
+
+    def _registered_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> State:
+        registration = register(self._registrations.get(descriptor.name), descriptor, namespace_serializer,
+                                self.supports_ttl, self.backend_name)
+        self._registrations[descriptor.name] = registration
+        self._state_known(registration)
+        state = self._states.get(descriptor.name)
+        if state is None:
+            state = self._states[descriptor.name] = self._create_state(descriptor, registration)
+        return state
+
+    def _state_known(self, registration: RegisteredState) -> None:
+        """A state was registered or restored (its registration may be a new object)."""
+
+    @abstractmethod
+    def _create_state(self, descriptor: StateDescriptor, registration: RegisteredState) -> State:
+        """The state object of a newly registered state."""
+
+    def state_names(self) -> list[str]:
+        return sorted(self._registrations)
+
+    def state_metas(self) -> list[StateMetaInfo]:
+        return [self._registrations[name].meta() for name in sorted(self._registrations)]
+
+    # --- snapshots
+    def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
+        if options.snapshot_type is SnapshotType.SAVEPOINT or not options.incremental:
+            return self._full_snapshot(checkpoint_id)
+        base = self._changelog.needs_base()
+        changed = self._changelog.capture(checkpoint_id)
+        return self._changelog_snapshot(checkpoint_id, None if base else changed)
+
+    @abstractmethod
+    def _full_snapshot(self, checkpoint_id: int) -> PendingSnapshot:
+        """The synchronous part of a full canonical snapshot (expired TTL entries left out:
+        ``self.expired_now()``)."""
+
+    @abstractmethod
+    def _changelog_snapshot(self, checkpoint_id: int, changed: list[set[Any]] | None) -> PendingSnapshot:
+        """The synchronous part of an incremental snapshot: a new changelog base (``changed`` is
+        None) or a delta of the ``changed`` cells of each key group, extending the chain."""
+
+    def expired_now(self, metas: Sequence[StateMetaInfo] | None = None) -> dict[str, int]:
+        """Per state with TTL, the latest write time that is expired now (``ttl.expiry_deadlines``)."""
+        return expiry_deadlines(self.state_metas() if metas is None else metas, self.processing_time_ms)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self._changelog.complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._changelog.abort(checkpoint_id)
+
+    # --- restore from canonical snapshots and changelog chains
+    def restore_canonical(self, handles: Sequence[StateHandle], streams: CheckpointStreams | None) -> None:
+        for handle in handles:
+            if not isinstance(handle, (KeyGroupsStateHandle, ChangelogStateHandle)):
+                raise RestoreError(f"the {self.backend_name} backend restores canonical and changelog snapshots, not "
+                                   f"{type(handle).__name__}; take a savepoint with the backend that wrote it and "
+                                   f"restore from that")
+            if streams is None:
+                raise RestoreError("restore handles were given without the streams to read them")
+            self.adopt_state_metas(handle.state_meta_infos(), handle.key_serializer_snapshot())
+            if isinstance(handle, ChangelogStateHandle):
+                restore_chain(handle, streams, self.key_group_range, self._load_batch, self._apply_delta)
+            else:
+                for key_group, batch in read_key_groups(handle, streams, handle.restore_key_groups(self.key_group_range)):
+                    self._load_batch(key_group, batch)
+        self._adopt_chain(handles)
+
+    def resume_bookkeeping(self, handles: Sequence[KeyedStateHandle]) -> None:
+        """Local recovery: the store already holds the state of ``handles``; learn its states and
+        changelog chain from them without loading anything."""
+        for handle in handles:
+            self.adopt_state_metas(handle.state_meta_infos(), handle.key_serializer_snapshot())
+        self._adopt_chain(handles)
+
+    def adopt_state_metas(self, metas: Sequence[StateMetaInfo], key_serializer: dict[str, Any] | None) -> None:
+        """Know the restored states (kind, serializers) before the job registers them again."""
+        if key_serializer is not None:
+            check_compatibility("<keys>", "key", self.key_serializer, SerializerSnapshot.from_json(key_serializer))
+        for meta in metas:
+            if meta.name not in self._registrations:
+                registration = self._registrations[meta.name] = RegisteredState.from_meta(meta)
+                self._state_known(registration)
+
+    def _adopt_chain(self, handles: Sequence[StateHandle]) -> None:
+        if len(handles) == 1 and self.params.share_restored_files and isinstance(handles[0], KeyedStateHandle):
+            self._changelog.adopt(handles[0], handles[0].key_group_range == self.key_group_range)
+
+    def _apply_delta(self, key_group: int, batch: Any) -> None:
+        deletes, puts = split_ops(batch)
+        if deletes:
+            self._delete_cells(key_group, batch, deletes)
+        self._load_batch(key_group, puts)
+
+    @abstractmethod
+    def _load_batch(self, key_group: int, batch: Any) -> None:
+        """Put a canonical record batch of ``key_group`` into the store."""
+
+    @abstractmethod
+    def _delete_cells(self, key_group: int, batch: Any, rows: list[int]) -> None:
+        """Remove the (state, key, namespace) cells of ``rows`` of a changelog delta batch."""
+
+    # --- TTL sweep
+    def sweep_expired(self, max_seconds: float) -> int:
+        """Visit (state with TTL, key group) pairs from where the last sweep stopped, until every
+        pair was visited once or ``max_seconds`` passed."""
+        deadlines = self.expired_now()
+        work = [(name, index) for name in sorted(deadlines) for index in range(self._num_key_groups)]
+        if not work:
+            return 0
+        start = self._sweep_position % len(work)
+        stop_at = time.monotonic() + max_seconds
+        removed = 0
+        for step in range(len(work)):
+            name, index = work[(start + step) % len(work)]
+            removed += self._sweep_key_group(self._registrations[name], index, deadlines[name])
+            if time.monotonic() >= stop_at:
+                self._sweep_position = start + step + 1
+                return removed
+        return removed
+
+    @abstractmethod
+    def _sweep_key_group(self, registration: RegisteredState, index: int, deadline: int) -> int:
+        """Remove the state's entries of key group ``key_group_range.start + index`` written at or
+        before ``deadline``, recording the changes for changelog snapshots; how many went."""
