@@ -34,7 +34,7 @@ def main() -> None:
 
     from statekit.checkpoint.metadata import CheckpointMetadata, metadata_source
     from statekit.spark import StatekitConf, process_keyed, process_keyed_stream, savepoint
-    from statekit.storage.filesystem import resolve
+    from statekit.storage.pointers import resolve
 
     cloudpickle.register_pickle_by_value(sensors)  # executors need not import the example module
     started = time.perf_counter()

@@ -9,7 +9,8 @@ from statekit.conformance_tests.workload import (
     WorkloadFunction, dump_state, expected_key_state, make_rows, oracle,
 )
 from statekit.runtime import LocalRunner
-from statekit.storage.filesystem import FileSystemCheckpointStorage, resolve
+from statekit.storage.filesystem import FileSystemCheckpointStorage
+from statekit.storage.pointers import resolve
 
 
 def _runner(backend, parallelism, job_id, tmp_path, incremental=False):

@@ -21,7 +21,8 @@ from statekit.spark.conf import StatekitConf
 from statekit.spi.errors import (
     ConfigurationError, FunctionResultError, RestoreError, SnapshotError, StatekitError,
 )
-from statekit.storage.filesystem import FileSystemCheckpointStorage, resolve
+from statekit.storage.filesystem import FileSystemCheckpointStorage
+from statekit.storage.pointers import resolve
 from statekit.storage.memory import JobManagerCheckpointStorage
 
 

@@ -24,7 +24,8 @@ from statekit.conformance_tests.workload import (
 from statekit.runtime.local_runner import LocalRunner
 from statekit.spi.handles import FileStateHandle, InlineStateHandle
 from statekit.spi.key_groups import KeyGroupRange
-from statekit.storage.filesystem import FileSystemCheckpointStorage, resolve
+from statekit.storage.filesystem import FileSystemCheckpointStorage
+from statekit.storage.pointers import resolve
 
 from statekit.backends.rocksdb import RocksDBStateBackend
 

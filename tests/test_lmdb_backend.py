@@ -278,7 +278,8 @@ def test_heap_changelog_checkpoint_into_lmdb_and_a_savepoint_back_to_heap(tmp_pa
         WorkloadFunction, dump_state, expected_key_state, make_rows, oracle,
     )
     from statekit.runtime import LocalRunner
-    from statekit.storage.filesystem import FileSystemCheckpointStorage, resolve
+    from statekit.storage.filesystem import FileSystemCheckpointStorage
+    from statekit.storage.pointers import resolve
 
     def runner(backend, parallelism, job_id, incremental=False):
         return LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=parallelism, max_parallelism=128,

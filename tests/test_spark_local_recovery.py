@@ -8,7 +8,7 @@ from statekit.conformance_tests.workload import (
     WorkloadBatchFunction, dump_state, expected_key_state, make_rows, oracle,
 )
 from statekit.spark import StatekitConf, process_keyed
-from statekit.storage.filesystem import resolve
+from statekit.storage.pointers import resolve
 
 pytestmark = pytest.mark.spark
 SCHEMA = "key string, category string, amount long"

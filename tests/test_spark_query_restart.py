@@ -16,7 +16,7 @@ from statekit.conformance_tests.workload import dump_state, expected_outputs, ex
 from statekit.runtime.task import PROCESSING_TIME
 from statekit.spark import StatekitConf
 from statekit.spark.query_checkpoint import QueryCheckpoint
-from statekit.storage.filesystem import resolve
+from statekit.storage.pointers import resolve
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 JOB = os.path.join(os.path.dirname(__file__), "jobs", "killable_stream.py")

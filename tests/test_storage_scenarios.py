@@ -37,7 +37,8 @@ from statekit.spi import (
     RestoreError, SnapshotError,
 )
 from statekit.spi.storage import CheckpointStreams
-from statekit.storage.filesystem import FileSystemCheckpointStorage, resolve
+from statekit.storage.filesystem import FileSystemCheckpointStorage
+from statekit.storage.pointers import resolve
 from statekit.storage.memory import JobManagerCheckpointStorage
 
 MAX_P = 128

@@ -185,7 +185,7 @@ class CheckpointStorage(ABC):
         """The completed checkpoint or savepoint at ``external_pointer`` (a pointer's
         ``external_pointer``, a savepoint URL, or a URL the user gave in ``setting``), with streams
         that read its handles wherever it was moved (Flink's ``resolveCheckpoint``). Savepoints
-        are files: every storage resolves file-system URLs (``statekit.storage.filesystem.resolve``).
+        are files: every storage resolves file-system URLs (``statekit.storage.pointers.resolve``).
         A pointer that is no completed snapshot is a ``RestoreError`` naming it and ``setting``."""
 
     @abstractmethod

@@ -15,7 +15,7 @@ from statekit.spi.storage import (
     CheckpointOutputStream, CheckpointStorage, CheckpointStorageAccess, CheckpointStreams,
     CompletedCheckpointPointer, ResolvedCheckpoint, StateScope,
 )
-from statekit.storage.filesystem import SavepointLocation, resolve
+from statekit.storage.pointers import SavepointLocation, resolve
 from statekit.storage.inline import InlineOutputStream, InlineStreams
 
 DEFAULT_MAX_STATE_SIZE = 5 * 1024 * 1024

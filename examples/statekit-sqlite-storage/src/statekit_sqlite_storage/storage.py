@@ -24,7 +24,7 @@ from statekit.spi.storage import (
     CheckpointOutputStream, CheckpointStorage, CheckpointStorageAccess, CheckpointStreams,
     CompletedCheckpointPointer, ResolvedCheckpoint, StateScope,
 )
-from statekit.storage.filesystem import SavepointLocation, resolve
+from statekit.storage.pointers import SavepointLocation, resolve
 from statekit_sqlite_storage.database import Database
 from statekit_sqlite_storage.handles import SHARED, SQLiteStreamHandle
 

@@ -1,0 +1,251 @@
+"""Checkpoint files on any fsspec file system: output streams that stay inline below a memory
+threshold and become files above it, verified reads, atomic metadata writes, and the listing of
+a job directory's completed checkpoints. The ``filesystem`` storage and savepoints use them.
+
+Every failed file-system operation is a statekit error naming the path and the setting the
+location came from (``spark.statekit.checkpoint.dir`` or ``spark.statekit.savepoint.dir``).
+"""
+from __future__ import annotations
+
+import posixpath
+import uuid
+from typing import Any, BinaryIO
+
+import fsspec
+
+from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, SnapshotError
+from statekit.spi.handles import (
+    FileStateHandle, InlineStateHandle, StreamChecksum, StreamStateHandle, verify_checksum,
+)
+from statekit.spi.storage import CheckpointOutputStream, CheckpointStreams, StateScope
+from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR
+from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure
+
+DEFAULT_MEMORY_THRESHOLD = 20 * 1024
+#: bytes per read when a file is copied (``copy_to``)
+COPY_CHUNK = 8 << 20
+#: file systems whose rename is atomic, so _metadata is written to a temporary name first;
+#: object stores get a single PUT, which is atomic by itself
+_RENAMING_PROTOCOLS = {"file", "local", "hdfs", "arrow_hdfs", "webhdfs", "viewfs"}
+
+
+def _protocol(fs: fsspec.AbstractFileSystem) -> str:
+    protocol = fs.protocol
+    return protocol[0] if isinstance(protocol, (tuple, list)) else protocol
+
+
+class FileSystemOutputStream(CheckpointOutputStream):
+    """Buffers up to the memory threshold, then streams to a file; checksums as it writes."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, relative_path: str, memory_threshold: int,
+                 setting: str = CHECKPOINT_DIR_SETTING) -> None:
+        super().__init__()
+        self._fs = fs
+        self._root = root
+        self._relative = relative_path
+        self._threshold = memory_threshold
+        self._setting = setting
+        self._buffer = bytearray()
+        self._file: Any = None
+        self._size = 0
+        self._hasher = StreamChecksum()
+
+    @property
+    def path(self) -> str:
+        return posixpath.join(self._root, self._relative)
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def,override]
+        if self.closed:
+            raise SnapshotError(f"write to closed checkpoint stream {self.path}")
+        n = memoryview(data).nbytes
+        self._hasher.update(data)
+        self._size += n
+        try:
+            if self._file is None:
+                self._buffer += data
+                if len(self._buffer) > self._threshold:
+                    self._open_file()
+            else:
+                self._file.write(data)
+        except OSError as exc:
+            raise SnapshotError(io_failure("write checkpoint file", self.path, exc, self._setting)) from exc
+        return n
+
+    def _open_file(self) -> None:
+        self._fs.makedirs(posixpath.dirname(self.path), exist_ok=True)
+        self._file = self._fs.open(self.path, "wb")
+        self._file.write(bytes(self._buffer))
+        self._buffer = bytearray()
+
+    def tell(self) -> int:
+        return self._size
+
+    def close_and_get_handle(self) -> StreamStateHandle:
+        try:
+            if self._file is None:
+                handle: StreamStateHandle = InlineStateHandle(bytes(self._buffer))
+            else:
+                self._file.close()
+                handle = FileStateHandle(self._relative, self._size, self._hasher.hexdigest())
+        except OSError as exc:
+            self.discard()
+            raise SnapshotError(io_failure("finish checkpoint file", self.path, exc, self._setting)) from exc
+        self._buffer = bytearray()
+        self.close()
+        return handle
+
+    def discard(self) -> None:
+        self._buffer = bytearray()
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            try:
+                self._fs.rm_file(self.path)
+            except (OSError, FileNotFoundError):
+                pass
+            self._file = None
+        self.close()
+
+
+class FileSystemCheckpointStreams(CheckpointStreams):
+    """Reads any handle relative to ``root``; writes exclusive files under ``exclusive_dir``."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, exclusive_dir: str | None = None,
+                 memory_threshold: int = DEFAULT_MEMORY_THRESHOLD, setting: str = CHECKPOINT_DIR_SETTING) -> None:
+        self.fs = fs
+        self.root = root
+        self.exclusive_dir = exclusive_dir
+        self.memory_threshold = memory_threshold
+        self.setting = setting
+
+    def create_output(self, scope: StateScope = StateScope.EXCLUSIVE,
+                      name: str | None = None) -> CheckpointOutputStream:
+        directory = SHARED_DIR if scope is StateScope.SHARED else self.exclusive_dir
+        if directory is None:
+            raise SnapshotError("these checkpoint streams are read-only")
+        file_name = f"{name or 'state'}-{uuid.uuid4().hex}"
+        return FileSystemOutputStream(self.fs, self.root, posixpath.join(directory, file_name), self.memory_threshold,
+                                      self.setting)
+
+    def read(self, handle: StreamStateHandle) -> bytes:
+        if isinstance(handle, InlineStateHandle):
+            return handle.data
+        path = self._path(handle)
+        data = self._cat(path, None, None)
+        if len(data) != handle.size:
+            raise CorruptStateError(f"checkpoint file {path} is truncated or was changed: {len(data)} bytes, "
+                                    f"its handle records {handle.size}")
+        verify_checksum(data, handle.checksum, f"checkpoint file {path}")
+        return data
+
+    def copy_to(self, handle: StreamStateHandle, target: BinaryIO) -> None:
+        if isinstance(handle, InlineStateHandle):
+            target.write(self.read(handle))
+            return
+        path = self._path(handle)
+        checksum, size = StreamChecksum(), 0
+        try:
+            with self.fs.open(path, "rb") as source:
+                while chunk := source.read(COPY_CHUNK):
+                    checksum.update(chunk)
+                    target.write(chunk)
+                    size += len(chunk)
+        except FileNotFoundError as exc:
+            raise RestoreError(f"checkpoint file {path} is missing; it was deleted or the checkpoint was "
+                               f"moved (only savepoints are relocatable)") from exc
+        except OSError as exc:
+            raise RestoreError(io_failure("read checkpoint file", path, exc, self.setting)) from exc
+        if size != handle.size:
+            raise CorruptStateError(f"checkpoint file {path} is truncated or was changed: {size} bytes, "
+                                    f"its handle records {handle.size}")
+        checksum.verify(handle.checksum, size, f"checkpoint file {path}")
+
+    def read_range(self, handle: StreamStateHandle, offset: int, length: int) -> bytes:
+        if isinstance(handle, InlineStateHandle):
+            data = handle.data[offset:offset + length]
+            path = "inline state"
+        else:
+            path = self._path(handle)
+            # an empty range is b"": object stores answer start == end with the whole object
+            data = self._cat(path, offset, offset + length) if length > 0 else b""
+        if len(data) != length:
+            raise CorruptStateError(f"{path} is truncated: wanted bytes [{offset}, {offset + length}) but "
+                                    f"got {len(data)}")
+        return data
+
+    def _path(self, handle: StreamStateHandle) -> str:
+        if not isinstance(handle, FileStateHandle):
+            raise RestoreError(f"the filesystem storage cannot read a {type(handle).__name__}")
+        return posixpath.join(self.root, handle.path)
+
+    def _cat(self, path: str, start: int | None, end: int | None) -> bytes:
+        try:
+            return self.fs.cat_file(path, start=start, end=end)
+        except FileNotFoundError as exc:
+            raise RestoreError(f"checkpoint file {path} is missing; it was deleted or the checkpoint was "
+                               f"moved (only savepoints are relocatable)") from exc
+        except OSError as exc:
+            # object stores refuse a range past the end (S3: InvalidRange) instead of a short read
+            size = self._size(path) if end is not None else None
+            if size is not None and size < end:  # type: ignore[operator]
+                raise CorruptStateError(f"checkpoint file {path} is truncated: wanted bytes [{start}, {end}) but "
+                                        f"it has {size}") from exc
+            raise RestoreError(io_failure("read checkpoint file", path, exc, self.setting)) from exc
+
+    def _size(self, path: str) -> int | None:
+        try:
+            return int(self.fs.size(path))
+        except (OSError, TypeError, ValueError):
+            return None
+
+
+def write_metadata_atomically(fs: fsspec.AbstractFileSystem, path: str, data: bytes,
+                              setting: str = CHECKPOINT_DIR_SETTING) -> None:
+    """Write ``_metadata`` so readers see all of it or nothing; never replace different content."""
+    try:
+        if fs.exists(path):
+            if fs.cat_file(path) == data:
+                return
+            raise SnapshotError(f"{path} already exists with different content; a completed checkpoint is never "
+                                f"overwritten (discard it explicitly first)")
+    except OSError as exc:
+        raise SnapshotError(io_failure("read checkpoint metadata", path, exc, setting)) from exc
+    replace_atomically(fs, path, data, setting)
+
+
+def replace_atomically(fs: fsspec.AbstractFileSystem, path: str, data: bytes, setting: str) -> None:
+    """Write ``path`` so readers see the old content or all of the new: a temporary file renamed
+    over it on file systems, one PUT on object stores."""
+    try:
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        if _protocol(fs) in _RENAMING_PROTOCOLS:
+            temporary = f"{path}.inprogress-{uuid.uuid4().hex}"
+            fs.pipe_file(temporary, data)
+            fs.mv(temporary, path)
+        else:
+            fs.pipe_file(path, data)
+    except OSError as exc:
+        raise SnapshotError(io_failure("write", path, exc, setting)) from exc
+
+
+def check_writable(fs: fsspec.AbstractFileSystem, directory: str, setting: str, url: str) -> None:
+    """Create ``directory`` and write and delete a probe file in it, or fail naming the setting."""
+    probe = posixpath.join(directory, f".statekit-probe-{uuid.uuid4().hex}")
+    try:
+        fs.makedirs(directory, exist_ok=True)
+        fs.pipe_file(probe, b"")
+        fs.rm_file(probe)
+    except (OSError, PermissionError) as exc:
+        raise ConfigurationError(f"{setting}={url!r} is not writable ({type(exc).__name__}: {exc}); choose a "
+                                 f"directory this process may write, or fix its permissions") from exc
+
+
+def completed_checkpoint_ids(fs: fsspec.AbstractFileSystem, job_root: str) -> list[int]:
+    """The ids of the completed checkpoints (``chk-<n>/_metadata`` present) in a job directory,
+    in ascending order; raises ``FileNotFoundError`` when the directory does not exist."""
+    entries = fs.ls(job_root, detail=False)
+    ids = sorted(int(m.group(1)) for entry in entries
+                 if (m := CHECKPOINT_DIR_PATTERN.match(posixpath.basename(entry.rstrip("/")))))
+    return [i for i in ids if fs.exists(posixpath.join(job_root, f"chk-{i}", METADATA_FILE))]
