@@ -4,11 +4,12 @@ import pytest
 from statekit.backends.heap import HeapStateBackend
 from statekit.conformance_tests.incremental import IncrementalSnapshotTests
 from statekit.conformance_tests.rescale import RescaleTests
-from statekit.conformance_tests.snapshots import OnFilesystemStorage, SnapshotRestoreTests
+from statekit.conformance_tests.snapshots import OnFilesystemStorage, SavepointConversionTests, SnapshotRestoreTests
 from statekit.conformance_tests.ttl import TtlTests
 
 
-class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests):
+class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests,
+                        SavepointConversionTests):
     @pytest.fixture
     def state_backend(self):
         return HeapStateBackend()

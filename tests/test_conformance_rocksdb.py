@@ -6,13 +6,15 @@ from statekit.backends.rocksdb import RocksDBStateBackend
 from statekit.conformance_tests.incremental import IncrementalSnapshotTests
 from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.semantics import StateSemantics
-from statekit.conformance_tests.snapshots import LocalRecoveryTests, OnFilesystemStorage, SnapshotRestoreTests
+from statekit.conformance_tests.snapshots import (
+    LocalRecoveryTests, OnFilesystemStorage, SavepointConversionTests, SnapshotRestoreTests,
+)
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.ttl import TtlTests
 
 
 class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
-                  TtlTests):
+                  TtlTests, SavepointConversionTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return RocksDBStateBackend(**{"local-dir": str(tmp_path / "rocksdb"), "block-cache-size": "16m",

@@ -13,6 +13,7 @@ import pytest
 
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.compare import assert_same_state
+from statekit.conformance_tests.expect import expect_error
 from statekit.conformance_tests.snapshot_support import (
     MAX_P, SNAPSHOT_MODES, OnFilesystemStorage, fill_states, mutate_everything, read_states, records_of,
     snapshot_options_for,
@@ -20,6 +21,8 @@ from statekit.conformance_tests.snapshot_support import (
 from statekit.conformance_tests.workload import (
     COUNT, LAST, MEAN, SUMS, WorkloadFunction, expected_state, make_rows, read_key_state,
 )
+from statekit.runtime.local_runner import LocalRunner
+from statekit.runtime.savepoints import snapshot_as_savepoint
 from statekit.runtime.snapshot_upload import SnapshotUpload
 from statekit.runtime.task import KeyedTask
 from statekit.serializers import Int64Serializer, StringSerializer
@@ -361,6 +364,54 @@ class SnapshotRestoreTests(BackendTestBase):
                 restored.dispose()
 
 
+class _OperatorBackendFails(StateBackend):
+    """The backend under test, except that no operator backend can be created; remembers the
+    keyed backends it opened and which of them were disposed."""
+
+    name = "conformance-operator-backend-fails"
+
+    def __init__(self, inner: StateBackend) -> None:
+        super().__init__()
+        self.inner = inner
+        self.opened: list[KeyedStateBackend] = []
+        self.disposed: list[KeyedStateBackend] = []
+
+    def create_keyed_backend(self, params: Any) -> KeyedStateBackend:
+        backend = self.inner.create_keyed_backend(params)
+        dispose = backend.dispose
+
+        def recorded_dispose() -> None:
+            self.disposed.append(backend)
+            dispose()
+        backend.dispose = recorded_dispose  # type: ignore[method-assign]
+        self.opened.append(backend)
+        return backend
+
+    def create_operator_backend(self, params: Any) -> Any:
+        raise RuntimeError("injected: no operator backend")
+
+
+class SavepointConversionTests(BackendTestBase):
+    """Converting a checkpoint to a savepoint disposes what it opened when a backend fails."""
+
+    def test_a_failed_conversion_disposes_the_keyed_backend(self, state_backend, tmp_path):
+        runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, state_backend=state_backend,
+                             local_dir=str(tmp_path / "job"))
+        runner.run_epoch(make_rows(200, 50, seed=3))
+        failing = _OperatorBackendFails(state_backend)
+        local_dir = str(tmp_path / "conversion")
+        with expect_error(RuntimeError, "a savepoint conversion whose operator backend fails must fail"):
+            snapshot_as_savepoint(runner.latest_metadata(), runner.streams, failing, lambda subtask: InlineStreams(),
+                                  local_dir=local_dir)
+        assert failing.opened, "the conversion opened no keyed backend"
+        assert failing.disposed == failing.opened, (
+            f"{len(failing.opened) - len(failing.disposed)} keyed backend(s) the failed conversion opened were "
+            f"never disposed (their files and locks stay behind)")
+        savepoint = snapshot_as_savepoint(runner.latest_metadata(), runner.streams, state_backend,
+                                          lambda subtask: InlineStreams(), local_dir=local_dir)
+        assert savepoint.is_savepoint, "the state could not be converted again after the failed conversion"
+
+
 class _WriteOnlyStreams(CheckpointStreams):
     """Writes through to ``streams``; any read fails (local recovery must not read storage)."""
 
@@ -411,4 +462,4 @@ class LocalRecoveryTests(BackendTestBase):
             restored.dispose()
 
 
-__all__ = ["LocalRecoveryTests", "OnFilesystemStorage", "SnapshotRestoreTests"]
+__all__ = ["LocalRecoveryTests", "OnFilesystemStorage", "SavepointConversionTests", "SnapshotRestoreTests"]

@@ -15,7 +15,7 @@ import pytest
 from statekit.conformance_tests.incremental import IncrementalSnapshotTests
 from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.semantics import StateSemantics
-from statekit.conformance_tests.snapshots import LocalRecoveryTests, SnapshotRestoreTests
+from statekit.conformance_tests.snapshots import LocalRecoveryTests, SavepointConversionTests, SnapshotRestoreTests
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.storage import StorageTests
 from statekit.conformance_tests.target import SuiteTarget
@@ -53,7 +53,8 @@ class TestSemantics(Configured, StateSemantics):
     pass
 
 
-class TestSnapshots(Configured, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests):
+class TestSnapshots(Configured, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
+                    SavepointConversionTests):
     pass
 
 

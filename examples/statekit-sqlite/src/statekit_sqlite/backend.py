@@ -44,7 +44,7 @@ class SQLiteStateBackend(StateBackend):
         self.sqlite_options = SQLiteOptions.parse(options)
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "SQLiteKeyedStateBackend":
-        return SQLiteKeyedStateBackend(params, self.sqlite_options)
+        return SQLiteKeyedStateBackend(params, self.sqlite_options, supports_ttl=self.capabilities.ttl)
 
     def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
         return DefaultOperatorStateBackend(params)
@@ -53,8 +53,9 @@ class SQLiteStateBackend(StateBackend):
 class SQLiteKeyedStateBackend(KVKeyedStateBackend):
     backend_name = "sqlite"
 
-    def __init__(self, params: KeyedBackendParams, options: SQLiteOptions = SQLiteOptions()) -> None:
-        super().__init__(params, options.changelog)
+    def __init__(self, params: KeyedBackendParams, options: SQLiteOptions = SQLiteOptions(),
+                 supports_ttl: bool = True) -> None:
+        super().__init__(params, options.changelog, supports_ttl)
         self._pid = os.getpid()
         self._tables: dict[str, SQLiteTable] = {}
         self.instance_dir = instance_path(params.local_dir or options.local_dir, self.backend_name,

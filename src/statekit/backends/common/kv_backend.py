@@ -40,8 +40,8 @@ _STATE_CLASSES = {StateKind.VALUE: KVValueState, StateKind.LIST: KVListState, St
 
 class KVKeyedStateBackend(AbstractKeyedStateBackend):
     """The skeleton over a ``KVTable`` per state: a subclass provides ``_table``, ``_view`` and
-    ``dispose``. The KV layer implements TTL (``common/ttl.py``): pass the factory's ``ttl``
-    capability as ``supports_ttl``."""
+    ``dispose``. TTL is implemented here (``common/ttl.py``); the factory passes its declared
+    ``ttl`` capability as ``supports_ttl``, the one source of truth."""
 
     backend_name = "kv"
 

@@ -102,7 +102,8 @@ class LMDBStateBackend(StateBackend):
         self.local_dir: str | None = values["local-dir"]
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "LMDBKeyedStateBackend":
-        return LMDBKeyedStateBackend(params, self.lmdb_options, self.local_dir, self.changelog)
+        return LMDBKeyedStateBackend(params, self.lmdb_options, self.local_dir, self.changelog,
+                                     supports_ttl=self.capabilities.ttl)
 
     def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
         return DefaultOperatorStateBackend(params)
@@ -112,8 +113,9 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
     backend_name = "lmdb"
 
     def __init__(self, params: KeyedBackendParams, options: LMDBOptions | None = None,
-                 local_dir: str | None = None, changelog: ChangelogConfig = ChangelogConfig()) -> None:
-        super().__init__(params, changelog)
+                 local_dir: str | None = None, changelog: ChangelogConfig = ChangelogConfig(),
+                 supports_ttl: bool = True) -> None:
+        super().__init__(params, changelog, supports_ttl)
         unknown = [h for h in params.restore_handles
                    if not isinstance(h, (KeyGroupsStateHandle, ChangelogStateHandle))]
         if unknown:

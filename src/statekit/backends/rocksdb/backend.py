@@ -53,7 +53,8 @@ class RocksDBStateBackend(StateBackend):
         self.local_dir: str | None = values["local-dir"]
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "RocksDBKeyedStateBackend":
-        return RocksDBKeyedStateBackend(params, self.rocksdb_options, self.local_dir)
+        return RocksDBKeyedStateBackend(params, self.rocksdb_options, self.local_dir,
+                                        supports_ttl=self.capabilities.ttl)
 
     def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
         return DefaultOperatorStateBackend(params)
@@ -62,8 +63,9 @@ class RocksDBStateBackend(StateBackend):
 class RocksDBKeyedStateBackend(KVKeyedStateBackend):
     backend_name = "rocksdb"
 
-    def __init__(self, params: KeyedBackendParams, options: RocksDBOptions, local_dir: str | None = None) -> None:
-        super().__init__(params)
+    def __init__(self, params: KeyedBackendParams, options: RocksDBOptions, local_dir: str | None = None,
+                 supports_ttl: bool = True) -> None:
+        super().__init__(params, supports_ttl=supports_ttl)
         self._options = options
         self.backend_id = uuid.uuid4().hex
         #: a working directory given for local recovery outlives this instance
