@@ -211,6 +211,7 @@ class TtlTests(BackendTestBase):
     def test_a_sweep_removes_entries_nobody_reads(self, keyed_backend):
         self._write_generations(keyed_backend)
         keyed_backend.set_processing_time(T0 + TTL + 1)
+        assert keyed_backend.sweep_expired(0) == 0, "sweep_expired(0) must not sweep (the sweep is switched off)"
         removed = 0
         for _ in range(100):  # each call may stop early; together they visit everything
             swept = keyed_backend.sweep_expired(10.0)

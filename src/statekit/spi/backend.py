@@ -186,9 +186,9 @@ class KeyedStateBackend(ABC):
         """Checkpoint ``checkpoint_id`` will never complete."""
 
     def sweep_expired(self, max_seconds: float) -> int:
-        """Remove entries whose TTL has expired, for at most about ``max_seconds``, continuing
-        where the previous sweep stopped; return how many were removed. The runtime calls it
-        after each epoch's records. A backend that declares ``ttl`` implements it."""
+        """Remove entries whose TTL has expired, for at most about ``max_seconds`` (0: none),
+        continuing where the previous sweep stopped; return how many were removed. The runtime
+        calls it after each epoch's records. A backend that declares ``ttl`` implements it."""
         return 0
 
     @abstractmethod

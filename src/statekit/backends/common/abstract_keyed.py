@@ -168,6 +168,8 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
     def sweep_expired(self, max_seconds: float) -> int:
         """Visit (state with TTL, key group) pairs from where the last sweep stopped, until every
         pair was visited once or ``max_seconds`` passed."""
+        if max_seconds <= 0:
+            return 0  # no sweep: expired entries go when accessed and from full snapshots
         deadlines = self.expired_now()
         work = [(name, index) for name in sorted(deadlines) for index in range(self._num_key_groups)]
         if not work:
