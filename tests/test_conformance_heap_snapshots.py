@@ -1,15 +1,16 @@
-"""The heap backend against the snapshot/restore and rescale levels, with both storages."""
+"""The heap backend against the snapshot/restore, rescale, TTL and timers levels, with both storages."""
 import pytest
 
 from statekit.backends.heap import HeapStateBackend
 from statekit.conformance_tests.incremental import IncrementalSnapshotTests
 from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.snapshots import OnFilesystemStorage, SavepointConversionTests, SnapshotRestoreTests
+from statekit.conformance_tests.timers import TimerTests
 from statekit.conformance_tests.ttl import TtlTests
 
 
 class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests,
-                        SavepointConversionTests):
+                        SavepointConversionTests, TimerTests):
     @pytest.fixture
     def state_backend(self):
         return HeapStateBackend()

@@ -10,11 +10,12 @@ from statekit.conformance_tests.snapshots import (
     LocalRecoveryTests, OnFilesystemStorage, SavepointConversionTests, SnapshotRestoreTests,
 )
 from statekit.conformance_tests.spark import SparkTests
+from statekit.conformance_tests.timers import TimerTests
 from statekit.conformance_tests.ttl import TtlTests
 
 
 class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
-               TtlTests, SavepointConversionTests):
+               TtlTests, SavepointConversionTests, TimerTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return LMDBStateBackend(**{"local-dir": str(tmp_path / "lmdb"), "map-size": "64k"})

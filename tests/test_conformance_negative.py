@@ -122,3 +122,22 @@ def test_a_backend_that_declares_ttl_but_ignores_it_fails_the_whole_ttl_level(tm
         run.failures["TestTtl::test_an_entry_is_visible_until_its_ttl_has_passed[value]"]
     assert "expired entries must be left out" in \
         run.failures["TestTtl::test_expired_entries_are_left_out_of_full_snapshots"]
+
+
+def test_a_backend_whose_timers_are_not_state_fails_the_timers_level(tmp_path):
+    """Timers kept beside the state fire right while the backend lives, and are lost by every snapshot."""
+    run = run_suite(tmp_path, "--backend", "broken_backends.memory_timers:MemoryTimersBackend", "--level", "timers")
+    empty = ("the snapshot of a backend holding timers is empty",)
+    assert_fails_exactly(run, {
+        "TestTimers::test_a_snapshot_holds_the_timers_of_its_synchronous_part": empty,
+        "TestTimers::test_timers_restore_from_a_full_snapshot[checkpoint]": empty,
+        "TestTimers::test_timers_restore_from_a_full_snapshot[savepoint]": empty,
+        "TestTimers::test_timers_restore_from_an_incremental_chain": empty,
+        **both_modes("TestTimers::test_timers_go_with_their_key_groups_on_rescale[{mode}]", *empty),
+        "TestTimers::test_heap_savepoint_timers_fire_in_this_backend_and_back":
+            ("a heap savepoint's timers must fire in this backend",),
+        "TestTimers::test_a_timer_job_matches_its_oracle_across_rescales": ("epoch 2 output", "rows missing"),
+        "TestTimers::test_pending_timers_survive_a_backend_switch_through_a_savepoint":
+            ("after the switch from heap", "rows missing"),
+    }, "timers")
+    assert "TestTimers::test_timers_fire_in_order_up_to_the_bound" in run.passed, "its queue itself is right"

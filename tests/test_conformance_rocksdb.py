@@ -10,11 +10,12 @@ from statekit.conformance_tests.snapshots import (
     LocalRecoveryTests, OnFilesystemStorage, SavepointConversionTests, SnapshotRestoreTests,
 )
 from statekit.conformance_tests.spark import SparkTests
+from statekit.conformance_tests.timers import TimerTests
 from statekit.conformance_tests.ttl import TtlTests
 
 
 class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
-                  TtlTests, SavepointConversionTests):
+                  TtlTests, SavepointConversionTests, TimerTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return RocksDBStateBackend(**{"local-dir": str(tmp_path / "rocksdb"), "block-cache-size": "16m",
@@ -22,7 +23,7 @@ class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests
 
 
 class TestRocksDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests,
-                              TtlTests):
+                              TtlTests, TimerTests):
     state_backend = TestRocksDB.state_backend
 
 

@@ -45,6 +45,7 @@ def test_the_suite_runs_by_name_and_reports_every_level(tmp_path, module, option
              "incremental        0       0        1",
              "rescale            2       0        0",
              "ttl                           not run",
+             "timers                        not run",
              "storage            1       0        1",
              "spark                         not run",
              "total              6       0        3"]

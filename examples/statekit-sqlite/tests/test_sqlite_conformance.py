@@ -10,12 +10,13 @@ from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.semantics import StateSemantics
 from statekit.conformance_tests.snapshots import OnFilesystemStorage, SavepointConversionTests, SnapshotRestoreTests
 from statekit.conformance_tests.spark import SparkTests
+from statekit.conformance_tests.timers import TimerTests
 from statekit.conformance_tests.ttl import TtlTests
 from statekit_sqlite import SQLiteStateBackend
 
 
 class TestSQLite(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests,
-                 SavepointConversionTests):
+                 SavepointConversionTests, TimerTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         # options as Spark conf passes them: strings, named as after spark.statekit.backend.sqlite.

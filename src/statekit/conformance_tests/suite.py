@@ -19,6 +19,7 @@ from statekit.conformance_tests.snapshots import LocalRecoveryTests, SavepointCo
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.storage import StorageTests
 from statekit.conformance_tests.target import SuiteTarget
+from statekit.conformance_tests.timers import TimerTests
 from statekit.conformance_tests.ttl import TtlTests
 from statekit.spi.backend import StateBackend
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
@@ -59,6 +60,10 @@ class TestSnapshots(Configured, SnapshotRestoreTests, IncrementalSnapshotTests, 
 
 
 class TestTtl(Configured, TtlTests):
+    pass
+
+
+class TestTimers(Configured, TimerTests):
     pass
 
 

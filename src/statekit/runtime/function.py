@@ -23,7 +23,9 @@ from statekit.spi.descriptors import (
 )
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.serializer import TypeSerializer
+from statekit.runtime.timers import USER_TIMERS, EpochTime, TimerService
 from statekit.spi.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+from statekit.spi.timers import TimeDomain, Timer
 
 if TYPE_CHECKING:
     import pyarrow
@@ -35,9 +37,10 @@ OUT = TypeVar("OUT")
 
 
 class KeyedContext:
-    """Handed to ``open`` and ``process``: state access and where the function runs."""
+    """Handed to ``open``, ``process`` and ``on_timer``: state, timers, and where the function runs."""
 
-    def __init__(self, backend: KeyedStateBackend, subtask: SubtaskInfo, checkpoint_id: int) -> None:
+    def __init__(self, backend: KeyedStateBackend, subtask: SubtaskInfo, checkpoint_id: int,
+                 time: EpochTime | None = None) -> None:
         self._backend = backend
         self.subtask_index = subtask.subtask_index
         self.parallelism = subtask.parallelism
@@ -45,6 +48,20 @@ class KeyedContext:
         self.job_id = subtask.job_id
         #: the id of the checkpoint this epoch will produce (the epoch number)
         self.checkpoint_id = checkpoint_id
+        self.time = time or EpochTime()
+        #: while ``on_timer`` runs: the timer that fired and its time domain (None otherwise)
+        self.timer: Timer | None = None
+        self.time_domain: TimeDomain | None = None
+        self._timer_services: dict[str, TimerService] = {}
+
+    def timer_service(self, name: str = USER_TIMERS, namespace_serializer: TypeSerializer | None = None) -> TimerService:
+        """The timers of the current key (``on_timer`` is called when one fires). A library that
+        keeps its own timers passes its own ``name``; ``namespace_serializer`` serializes the
+        namespaces its timers are scoped to."""
+        service = self._timer_services.get(name)
+        if service is None:
+            service = self._timer_services[name] = TimerService(self._backend, self.time, name, namespace_serializer)
+        return service
 
     @overload
     def get_state(self, descriptor: ValueStateDescriptor[V],
@@ -84,22 +101,34 @@ class KeyedContext:
         return self._backend.keys(state_name, namespace)
 
 
-class KeyedProcessFunction(ABC):
-    """Processes the rows of each key with keyed state. One instance per subtask."""
+class KeyedFunction(ABC):
+    """What both function kinds share: the epoch's ``open`` and ``close``, and ``on_timer``."""
 
     def open(self, ctx: KeyedContext) -> None:
         """Called once per epoch before any row: register states here."""
 
-    @abstractmethod
-    def process(self, row: Any, ctx: KeyedContext) -> Iterable[Any] | None:
-        """Process one row of ``ctx.current_key``; return or yield output rows (or None)."""
+    def on_timer(self, timestamp: int, ctx: KeyedContext) -> Iterable[Any] | None:
+        """A timer of ``ctx.current_key`` fired (``ctx.time_domain``; ``ctx.timer`` has its namespace):
+        return or yield output rows, as from processing rows. Implement it when the function
+        registers timers (``ctx.timer_service()``)."""
+        raise ConfigurationError(f"{type(self).__name__} registered a timer that fired at {timestamp} "
+                                 f"({ctx.time_domain.value if ctx.time_domain else 'no time domain'}) but does not "
+                                 f"implement on_timer(timestamp, ctx): implement it, or do not register timers")
 
     def close(self) -> None:
         """Called once per epoch after the last row and after the epoch's snapshot: state changes
         made here are not part of the checkpoint, so do not change state here."""
 
 
-class KeyedBatchFunction(ABC):
+class KeyedProcessFunction(KeyedFunction):
+    """Processes the rows of each key with keyed state. One instance per subtask."""
+
+    @abstractmethod
+    def process(self, row: Any, ctx: KeyedContext) -> Iterable[Any] | None:
+        """Process one row of ``ctx.current_key``; return or yield output rows (or None)."""
+
+
+class KeyedBatchFunction(KeyedFunction):
     """Processes each key's rows a batch at a time: the vectorized form of
     ``KeyedProcessFunction``, for per-key work that is cheaper on many rows at once (counts,
     sums, last values) than one call per row. One instance per subtask.
@@ -116,18 +145,11 @@ class KeyedBatchFunction(ABC):
                 return [(key, n)]
     """
 
-    def open(self, ctx: KeyedContext) -> None:
-        """Called once per epoch before any row: register states here."""
-
     @abstractmethod
     def process_rows(self, key: Any, rows: "pyarrow.RecordBatch", ctx: KeyedContext) -> Iterable[Any] | None:
         """Process rows of ``key`` (the current key), in input order, as Arrow columns without the
         engine's own columns. A key with many rows may be called several times in one epoch, once
         per input batch it occurs in, in order. Return or yield output rows (or None)."""
-
-    def close(self) -> None:
-        """Called once per epoch after the last row and after the epoch's snapshot: state changes
-        made here are not part of the checkpoint, so do not change state here."""
 
 
 #: what a task runs: one call per row, or one call per key and batch of rows

@@ -6,12 +6,13 @@ in-process tests and the conformance suite use.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from statekit.checkpoint.assignment import assign, check_max_parallelism
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint, RestoreMode
+from statekit.runtime.event_time import LATE_ROWS, MAX_EVENT_TIME, WATERMARK, EventTime, LateRows, event_time_ms
 from statekit.runtime.function import KeyedBatchFunction, ProcessFunction, check_function
 from statekit.runtime.savepoints import snapshot_as_savepoint
 from statekit.runtime.task import (
@@ -24,6 +25,7 @@ from statekit.spi.key_groups import (
 from statekit.spi.errors import ConfigurationError, RestoreError
 from statekit.spi.names import check_job_id, check_operator_id
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
+from statekit.spi.timers import MIN_TIMESTAMP
 from statekit.storage.inline import InlineStreams
 
 
@@ -36,7 +38,12 @@ class LocalRunner:
                  job_id: str = "local-job", operator_id: str = "keyed-process",
                  key_types: Sequence[str] | None = None, num_retained: int = 3,
                  local_dir: str | None = None, incremental: bool = False,
-                 clock: Callable[[], int] | None = None, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS) -> None:
+                 clock: Callable[[], int] | None = None, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS,
+                 event_time: Callable[[Any], Any] | str | None = None, watermark_delay: Any = None,
+                 late_rows: str = "drop") -> None:
+        """``event_time``: a record's event time (epoch ms or a datetime), as a function of the record
+        or the name of a dict record's field; with ``watermark_delay`` (e.g. ``"10 minutes"``) each
+        epoch gets a watermark (``runtime.event_time``) and event-time timers fire."""
         from statekit.backends.heap import HeapStateBackend
         from statekit.registry import storage_class
 
@@ -66,6 +73,13 @@ class LocalRunner:
         self.clock = clock or wall_clock_ms
         self.ttl_sweep_seconds = ttl_sweep_seconds
         self._processing_time_ms = 0
+        if (event_time is None) != (watermark_delay is None):
+            raise ConfigurationError("event_time and watermark_delay go together: give both (the event time of a "
+                                     "record and how far the watermark trails it) or neither")
+        self.event_time = EventTime.of(watermark_delay, late_rows) if watermark_delay is not None else None
+        self._event_time_of = _event_time_reader(event_time)
+        self._watermark_ms = MIN_TIMESTAMP
+        self._event_time_properties: dict[str, int] = {}
 
     # --- configuration between epochs
     def rescale(self, parallelism: int) -> None:
@@ -88,6 +102,7 @@ class LocalRunner:
         epoch = checkpoint_id if checkpoint_id is not None else self._next_checkpoint_id()
         restored = self._restore_point(epoch)
         self._processing_time_ms = int(self.clock())
+        records = self._start_event_time(records, restored[0].properties if restored else None)
         partitions: list[list[tuple[Any, int, Any]]] = [[] for _ in range(self.parallelism)]
         for row in records:
             key = self.key_selector(row)
@@ -131,6 +146,24 @@ class LocalRunner:
         return self.storage.restore_streams()
 
     # --- internals
+    def _start_event_time(self, records: Iterable[Any], previous: Mapping[str, Any] | None) -> Iterable[Any]:
+        """The epoch's watermark from the restore point; late records dropped (or kept) and counted."""
+        if self.event_time is None:
+            return records
+        watermark, seen = self.event_time.epoch_start(previous)
+        kept, late = [], 0
+        for record in records:
+            timestamp = event_time_ms(self._event_time_of(record))
+            seen = max(seen, timestamp)
+            if timestamp < watermark:
+                late += 1
+                if self.event_time.late_rows is LateRows.DROP:
+                    continue
+            kept.append(record)
+        self._watermark_ms = watermark
+        self._event_time_properties = {WATERMARK: watermark, MAX_EVENT_TIME: seen, LATE_ROWS: late}
+        return kept
+
     def _next_checkpoint_id(self) -> int:
         """After the latest checkpoint, or after a restored snapshot's id (as Flink continues)."""
         latest = self.store.latest()
@@ -158,12 +191,13 @@ class LocalRunner:
         task = KeyedTask.create(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
                                 restore=restore, local_dir=self.local_dir)
         try:
-            task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds)
+            task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds, self._watermark_ms)
             task.open()
             if isinstance(self.function, KeyedBatchFunction):
                 task.process_key_runs(_rows_by_key(records), outputs)
             else:
                 task.process_all(records, outputs)
+            task.fire_timers(outputs)
             pending = task.snapshot(options)
             return pending.write(self.storage.streams(epoch, subtask.name))
         finally:
@@ -173,11 +207,21 @@ class LocalRunner:
         operator = OperatorState(self.operator_id, self.parallelism, self.max_parallelism, tuple(subtasks))
         return CheckpointMetadata(epoch, self.job_id, {self.operator_id: operator},
                                   properties={"backend": self.state_backend.name, "incremental": self.incremental,
-                                              PROCESSING_TIME: self._processing_time_ms})
+                                              PROCESSING_TIME: self._processing_time_ms,
+                                              **self._event_time_properties})
 
     def _commit(self, epoch: int, subtasks: list[SubtaskState]) -> None:
         self.store.add(self._metadata(epoch, subtasks))
         self._restore_override = None
+
+
+def _event_time_reader(event_time: Callable[[Any], Any] | str | None) -> Callable[[Any], Any]:
+    if event_time is None or callable(event_time):
+        return event_time  # type: ignore[return-value]
+    if isinstance(event_time, str):
+        field = event_time
+        return lambda record: record[field]
+    raise ConfigurationError(f"event_time must be a function of a record or the name of a field, got {event_time!r}")
 
 
 def _rows_by_key(records: list[tuple[Any, int, Any]]) -> Iterator[tuple[Any, int, Any]]:

@@ -1,5 +1,5 @@
-"""One subtask's lifecycle, engine-independent: restore -> open -> process -> snapshot (the synchronous
-part; ``snapshot_upload`` runs the asynchronous part) -> close.
+"""One subtask's lifecycle, engine-independent: restore -> begin_epoch -> open -> process -> fire
+timers -> snapshot (the synchronous part; ``snapshot_upload`` runs the asynchronous part) -> close.
 
 Both the local runner and the Spark executor code drive this class.
 """
@@ -15,6 +15,7 @@ from statekit.checkpoint.metadata import SubtaskState
 from statekit.runtime.function import (
     CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext, ProcessFunction,
 )
+from statekit.runtime.timers import domain_of
 from statekit.serializers import resolve
 from statekit.spi.backend import (
     KeyedBackendParams, KeyedStateBackend, OperatorBackendParams, OperatorStateBackend, PendingSnapshot,
@@ -24,6 +25,7 @@ from statekit.spi.errors import FunctionResultError
 from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.storage import CheckpointStreams
+from statekit.spi.timers import MIN_TIMESTAMP, TimeDomain, Timer, TimerQueue
 
 
 #: what a function usually returns, taken as it is after one type lookup per call; a generator
@@ -59,6 +61,18 @@ def checked_rows(produced: Any, function: Any, method: str, key: Any) -> Iterato
         f"{type(function).__name__}.{method} returned {type(produced).__name__} {_short(produced)} for key "
         f"{_short(key)}: {problem}. Return None, or an iterable of rows (a list, or yield each row): e.g. "
         f"`return [row]` or `yield row`, where a row is a tuple or a dict matching the output schema")
+
+
+def _poll_first(queues: list[TimerQueue], up_to: int) -> Timer | None:
+    """The next due timer of several queues: from the queue whose earliest timer is earliest."""
+    if len(queues) == 1:
+        return queues[0].poll(up_to)
+    earliest: tuple[int, TimerQueue] | None = None
+    for queue in queues:
+        timestamp = queue.peek_timestamp()
+        if timestamp is not None and timestamp <= up_to and (earliest is None or timestamp < earliest[0]):
+            earliest = (timestamp, queue)
+    return None if earliest is None else earliest[1].poll(up_to)
 
 
 def _short(value: Any) -> str:
@@ -135,10 +149,13 @@ class KeyedTask:
             raise
         return cls(function, subtask, checkpoint_id, keyed, operator, restore)
 
-    def begin_epoch(self, processing_time_ms: int, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS) -> None:
-        """The epoch's processing time (recorded, so identical on replay): what state TTL measures
-        against; and the sweep budget of its snapshot."""
+    def begin_epoch(self, processing_time_ms: int, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS,
+                    watermark_ms: int = MIN_TIMESTAMP) -> None:
+        """The epoch's processing time and watermark (both recorded, so identical on replay): what
+        state TTL measures against and timers fire by; and the sweep budget of its snapshot."""
         self.keyed_backend.set_processing_time(processing_time_ms)
+        self.context.time.processing_time_ms = int(processing_time_ms)
+        self.context.time.watermark_ms = int(watermark_ms)
         self.ttl_sweep_seconds = ttl_sweep_seconds
 
     def open(self) -> None:
@@ -175,6 +192,32 @@ class KeyedTask:
                 if check and produced.__class__ not in usual:
                     produced = checked_rows(produced, self.function, "process_rows", key)
                 extend(produced)
+
+    def fire_timers(self, out: list[Any]) -> int:
+        """After the epoch's rows: fire every due timer, the function's ``on_timer`` output going to
+        ``out``. Event-time timers up to the watermark first, then processing-time timers up to the
+        processing time; within a domain in the order of ``spi.timers`` (by timestamp), timers of
+        several services merged. A timer registered while firing fires too if it is due. Returns
+        how many fired."""
+        backend, ctx, on_timer = self.keyed_backend, self.context, self.function.on_timer
+        names = [name for name in backend.state_names() if domain_of(name) is not None]
+        fired = 0
+        for domain, up_to in ((TimeDomain.EVENT_TIME, ctx.time.watermark_ms),
+                              (TimeDomain.PROCESSING_TIME, ctx.time.processing_time_ms)):
+            queues = [backend.create_timer_queue(name) for name in names if domain_of(name) is domain]
+            ctx.time_domain = domain
+            try:
+                while (timer := _poll_first(queues, up_to)) is not None:
+                    backend.set_current_key(timer.key, timer.key_group)
+                    ctx.timer = timer
+                    produced = on_timer(timer.timestamp, ctx)
+                    if produced is not None:
+                        out.extend(produced if produced.__class__ in _ROW_ITERABLES
+                                   else checked_rows(produced, self.function, "on_timer", timer.key))
+                    fired += 1
+            finally:
+                ctx.timer = ctx.time_domain = None
+        return fired
 
     def snapshot(self, options: SnapshotOptions = SnapshotOptions()) -> PendingTaskSnapshot:
         """The synchronous part of the epoch's snapshot (after the function's own hook and a sweep

@@ -23,6 +23,7 @@ from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import BroadcastState, ListState, State, VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams
+from statekit.spi.timers import TimerQueue
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,14 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def state_names(self) -> list[str]:
         """Registered and restored state names."""
+
+    # --- timers
+    @abstractmethod
+    def create_timer_queue(self, name: str, namespace_serializer: TypeSerializer | None = None) -> TimerQueue:
+        """Get or create the timers kept as state ``name`` (kind ``timers``; the name starts with
+        ``descriptors.TIMER_STATE_PREFIX``). ``namespace_serializer`` None: the one the state was
+        registered or restored with, else the default. Timers restored from a snapshot are in the
+        queue before the first call returns; they are part of every later snapshot."""
 
     # --- snapshots and lifecycle
     @abstractmethod

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, TypeVar
+from typing import Callable, Generic, TypeVar
 
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.serializer import TypeSerializer
@@ -26,6 +26,13 @@ class StateKind(str, enum.Enum):
     MAP = "map"
     REDUCING = "reducing"
     AGGREGATING = "aggregating"
+    #: the timers of one timer service in one time domain (Flink's priority-queue state): a set of
+    #: (key, namespace, timestamp), ordered by timestamp (``spi.timers``)
+    TIMERS = "timers"
+
+
+#: the names of timer states start with this; no other state may use it
+TIMER_STATE_PREFIX = "_timers/"
 
 
 class TtlUpdateType(str, enum.Enum):
@@ -95,6 +102,9 @@ class StateDescriptor:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError(f"a state name must be a non-empty string, got {self.name!r}")
+        if self.name.startswith(TIMER_STATE_PREFIX) and self.kind is not StateKind.TIMERS:
+            raise ConfigurationError(f"state names starting with {TIMER_STATE_PREFIX!r} are kept for timers; "
+                                     f"rename state {self.name!r}")
 
     def serializers(self) -> dict[str, TypeSerializer | None]:
         """The serializers by role ("value", "user_key"), as declared (None = default)."""
@@ -147,3 +157,22 @@ class AggregatingStateDescriptor(StateDescriptor, Generic[IN, ACC, OUT]):
         if not isinstance(self.aggregate_function, AggregateFunction):
             raise ConfigurationError(
                 f"aggregating state {self.name!r} needs an AggregateFunction instance")
+
+
+@dataclass(frozen=True)
+class TimerStateDescriptor(StateDescriptor):
+    """The state that holds a timer service's timers of one time domain (``KeyedStateBackend.
+    create_timer_queue`` registers it; functions use ``ctx.timer_service()``). Only a namespace
+    serializer: a timer is (key, namespace, timestamp) and carries no value."""
+
+    kind = StateKind.TIMERS
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.name.startswith(TIMER_STATE_PREFIX):
+            raise ConfigurationError(f"timer state names start with {TIMER_STATE_PREFIX!r}, got {self.name!r}")
+        if self.ttl is not None:
+            raise ConfigurationError(f"timer state {self.name!r} cannot have a TTL: timers are removed when they fire")
+
+    def serializers(self) -> dict[str, TypeSerializer | None]:
+        return {}

@@ -315,6 +315,10 @@ class KeyedStateHandle(StateHandle):
         return ()
 
 
+#: the newest revision of the canonical format this release reads and writes (``KeyGroupsStateHandle``)
+KEY_GROUPS_FORMAT_VERSION = 2
+
+
 @register_handle("key-groups")
 @dataclass(frozen=True)
 class KeyGroupsStateHandle(KeyedStateHandle):
@@ -330,6 +334,9 @@ class KeyGroupsStateHandle(KeyedStateHandle):
     key_serializer: dict[str, Any]
     states: tuple[StateMetaInfo, ...]
     format: str = "canonical-arrow-v1"
+    #: the format's revision: 1 holds the five state kinds, 2 adds timers (``KEY_GROUPS_FORMAT_VERSION``);
+    #: a snapshot is written with the lowest version that holds its states, so older readers read it
+    format_version: int = 1
 
     def key_serializer_snapshot(self) -> dict[str, Any]:
         return self.key_serializer
@@ -348,12 +355,18 @@ class KeyGroupsStateHandle(KeyedStateHandle):
             "key_serializer": self.key_serializer,
             "states": [s.to_json() for s in self.states],
             "format": self.format,
+            **({"format_version": self.format_version} if self.format_version > 1 else {}),
         }
 
     @classmethod
     def _from_fields(cls, data: JsonObject) -> "KeyGroupsStateHandle":
         data.expect_fields(("type", "key_group_range", "stream", "key_groups", "key_serializer", "states"),
-                           ("format",))
+                           ("format", "format_version"))
+        version = data.integer("format_version") if data.has("format_version") else 1
+        if not 1 <= version <= KEY_GROUPS_FORMAT_VERSION:
+            malformed(data.path_of("format_version"), f"is version {version} of the canonical format; this statekit "
+                      f"reads versions 1 to {KEY_GROUPS_FORMAT_VERSION}: restore with the statekit release that "
+                      f"wrote the snapshot, or a newer one", show_value=False)
         key_group_range = read_key_group_range(data)
         stream = nested_handle(data, "stream", StreamStateHandle)
         index = data.array("key_groups")
@@ -373,7 +386,7 @@ class KeyGroupsStateHandle(KeyedStateHandle):
         check_byte_ranges(index.path, [(f"key group {kg}", r) for kg, r in key_groups.items()], stream)
         return cls(key_group_range, stream, key_groups, read_serializer_snapshot(data, "key_serializer"),
                    tuple(StateMetaInfo.from_json(s) for s in data.array("states").objects()),
-                   data.text("format") if data.has("format") else "canonical-arrow-v1")
+                   data.text("format") if data.has("format") else "canonical-arrow-v1", version)
 
 
 # ---------------------------------------------------------------------------- operator state

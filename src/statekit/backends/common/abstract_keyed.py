@@ -7,7 +7,8 @@ base when the chain needs one, else a delta of the cells changed since the last 
 checkpoint), restores from canonical snapshots and changelog chains (any backend's), and the
 TTL sweep's bookkeeping (which key group of which state is next, within a time budget).
 
-A subclass provides: ``set_current_key`` (the hot path stays its own), ``_create_state``, the two
+A subclass provides: ``set_current_key`` (the hot path stays its own), ``_create_state``,
+``_create_timer_queue`` (timers are a state of kind ``timers``, snapshotted like the others), the two
 snapshot writers ``_full_snapshot`` and ``_changelog_snapshot``, the restore loaders
 ``_load_batch`` and ``_delete_cells``, ``_sweep_key_group``, ``keys`` and ``dispose``; optionally
 ``_state_known`` to build per-state structures as states become known.
@@ -25,12 +26,13 @@ from statekit.backends.common.changelog import (
 from statekit.backends.common.registration import RegisteredState, register
 from statekit.backends.common.ttl import expiry_deadlines, ttl_state
 from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType
-from statekit.spi.descriptors import StateDescriptor
+from statekit.spi.descriptors import StateDescriptor, TimerStateDescriptor
 from statekit.spi.errors import RestoreError, StateAccessError
 from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo
 from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
 from statekit.spi.state import State
 from statekit.spi.storage import CheckpointStreams
+from statekit.spi.timers import TimerQueue
 
 
 class AbstractKeyedStateBackend(KeyedStateBackend):
@@ -47,6 +49,7 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
         self._changelog = ChangelogTracker(self.key_group_range, changelog)
         self._registrations: dict[str, RegisteredState] = {}
         self._states: dict[str, State] = {}
+        self._timer_queues: dict[str, TimerQueue] = {}
         self._num_key_groups = len(self.key_group_range)
         self._sweep_position = 0
 
@@ -63,14 +66,32 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
         return self._registered_state(descriptor, namespace_serializer)
 
     def _registered_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> State:
-        registration = register(self._registrations.get(descriptor.name), descriptor, namespace_serializer,
-                                self.supports_ttl, self.backend_name)
-        self._registrations[descriptor.name] = registration
-        self._state_known(registration)
+        registration = self._register(descriptor, namespace_serializer)
         state = self._states.get(descriptor.name)
         if state is None:
             state = self._states[descriptor.name] = self._create_state(descriptor, registration)
         return state
+
+    def _register(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> RegisteredState:
+        registration = register(self._registrations.get(descriptor.name), descriptor, namespace_serializer,
+                                self.supports_ttl, self.backend_name)
+        self._registrations[descriptor.name] = registration
+        self._state_known(registration)
+        return registration
+
+    def create_timer_queue(self, name: str, namespace_serializer: TypeSerializer | None = None) -> TimerQueue:
+        queue = self._timer_queues.get(name)
+        if queue is None:
+            restored = self._registrations.get(name)
+            if namespace_serializer is None and restored is not None:
+                namespace_serializer = restored.namespace_serializer
+            registration = self._register(TimerStateDescriptor(name), namespace_serializer)
+            queue = self._timer_queues[name] = self._create_timer_queue(registration)
+        return queue
+
+    @abstractmethod
+    def _create_timer_queue(self, registration: RegisteredState) -> TimerQueue:
+        """The queue over the timers of a newly registered timer state (restored ones included)."""
 
     def _state_known(self, registration: RegisteredState) -> None:
         """A state was registered or restored (its registration may be a new object)."""

@@ -10,6 +10,12 @@ Rows per state kind:
   value, reducing, aggregating  one row; ``user_key`` null
   list                          one row per element, in list order; ``user_key`` null
   map                           one row per entry; ``user_key`` is the serialized map key
+  timers                        one row per timer; ``user_key`` is its timestamp
+                                (``key_layout.timestamp_bytes``), ``value`` empty
+
+The handle's ``format_version`` says which kinds a snapshot may hold: 1 the first five, 2 timers
+too. A writer records the lowest version its states need, so a snapshot without timers stays
+readable by releases that know version 1 only.
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import pyarrow as pa
 import xxhash
 
 from statekit.backends.common.ttl import timestamp_of
+from statekit.spi.descriptors import StateKind
 from statekit.spi.errors import CorruptStateError, SnapshotError
 from statekit.spi.handles import ByteRange, KeyGroupsStateHandle, StateMetaInfo, verify_checksum
 from statekit.spi.key_groups import KeyGroupRange
@@ -181,8 +188,9 @@ class CanonicalSnapshotWriter:
             self._out.discard()
             return None
         stream = self._out.close_and_get_handle()
+        version = 2 if any(s.kind == StateKind.TIMERS.value for s in states) else 1
         return KeyGroupsStateHandle(key_group_range, stream, self._ranges,
-                                    key_serializer.to_json(), tuple(states), self._format)
+                                    key_serializer.to_json(), tuple(states), self._format, version)
 
     def abort(self) -> None:
         self._out.discard()

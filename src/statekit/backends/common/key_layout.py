@@ -7,6 +7,15 @@ Length prefixes make the layout prefix-free: no (key group, key, namespace) pref
 of another, so one key group, one key and one (key, namespace) are each a contiguous byte
 range. Rescaling and map iteration are therefore range scans; the user key (map state) is the
 last part and needs no prefix.
+
+Timers (state kind ``timers``) are cells too, with the timestamp as user key (``timestamp_bytes``:
+8 bytes, big-endian, offset by 2**63 so that byte order is numeric order). Firing needs them by
+time, so a timer is also in an index ordered by time within each key group:
+
+    key_group (2 bytes) | timestamp (8 bytes) | varint len(key) | key | varint len(ns) | ns
+
+Within one key group this is the firing order of ``spi.timers``: timestamp, then serialized key
+and namespace.
 """
 from __future__ import annotations
 
@@ -93,3 +102,27 @@ def decode_list(data: bytes) -> list[bytes]:
         out.append(data[pos:pos + n])
         pos += n
     return out
+
+
+_TIMESTAMP_OFFSET = 1 << 63
+TIMESTAMP_BYTES = 8
+
+
+def timestamp_bytes(timestamp: int) -> bytes:
+    """A timer's timestamp as 8 bytes whose byte order is the numeric order."""
+    return (timestamp + _TIMESTAMP_OFFSET).to_bytes(TIMESTAMP_BYTES, "big")
+
+
+def timestamp_of_bytes(data: bytes) -> int:
+    return int.from_bytes(data, "big") - _TIMESTAMP_OFFSET
+
+
+def timer_index_key(cell: bytes, timestamp: bytes) -> bytes:
+    """The index key of the timer at ``timestamp`` (``timestamp_bytes``) of ``cell`` (``cell_key``)."""
+    return cell[:KEY_GROUP_PREFIX_BYTES] + timestamp + cell[KEY_GROUP_PREFIX_BYTES:]
+
+
+def timer_cell_of_index_key(index_key: bytes) -> tuple[bytes, bytes]:
+    """``(cell, timestamp bytes)`` of a timer index key (the inverse of ``timer_index_key``)."""
+    end = KEY_GROUP_PREFIX_BYTES + TIMESTAMP_BYTES
+    return index_key[:KEY_GROUP_PREFIX_BYTES] + index_key[end:], index_key[KEY_GROUP_PREFIX_BYTES:end]

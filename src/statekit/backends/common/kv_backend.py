@@ -15,13 +15,14 @@ from statekit.backends.common.changelog import (
     OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker,
 )
 from statekit.backends.common.key_layout import (
-    cell_key, decode_list, encode_list, key_group_bounds, key_group_prefix, prefix_upper_bound, split_cell_key,
+    KEY_GROUP_PREFIX_BYTES, cell_key, decode_list, encode_list, key_group_bounds, key_group_prefix, prefix_upper_bound, split_cell_key,
     varint,
 )
 from statekit.backends.common.kv_states import (
     KVAggregatingState, KVListState, KVMapState, KVReducingState, KVState, KVValueState,
 )
 from statekit.backends.common.kv_store import KVTable, KVView
+from statekit.backends.common.kv_timers import KVTimerQueue, delete_timer_cell, index_entries, index_table_name
 from statekit.backends.common.namespaces import encode_namespace
 from statekit.backends.common.registration import RegisteredState, default_value
 from statekit.backends.common.ttl import timestamp_of
@@ -34,6 +35,10 @@ from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
 
+#: state kinds whose cell holds entries under a user key (map entries; timers by timestamp)
+_CELLS_OF_ENTRIES = (StateKind.MAP, StateKind.TIMERS)
+#: state kinds whose changed cells a delta writes as DELETE of the cell, then PUT of what it holds
+_REWRITTEN_WHOLE = (StateKind.LIST, *_CELLS_OF_ENTRIES)
 _STATE_CLASSES = {StateKind.VALUE: KVValueState, StateKind.LIST: KVListState, StateKind.MAP: KVMapState,
                   StateKind.REDUCING: KVReducingState, StateKind.AGGREGATING: KVAggregatingState}
 
@@ -91,6 +96,15 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
             return KVAggregatingState(self, table, registration, descriptor.aggregate_function)  # type: ignore[attr-defined]
         return _STATE_CLASSES[descriptor.kind](self, table, registration)
 
+    def _create_timer_queue(self, registration: RegisteredState) -> KVTimerQueue:
+        return KVTimerQueue(self, registration)
+
+    def timer_cell_changed(self, name: str, cell: bytes) -> None:
+        """A timer of ``cell`` (any key's) was added or removed: record it for changelog snapshots."""
+        if self._changelog.enabled:
+            key_group = int.from_bytes(cell[:KEY_GROUP_PREFIX_BYTES], "big")
+            self._changelog.dirty[key_group - self.key_group_range.start].add((name, cell))
+
     def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
         registration = self._registrations.get(state_name)
         if registration is None:
@@ -125,7 +139,10 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
         states, keys, namespaces = (batch.column(c).to_pylist() for c in ("state", "key", "namespace"))
         for i in rows:
             cell = cell_key(kg, keys[i], namespaces[i])
-            self._table(states[i]).delete_range(cell, prefix_upper_bound(cell))
+            if self._registrations[states[i]].kind is StateKind.TIMERS:
+                delete_timer_cell(self._table(states[i]), self._table(index_table_name(states[i])), cell)
+            else:
+                self._table(states[i]).delete_range(cell, prefix_upper_bound(cell))
 
     def _load_batch(self, key_group: int, batch: Any) -> None:
         columns = batch.to_pydict()
@@ -152,6 +169,11 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
             if pending_cell is not None:
                 entries.append((pending_cell, encode_list(pending_elements)))
             self._table(name).put_many(entries)
+            if registration.kind is StateKind.TIMERS:
+                self._table(index_table_name(name)).put_many(index_entries(entries))
+                queue = self._timer_queues.get(name)
+                if isinstance(queue, KVTimerQueue):
+                    queue.heads_changed()
 
     # --- TTL sweep: a range scan of the key group's cells, timestamps read from the stored bytes
     def _sweep_key_group(self, registration: RegisteredState, index: int, deadline: int) -> int:
@@ -228,7 +250,7 @@ class ChangelogKVSnapshot(PendingSnapshot):
                     kind = kinds[name]
                     for cell in sorted(cells):
                         entries = list(self._view.items(name, cell, prefix_upper_bound(cell)))
-                        if not entries or kind in (StateKind.LIST, StateKind.MAP):  # a PUT replaces a value cell
+                        if not entries or kind in _REWRITTEN_WHOLE:  # a PUT replaces a value cell
                             _, key, namespace, _ = split_cell_key(cell)
                             writer.add_rows(key_group, name, [key], [namespace], None, [b""], [OP_DELETE])
                         _write_key_group(writer, key_group, name, kind, iter(entries), OP_PUT)
@@ -296,7 +318,7 @@ def _write_key_group(writer: CanonicalSnapshotWriter, key_group: int, name: str,
         else:
             keys.append(key)
             namespaces.append(namespace)
-            user_keys.append(user_key if kind is StateKind.MAP else None)
+            user_keys.append(user_key if kind in _CELLS_OF_ENTRIES else None)
             values.append(value)
     if keys:
         writer.add_rows(key_group, name, keys, namespaces, user_keys, values, None if op is None else [op] * len(keys))

@@ -5,6 +5,7 @@ from typing import Any, Iterator
 
 from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend
 from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, state_runs
+from statekit.backends.common.key_layout import timestamp_bytes, timestamp_of_bytes
 from statekit.backends.common.changelog import OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle
 from statekit.backends.common.namespaces import decode_namespace, encode_namespace
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
@@ -15,6 +16,7 @@ from statekit.backends.heap.state_table import KeyGroupMap, StateTable
 from statekit.backends.heap.states import (
     HeapAggregatingState, HeapListState, HeapMapState, HeapReducingState, HeapState, HeapValueState,
 )
+from statekit.backends.heap.timers import HeapTimerQueue
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot, StateBackend,
 )
@@ -85,6 +87,9 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         if kind is StateKind.REDUCING:
             return HeapReducingState(self, table, descriptor.reduce_function)  # type: ignore[attr-defined]
         return HeapAggregatingState(self, table, descriptor.aggregate_function)  # type: ignore[attr-defined]
+
+    def _create_timer_queue(self, registration: RegisteredState) -> HeapTimerQueue:
+        return HeapTimerQueue(self, self._tables[registration.name])
 
     def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
         table = self._tables.get(state_name)
@@ -169,7 +174,8 @@ def _load_rows(table: StateTable, group: KeyGroupMap, columns: dict[str, list[An
     registration = table.registration
     kind = registration.kind
     ns_serializer = registration.namespace_serializer
-    value_of = registration.value_serializer.deserialize
+    timers = kind is StateKind.TIMERS
+    value_of = None if timers else registration.value_serializer.deserialize
     held_user_key = table.user_keys.held_from_bytes if table.user_keys is not None else None
     keys, namespaces, user_keys, values = (columns["key"], columns["namespace"], columns["user_key"],
                                            columns["value"])
@@ -182,7 +188,10 @@ def _load_rows(table: StateTable, group: KeyGroupMap, columns: dict[str, list[An
         entries = group.get(namespace)
         if entries is None:
             entries = group[namespace] = {}
-        value = value_of(values[i])
+        if timers:
+            entries.setdefault(key, set()).add(timestamp_of_bytes(user_keys[i]))
+            continue
+        value = value_of(values[i])  # type: ignore[misc]
         if kind is StateKind.LIST:
             entries.setdefault(key, []).append(value)
         elif kind is StateKind.MAP:
@@ -274,7 +283,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
             keys = [_key_bytes(k, key_cache, serialize_key) for k, _ in changed]
             namespaces = [encode_namespace(ns, ns_serializer) for _, ns in changed]
             # a PUT replaces a value cell; list and map cells, and cells now gone, are deleted first
-            replaced_by_put = registration.kind not in (StateKind.LIST, StateKind.MAP)
+            replaced_by_put = registration.kind not in (StateKind.LIST, StateKind.MAP, StateKind.TIMERS)
             current: KeyGroupMap = {}
             deleted = [False] * len(changed)
             for i, (key, namespace) in enumerate(changed):
@@ -302,6 +311,9 @@ def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, reg
                  user_keys_of: UserKeys | None, group: KeyGroupMap, key_cache: dict[Any, bytes],
                  serialize_key: Any, op: int | None = None) -> None:
     kind = registration.kind
+    if kind is StateKind.TIMERS:
+        _write_timers(writer, key_group, name, registration, group, key_cache, serialize_key, op)
+        return
     value_serializer = registration.value_serializer
     for namespace, entries in group.items():
         ns_bytes = encode_namespace(namespace, registration.namespace_serializer)
@@ -325,6 +337,20 @@ def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, reg
             keys = [_key_bytes(k, key_cache, serialize_key) for k in entries]
             values = value_serializer.serialize_many(entries.values())
         writer.add_rows(key_group, name, keys, [ns_bytes] * len(keys), user_keys, values,
+                        None if op is None else [op] * len(keys))
+
+
+def _write_timers(writer: CanonicalSnapshotWriter, key_group: int, name: str, registration: RegisteredState,
+                  group: KeyGroupMap, key_cache: dict[Any, bytes], serialize_key: Any, op: int | None) -> None:
+    """Timers as the canonical format has them: one row per timer, the timestamp as user key."""
+    for namespace, entries in group.items():
+        ns_bytes = encode_namespace(namespace, registration.namespace_serializer)
+        keys: list[bytes] = []
+        timestamps: list[bytes] = []
+        for key, held in entries.items():
+            keys.extend([_key_bytes(key, key_cache, serialize_key)] * len(held))
+            timestamps.extend(timestamp_bytes(t) for t in sorted(held))
+        writer.add_rows(key_group, name, keys, [ns_bytes] * len(keys), timestamps, [b""] * len(keys),
                         None if op is None else [op] * len(keys))
 
 

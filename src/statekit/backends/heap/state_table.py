@@ -21,9 +21,9 @@ from statekit.spi.descriptors import StateKind
 from statekit.spi.errors import StateAccessError
 from statekit.spi.key_groups import KeyGroupRange
 
-KeyGroupMap = dict[Any, dict[Any, Any]]  # namespace -> key -> value
+KeyGroupMap = dict[Any, dict[Any, Any]]  # namespace -> key -> value (timers: the set of timestamps)
 
-_MUTABLE_CONTAINER = {StateKind.LIST: list, StateKind.MAP: dict}
+_MUTABLE_CONTAINER = {StateKind.LIST: list, StateKind.MAP: dict, StateKind.TIMERS: set}
 
 
 class _NoCurrentKey(dict):  # type: ignore[type-arg]

@@ -1,0 +1,97 @@
+"""Event time and watermarks per epoch, as Spark derives them, recorded so that replays repeat them.
+
+The watermark of epoch N is ``max(watermark of N-1, max event time seen by epochs < N - delay)``
+(Spark's rule for ``withWatermark``, the "max" policy). Both numbers are recorded in epoch N's
+checkpoint (``WATERMARK``, ``MAX_EVENT_TIME``): epoch N+1 starts from them, and a replay of epoch N,
+which restores the checkpoint of N-1, computes the same watermark and so fires the same timers.
+
+Rows whose event time is below the epoch's watermark are *late*: dropped and counted
+(``LATE_ROWS`` in the checkpoint), as Spark's stateful operators drop them, unless the job asks to
+process them.
+"""
+from __future__ import annotations
+
+import datetime
+import enum
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from statekit.spi.errors import ConfigurationError
+from statekit.spi.timers import MIN_TIMESTAMP
+
+#: checkpoint properties: the epoch's watermark, the largest event time of this and earlier epochs,
+#: and how many late rows this epoch dropped
+WATERMARK = "watermark_ms"
+MAX_EVENT_TIME = "max_event_time_ms"
+LATE_ROWS = "late_rows_dropped"
+
+_UNITS_MS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 1000, "second": 1000,
+             "seconds": 1000, "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
+             "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000, "d": 86_400_000, "day": 86_400_000,
+             "days": 86_400_000}
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
+
+
+def duration_ms(value: Any, setting: str) -> int:
+    """A duration as milliseconds: a ``timedelta`` or text like ``"10 minutes"``, ``"30 s"``, ``"1 hour"``."""
+    if isinstance(value, datetime.timedelta):
+        ms = value / datetime.timedelta(milliseconds=1)
+    else:
+        match = _DURATION.match(value.lower()) if isinstance(value, str) else None
+        if match is None or match.group(2) not in _UNITS_MS:
+            raise ConfigurationError(f"{setting} must be a duration such as '10 minutes', '30 seconds', '500 ms' or a "
+                                     f"datetime.timedelta, got {value!r}")
+        ms = float(match.group(1)) * _UNITS_MS[match.group(2)]
+    if ms < 0:
+        raise ConfigurationError(f"{setting} must not be negative, got {value!r}")
+    return int(ms)
+
+
+class LateRows(str, enum.Enum):
+    DROP = "drop"  # as Spark's stateful operators: not processed, counted in the checkpoint
+    PROCESS = "process"  # processed like any row; their timers fire at the end of the epoch
+
+
+@dataclass(frozen=True)
+class EventTime:
+    """How a job reads event time: the rows' column (or, in the local runner, a function of the
+    row) in epoch milliseconds or as a timestamp, how far the watermark trails the largest event
+    time, and what happens to late rows."""
+
+    delay_ms: int
+    late_rows: LateRows = LateRows.DROP
+
+    @classmethod
+    def of(cls, watermark_delay: Any, late_rows: Any = LateRows.DROP) -> "EventTime":
+        try:
+            policy = LateRows(late_rows)
+        except ValueError:
+            raise ConfigurationError(f"late_rows must be one of {[p.value for p in LateRows]}, got {late_rows!r}") \
+                from None
+        return cls(duration_ms(watermark_delay, "watermark_delay"), policy)
+
+    def epoch_start(self, previous: Mapping[str, Any] | None) -> tuple[int, int]:
+        """(the epoch's watermark, the largest event time before it) from the properties of the
+        checkpoint the epoch restores (None: the first epoch)."""
+        if not previous:
+            return MIN_TIMESTAMP, MIN_TIMESTAMP
+        watermark = int(previous.get(WATERMARK, MIN_TIMESTAMP))
+        seen = int(previous.get(MAX_EVENT_TIME, MIN_TIMESTAMP))
+        if seen > MIN_TIMESTAMP:
+            watermark = max(watermark, seen - self.delay_ms)
+        return watermark, seen
+
+
+def event_time_ms(value: Any) -> int:
+    """An event time as epoch milliseconds: an int (already milliseconds) or a ``datetime``
+    (naive ones are UTC, as Spark's timestamps are)."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return (value - _EPOCH) // datetime.timedelta(milliseconds=1)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"an event time must be epoch milliseconds (int) or a datetime, got {value!r} "
+                                 f"({type(value).__name__})")
+    return value
