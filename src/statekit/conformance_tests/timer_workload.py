@@ -3,14 +3,14 @@
 ``WindowCountFunction`` counts each key's rows per one-second event-time window (window state in
 a namespace per window, one event-time timer per window end) and emits ``("window", key, end,
 count)`` when the watermark passes the window's end; every row also registers a processing-time
-timer one minute after the epoch's processing time, emitting ``("idle", key, timestamp)``. The
+timer one minute after the epoch's processing time, emitting ``("idle", key, timestamp, None)``. The
 oracle replays the same rules (watermark per epoch, late rows dropped) in plain Python.
 """
 from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
-from statekit.runtime.event_time import MAX_EVENT_TIME, WATERMARK, EventTime
+from statekit.runtime.event_time import MAX_EVENT_TIME, WATERMARK, EventTime, event_time_ms
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction
 from statekit.serializers import Int64Serializer
 from statekit.spi import ValueStateDescriptor
@@ -35,8 +35,8 @@ class WindowCountFunction(KeyedProcessFunction):
     def open(self, ctx: KeyedContext) -> None:
         self.count = ctx.get_state(WINDOW_COUNT, Int64Serializer())
 
-    def process(self, row: TimedRow, ctx: KeyedContext) -> None:
-        end = window_end(row[1])
+    def process(self, row: TimedRow | dict[str, Any], ctx: KeyedContext) -> None:
+        end = window_end(event_time_ms(row["ts"] if isinstance(row, dict) else row[1]))  # Spark: a dict
         self.count.set_current_namespace(end)
         self.count.update(self.count.value() + 1)
         timers = ctx.timer_service()
@@ -45,7 +45,7 @@ class WindowCountFunction(KeyedProcessFunction):
 
     def on_timer(self, timestamp: int, ctx: KeyedContext) -> Iterator[tuple[Any, ...]]:
         if ctx.time_domain is TimeDomain.PROCESSING_TIME:
-            yield ("idle", ctx.current_key, timestamp)
+            yield ("idle", ctx.current_key, timestamp, None)
             return
         self.count.set_current_namespace(timestamp)
         yield ("window", ctx.current_key, timestamp, self.count.value())
@@ -95,7 +95,7 @@ def timer_oracle(epochs: Sequence[Sequence[TimedRow]], start: int = T0) -> list[
                 del counts[(key, end)]
         for key, timestamp in sorted(idle):
             if timestamp <= processing_time:
-                out.append(("idle", key, timestamp))
+                out.append(("idle", key, timestamp, None))
                 idle.discard((key, timestamp))
         outputs.append(out)
         properties = {WATERMARK: watermark, MAX_EVENT_TIME: seen}

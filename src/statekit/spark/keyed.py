@@ -17,7 +17,7 @@ the job's ownership before its epoch and checks it before committing (``checkpoi
 from __future__ import annotations
 
 import json
-from typing import Iterator, Sequence, Tuple
+from typing import Any, Iterator, Sequence, Tuple
 
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
@@ -32,6 +32,7 @@ from statekit.runtime.function import ProcessFunction, check_function
 from statekit.runtime.task import PROCESSING_TIME
 from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import PREFIX, StatekitConf
+from statekit.spark.event_time import EventTimeColumn, recorded_event_time, subtask_event_time
 from statekit.spark.partitioning import partition_tokens
 from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point, epoch_processing_time
 from statekit.spark.task import KEY_GROUP_COLUMN, MARKER_COLUMN, PARTITION_COLUMN, SubtaskSpec, run_subtask
@@ -51,11 +52,17 @@ class _AcknowledgementParam(AccumulatorParam):
 
 def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFunction,
                   schema: str | StructType, *, operator_id: str = "keyed-process", job_id: str | None = None,
-                  conf: StatekitConf | None = None, processing_time_ms: int | None = None) -> DataFrame:
+                  conf: StatekitConf | None = None, processing_time_ms: int | None = None,
+                  event_time: str | None = None, watermark_delay: Any = None, late_rows: str = "drop") -> DataFrame:
     """Process a bounded DataFrame as the job's next epoch; returns the output.
-    ``processing_time_ms``: the epoch's processing time (what state TTL measures against);
-    default now, or what an earlier run of the same epoch recorded."""
-    job = KeyedJob.create(df.sparkSession, df.columns, keys, function, schema, operator_id, job_id, conf)
+    ``processing_time_ms``: the epoch's processing time (what state TTL and processing-time timers
+    measure against); default now, or what an earlier run of the same epoch recorded.
+    ``event_time`` (a timestamp or epoch-millisecond column) with ``watermark_delay`` (e.g.
+    ``"10 minutes"``): the epoch's watermark is derived from the earlier epochs' event times
+    (``runtime.event_time``), event-time timers up to it fire at the end of the epoch, and late
+    rows are dropped and counted (``late_rows="process"`` keeps them)."""
+    job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
+                          event_time, watermark_delay, late_rows)
     return job.run_epoch(df, processing_time_ms=processing_time_ms)
 
 
@@ -64,9 +71,11 @@ class KeyedJob:
     storage access and the run's ownership of the job."""
 
     def __init__(self, spark: SparkSession, key_columns: tuple[str, ...], function: ProcessFunction,
-                 output: StructType, operator_id: str, job_id: str, conf: StatekitConf) -> None:
+                 output: StructType, operator_id: str, job_id: str, conf: StatekitConf,
+                 event_time: EventTimeColumn | None = None) -> None:
         self.spark, self.key_columns, self.function, self.output = spark, key_columns, function, output
         self.operator_id, self.job_id, self.conf = operator_id, job_id, conf
+        self.event_time = event_time
         self.storage: CheckpointStorage = conf.create_storage()
         self.access: CheckpointStorageAccess = driver_access(self.storage, job_id)
         self._ownership: JobOwnership | None = None
@@ -84,10 +93,12 @@ class KeyedJob:
         return CheckpointStore(self.access, retained, ownership=self._ownership)
 
     @classmethod
-    def create(cls, spark: SparkSession, columns: Sequence[str], keys: str | Sequence[str], function: ProcessFunction,
-               schema: str | StructType, operator_id: str, job_id: str | None,
-               conf: StatekitConf | None) -> "KeyedJob":
+    def create(cls, spark: SparkSession, input_schema: StructType, keys: str | Sequence[str],
+               function: ProcessFunction, schema: str | StructType, operator_id: str, job_id: str | None,
+               conf: StatekitConf | None, event_time: str | None = None, watermark_delay: Any = None,
+               late_rows: str = "drop") -> "KeyedJob":
         conf = conf or StatekitConf.from_spark(spark.conf)
+        columns = input_schema.names
         key_columns = (keys,) if isinstance(keys, str) else tuple(keys)
         check_function(function)
         check_operator_id(operator_id)
@@ -103,7 +114,8 @@ class KeyedJob:
             job_id = check_job_id(spark.sparkContext.appName, f"the application name (the default job id; set "
                                                              f"{PREFIX}job-id or pass job_id= to choose one)")
         output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
-        return cls(spark, key_columns, function, output, operator_id, job_id, conf)
+        return cls(spark, key_columns, function, output, operator_id, job_id, conf,
+                   EventTimeColumn.of(input_schema, event_time, watermark_delay, late_rows))
 
     def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None,
                   processing_time_ms: int | None = None) -> DataFrame:
@@ -136,11 +148,13 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
 
     processing_time = processing_time_ms if processing_time_ms is not None else \
         epoch_processing_time(store, epoch, progress)
+    restored_properties = chosen.checkpoint.metadata.properties if chosen.checkpoint else None
     acknowledgements = spark.sparkContext.accumulator([], _AcknowledgementParam())
     spec = SubtaskSpec(function, conf.create_backend(), storage, job_id, operator_id, epoch, parallelism,
                        max_parallelism, key_columns, to_arrow_schema(output), conf.incremental,
                        chosen.checkpoint.metadata.to_bytes() if chosen.checkpoint else None, restore_url,
-                       conf.local_dir, conf.batch_max_bytes, processing_time, conf.ttl_sweep_seconds)
+                       conf.local_dir, conf.batch_max_bytes, processing_time, conf.ttl_sweep_seconds,
+                       subtask_event_time(job.event_time, restored_properties))
 
     subtask_of_token = {token: index for index, token in enumerate(partition_tokens(parallelism))}
 
@@ -153,18 +167,19 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
     try:
         result = planned.groupBy(PARTITION_COLUMN).applyInArrow(subtask, output).localCheckpoint(eager=True)
     except BaseException:
-        store.abort(epoch, [state for state, _ in _subtask_states(acknowledgements.value, parallelism).values()])
+        store.abort(epoch, [state for state, _, _ in _subtask_states(acknowledgements.value, parallelism).values()])
         raise
     states = _subtask_states(acknowledgements.value, parallelism)
     if len(states) != parallelism:
-        store.abort(epoch, [state for state, _ in states.values()])
+        store.abort(epoch, [state for state, _, _ in states.values()])
         raise SnapshotError(f"checkpoint {epoch} of job {job_id!r}: only subtasks {sorted(states)} of "
                             f"{parallelism} acknowledged; the checkpoint was aborted")
     operator = OperatorState(operator_id, parallelism, max_parallelism,
                              tuple(states[i][0] for i in range(parallelism)))
     recovery = {str(i): states[i][1] for i in range(parallelism)}
     properties = {"backend": spec.state_backend.name, "incremental": conf.incremental, "recovery": recovery,
-                  PROCESSING_TIME: processing_time}
+                  PROCESSING_TIME: processing_time,
+                  **recorded_event_time(job.event_time, restored_properties, [states[i][2] for i in range(parallelism)])}
     if restore_url is not None:
         properties[RESTORED_FROM] = restore_url
     store.add(CheckpointMetadata(epoch, job_id, {operator_id: operator}, properties=properties))
@@ -188,12 +203,12 @@ def _plan(df: DataFrame, key_columns: tuple[str, ...], parallelism: int, max_par
     return rows.unionByName(markers).repartition(parallelism, PARTITION_COLUMN)
 
 
-def _subtask_states(acknowledgements: list, parallelism: int) -> dict[int, tuple[SubtaskState, str]]:
-    """One state (and how the subtask recovered) per subtask; a repeated acknowledgement
-    (speculative or retried attempt) replaces the earlier one. Failed attempts' accumulator
-    updates never arrive."""
-    states: dict[int, tuple[SubtaskState, str]] = {}
-    for index, payload, recovery in acknowledgements:
+def _subtask_states(acknowledgements: list, parallelism: int) -> dict[int, tuple[SubtaskState, str, tuple[int, int]]]:
+    """One state per subtask, with how the subtask recovered and its (largest event time, late
+    rows); a repeated acknowledgement (speculative or retried attempt) replaces the earlier one.
+    Failed attempts' accumulator updates never arrive."""
+    states: dict[int, tuple[SubtaskState, str, tuple[int, int]]] = {}
+    for index, payload, recovery, event_time in acknowledgements:
         if 0 <= index < parallelism:
-            states[index] = SubtaskState.from_json(json.loads(payload)), recovery
+            states[index] = SubtaskState.from_json(json.loads(payload)), recovery, tuple(event_time)
     return states

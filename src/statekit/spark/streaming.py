@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from statekit.checkpoint.ownership import check_identity
+from statekit.runtime.event_time import duration_ms
 from statekit.runtime.function import ProcessFunction
 from statekit.spark.conf import StatekitConf
 from statekit.spark.keyed import KeyedJob
@@ -40,12 +41,26 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
                          schema: str | StructType, sink: Callable[[DataFrame, int], Any], *,
                          checkpoint_location: str, operator_id: str = "keyed-process", job_id: str | None = None,
                          conf: StatekitConf | None = None, trigger: dict[str, Any] | None = None,
-                         query_name: str | None = None) -> StreamingQuery:
-    """Start the streaming query; ``trigger`` takes ``DataStreamWriter.trigger`` keywords."""
+                         query_name: str | None = None, event_time: str | None = None, watermark_delay: Any = None,
+                         late_rows: str = "drop", heartbeat: Any = None) -> StreamingQuery:
+    """Start the streaming query; ``trigger`` takes ``DataStreamWriter.trigger`` keywords.
+
+    ``event_time``, ``watermark_delay``, ``late_rows``: as for ``process_keyed``; micro-batch N's
+    watermark comes from the event times of the batches before it, so a replayed batch fires the
+    same timers. Spark runs no micro-batch while no source has new data, so time stands still
+    then: ``heartbeat`` (e.g. ``"1 minute"``) adds a source that has data every micro-batch and
+    triggers one every interval (unless ``trigger`` says otherwise), so processing time, and the
+    processing-time timers due by it, keep advancing when the input is quiet. The watermark moves
+    only with event times that arrive, as in Spark and Flink."""
     if not df.isStreaming:
         raise ConfigurationError("process_keyed_stream needs a streaming DataFrame; use process_keyed for a "
                                  "bounded one")
-    job = KeyedJob.create(df.sparkSession, df.columns, keys, function, schema, operator_id, job_id, conf)
+    job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
+                          event_time, watermark_delay, late_rows)
+    if heartbeat is not None:
+        interval_ms = duration_ms(heartbeat, "heartbeat")
+        df = with_heartbeat(df)
+        trigger = trigger or {"processingTime": f"{max(interval_ms, 1)} milliseconds"}
     query_checkpoint = QueryCheckpoint(checkpoint_location)
     # fail before the query starts when the job belongs to another query (checked again, with the
     # query's id, on the first micro-batch)
@@ -54,6 +69,8 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
     def each_batch(batch: DataFrame, batch_id: int) -> None:
         progress = StreamProgress(query_checkpoint.identity(), checkpoint_location,
                                   query_checkpoint.last_committed_batch(), query_checkpoint.batch_timestamp_ms(batch_id))
+        if heartbeat is not None:
+            batch = without_heartbeat(batch)
         sink(job.run_epoch(batch, epoch=batch_id + 1, progress=progress), batch_id)
 
     writer = df.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint_location)
@@ -62,3 +79,19 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
     if query_name:
         writer = writer.queryName(query_name)
     return writer.start()
+
+
+HEARTBEAT_COLUMN = "__statekit_heartbeat"
+
+
+def with_heartbeat(df: DataFrame) -> DataFrame:
+    """``df`` and one heartbeat row per micro-batch (Spark's ``rate-micro-batch`` source), told
+    apart by a column that ``without_heartbeat`` drops with the heartbeat rows."""
+    beats = df.sparkSession.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).load()
+    return df.withColumn(HEARTBEAT_COLUMN, F.lit(False)).unionByName(beats.select(
+        *[F.lit(None).cast(field.dataType).alias(field.name) for field in df.schema.fields],
+        F.lit(True).alias(HEARTBEAT_COLUMN)))
+
+
+def without_heartbeat(batch: DataFrame) -> DataFrame:
+    return batch.where(~F.col(HEARTBEAT_COLUMN)).drop(HEARTBEAT_COLUMN)

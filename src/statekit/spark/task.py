@@ -1,4 +1,6 @@
-"""Executor side: one subtask of one epoch, called by ``applyInArrow`` with that subtask's rows.
+"""Executor side: one subtask of one epoch, called by ``applyInArrow`` with that subtask's rows:
+restore, process the rows (late ones dropped when the job has event time), fire due timers,
+snapshot, and stream the output back while the snapshot uploads.
 
 Everything the task needs travels in a picklable ``SubtaskSpec``; native state (RocksDB, LMDB) is
 opened inside the Python worker, never before a fork. The subtask's snapshot handles go back to
@@ -22,9 +24,11 @@ from statekit.runtime.local_recovery import SlotLease, lease_slot
 from statekit.runtime.snapshot_upload import SnapshotUpload
 from statekit.runtime.task import DEFAULT_TTL_SWEEP_SECONDS, KeyedTask, TaskRestore, wall_clock_ms
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
+from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
 from statekit.spi.errors import StatekitError
 from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.storage import CheckpointStorage
+from statekit.spi.timers import MIN_TIMESTAMP
 
 KEY_GROUP_COLUMN = "__statekit_kg"
 PARTITION_COLUMN = "__statekit_partition"  # the subtask's partition token (``spark.partitioning``)
@@ -59,6 +63,8 @@ class SubtaskSpec:
     #: the epoch's processing time (epoch ms; the same on replay) and the TTL sweep budget
     processing_time_ms: int | None = None  # None: the wall clock when the task starts
     ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS
+    #: the event-time column, the epoch's watermark and the late-row policy (None: no event time)
+    event_time: SubtaskEventTime | None = None
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
@@ -74,9 +80,13 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
         lease.release()
         raise
     outputs: list[Any] = []
+    tracker = EventTimeTracker(spec.event_time, MARKER_COLUMN) if spec.event_time is not None else None
+    if tracker is not None:
+        batches = tracker.filtered(batches)
     try:
         task.begin_epoch(spec.processing_time_ms if spec.processing_time_ms is not None else wall_clock_ms(),
-                         spec.ttl_sweep_seconds)
+                         spec.ttl_sweep_seconds,
+                         spec.event_time.watermark_ms if spec.event_time is not None else MIN_TIMESTAMP)
         task.open()
         batched = isinstance(spec.function, KeyedBatchFunction)
         for batch in (_coalesced(batches, spec.batch_max_bytes) if batched else batches):
@@ -87,6 +97,7 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
             while len(outputs) >= OUTPUT_BATCH_ROWS:
                 yield _to_batch(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema)
                 del outputs[:OUTPUT_BATCH_ROWS]
+        task.fire_timers(outputs)
         pending = task.snapshot(SnapshotOptions(incremental=spec.incremental))
         upload = SnapshotUpload(pending, access.streams(spec.checkpoint_id, subtask.name),
                                 concurrent=spec.state_backend.capabilities.async_snapshots)
@@ -111,7 +122,8 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
         raise
     lease.publish(spec.checkpoint_id, state, task.keyed_backend, task.operator_backend,
                   on_disk=spec.state_backend.capabilities.local_recovery)
-    acknowledge.add([(subtask_index, json.dumps(state.to_json()), recovery)])
+    seen = (tracker.max_event_time_ms, tracker.late_rows) if tracker is not None else (MIN_TIMESTAMP, 0)
+    acknowledge.add([(subtask_index, json.dumps(state.to_json()), recovery, seen)])
 
 
 def _restore_of(spec: SubtaskSpec, subtask_index: int, access: Any) -> tuple[TaskRestore | None, SubtaskState | None]:

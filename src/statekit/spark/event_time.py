@@ -1,0 +1,104 @@
+"""Event time under Spark: the event-time column read with Arrow compute in each subtask (its
+largest value, and late rows dropped or kept and counted), and the driver's side that turns the
+subtasks' reports into the checkpoint's record (``runtime.event_time``).
+
+The event-time column is a ``timestamp`` (``timestamp_ntz`` too) or an integer of epoch
+milliseconds. Rows whose event time is null are processed and do not move the watermark.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.types import (
+    ByteType, DataType, IntegerType, LongType, ShortType, StructType, TimestampNTZType, TimestampType,
+)
+
+from statekit.runtime.event_time import LATE_ROWS, MAX_EVENT_TIME, WATERMARK, EventTime, LateRows
+from statekit.spi.errors import ConfigurationError
+from statekit.spi.timers import MIN_TIMESTAMP
+
+_TYPES = (TimestampType, TimestampNTZType, LongType, IntegerType, ShortType, ByteType)
+
+
+@dataclass(frozen=True)
+class EventTimeColumn:
+    """A job's event time: its column and the watermark rule."""
+
+    column: str
+    rule: EventTime
+
+    @classmethod
+    def of(cls, schema: StructType, column: str | None, watermark_delay: Any, late_rows: Any) -> "EventTimeColumn | None":
+        if column is None and watermark_delay is None:
+            return None
+        if column is None or watermark_delay is None:
+            raise ConfigurationError("event_time and watermark_delay go together: give the event-time column and "
+                                     "how far the watermark trails it (e.g. watermark_delay='10 minutes'), or neither")
+        if column not in schema.names:
+            raise ConfigurationError(f"event_time={column!r} is not a column of the DataFrame ({schema.names})")
+        data_type: DataType = schema[column].dataType
+        if not isinstance(data_type, _TYPES):
+            raise ConfigurationError(f"event_time column {column!r} is {data_type.simpleString()}: it must be a "
+                                     f"timestamp or an integer of epoch milliseconds (cast it, e.g. "
+                                     f"F.col({column!r}).cast('timestamp'))")
+        return cls(column, EventTime.of(watermark_delay, late_rows))
+
+
+@dataclass(frozen=True)
+class SubtaskEventTime:
+    """What a subtask needs: the column, the epoch's watermark and whether late rows are dropped."""
+
+    column: str
+    watermark_ms: int
+    drop_late: bool
+
+
+class EventTimeTracker:
+    """Watches a subtask's batches: the largest event time and the late rows (dropped if asked)."""
+
+    def __init__(self, spec: SubtaskEventTime, marker_column: str) -> None:
+        self._spec = spec
+        self._marker = marker_column
+        self.max_event_time_ms = MIN_TIMESTAMP
+        self.late_rows = 0
+
+    def filtered(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            times = _milliseconds(batch.column(self._spec.column))
+            rows = pc.invert(batch.column(self._marker))
+            largest = pc.max(pc.filter(times, rows)).as_py()
+            if largest is not None and largest > self.max_event_time_ms:
+                self.max_event_time_ms = largest
+            late = pc.fill_null(pc.and_(rows, pc.less(times, self._spec.watermark_ms)), False)
+            count = pc.sum(late.cast(pa.int64())).as_py() or 0
+            self.late_rows += count
+            yield batch.filter(pc.invert(late)) if count and self._spec.drop_late else batch
+
+
+def _milliseconds(column: pa.Array) -> pa.Array:
+    if pa.types.is_timestamp(column.type):
+        return pc.divide(column.cast(pa.timestamp("us", column.type.tz)).cast(pa.int64()), 1000)
+    return column.cast(pa.int64())
+
+
+def subtask_event_time(event_time: EventTimeColumn | None, previous: dict[str, Any] | None) -> SubtaskEventTime | None:
+    """The epoch's event-time settings from the properties of the checkpoint it restores."""
+    if event_time is None:
+        return None
+    watermark, _ = event_time.rule.epoch_start(previous)
+    return SubtaskEventTime(event_time.column, watermark, event_time.rule.late_rows is LateRows.DROP)
+
+
+def recorded_event_time(event_time: EventTimeColumn | None, previous: dict[str, Any] | None,
+                        reports: list[tuple[int, int]]) -> dict[str, int]:
+    """The checkpoint's event-time properties: the epoch's watermark, the largest event time up to
+    it, and the late rows, from the subtasks' (largest event time, late rows) reports."""
+    if event_time is None:
+        return {}
+    watermark, seen = event_time.rule.epoch_start(previous)
+    for largest, _ in reports:
+        seen = max(seen, largest)
+    return {WATERMARK: watermark, MAX_EVENT_TIME: seen, LATE_ROWS: sum(late for _, late in reports)}

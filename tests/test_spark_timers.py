@@ -1,0 +1,121 @@
+"""Timers and watermarks under Spark, on every backend: a job with event-time windows and
+processing-time timers (``conformance_tests.timer_workload``) run epoch by epoch with
+``process_keyed(event_time=..., watermark_delay=...)``, checked against the plain-Python oracle
+epoch by epoch, across a rescale 4 -> 3 -> 8, a replayed epoch and late rows; and a streaming
+query whose heartbeat keeps processing time moving while its input is quiet."""
+from __future__ import annotations
+
+import datetime
+import time
+
+import pytest
+
+from statekit.conformance_tests.compare import assert_same_rows
+from statekit.conformance_tests.timer_workload import (
+    EPOCH_MS, T0, WATERMARK_DELAY, WindowCountFunction, make_timed_epochs, timer_oracle,
+)
+from statekit.runtime.event_time import LATE_ROWS, MAX_EVENT_TIME, WATERMARK
+from statekit.spark import latest_checkpoint, process_keyed, process_keyed_stream
+from statekit.spi import ConfigurationError
+
+pytestmark = pytest.mark.spark
+
+INPUT = "key string, ts long"
+OUTPUT = "kind string, key string, ts long, n long"
+
+
+def _rows(out: list) -> list[tuple]:
+    return [tuple(r) for r in out]
+
+
+def _run(spark, rows, job_id: str, epoch_number: int, epoch: int | None = None):
+    from statekit.spark import KeyedJob
+
+    df = spark.createDataFrame(rows, INPUT) if rows else spark.createDataFrame([], INPUT)
+    job = KeyedJob.create(spark, df.schema, "key", WindowCountFunction(), OUTPUT, "keyed-process", job_id, None,
+                          "ts", WATERMARK_DELAY)
+    return _rows(job.run_epoch(df, epoch=epoch, processing_time_ms=T0 + epoch_number * EPOCH_MS).collect())
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb", "lmdb", "sqlite"])
+def test_windows_and_timers_match_the_oracle_across_rescales_and_a_replay(spark, statekit_settings, tmp_path,
+                                                                          backend):
+    epochs = make_timed_epochs(9, 200, 40, seed=21)
+    expected = timer_oracle(epochs)
+    settings = {"backend": backend, "checkpoint.storage": "filesystem",
+                "checkpoint.dir": (tmp_path / "checkpoints").as_uri(), "parallelism": 4}
+    statekit_settings(settings)
+    job_id = f"timers-{backend}"
+    late_total = 0
+    for number, rows in enumerate(epochs):
+        if number in (3, 6):
+            statekit_settings({**settings, "parallelism": {3: 3, 6: 8}[number]})
+        found = _run(spark, rows, job_id, number)
+        assert_same_rows(found, expected[number], f"{backend}, epoch {number + 1}")
+        latest, _ = latest_checkpoint(spark, job_id)
+        late_total += latest.metadata.properties[LATE_ROWS]
+        if number == 4:  # run epoch 5 again, as Spark replays a micro-batch: same watermark, same timers
+            again = _run(spark, rows, job_id, number, epoch=number + 1)
+            assert sorted(again, key=repr) == sorted(found, key=repr), f"{backend}: the replayed epoch 5 differs"
+    assert late_total > 0, "the workload has late rows, which are dropped and counted"
+    properties = latest.metadata.properties
+    assert properties[MAX_EVENT_TIME] == max(ts for rows in epochs for _, ts in rows)
+    assert properties[WATERMARK] < properties[MAX_EVENT_TIME]
+
+
+def test_a_timestamp_column_is_event_time_and_bad_columns_are_refused(spark, statekit_settings, tmp_path):
+    statekit_settings({"backend": "heap", "checkpoint.storage": "filesystem",
+                       "checkpoint.dir": (tmp_path / "checkpoints").as_uri(), "parallelism": 2})
+    base = datetime.datetime(2024, 1, 1, 12, 0, 0)
+    first = spark.createDataFrame([("a", base), ("a", base + datetime.timedelta(seconds=5))], "key string, ts timestamp")
+    second = spark.createDataFrame([("a", base + datetime.timedelta(seconds=9))], "key string, ts timestamp")
+    outputs = [process_keyed(df, "key", WindowCountFunction(), OUTPUT, job_id="timestamps", event_time="ts",
+                             watermark_delay="1 second", processing_time_ms=T0).collect() for df in (first, second)]
+    assert outputs[0] == [], "no window can close in the first epoch: its watermark is the minimum"
+    end = int(base.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)
+    assert sorted(_rows(outputs[1])) == [("window", "a", end + 999, 1)], \
+        "epoch 2's watermark (5 s - 1 s after the first row) closes the first second's window only"
+    with pytest.raises(ConfigurationError, match="event_time column 'key' is string"):
+        process_keyed(first, "key", WindowCountFunction(), OUTPUT, job_id="bad", event_time="key",
+                      watermark_delay="1 second")
+    with pytest.raises(ConfigurationError, match="event_time and watermark_delay go together"):
+        process_keyed(first, "key", WindowCountFunction(), OUTPUT, job_id="bad", event_time="ts")
+    with pytest.raises(ConfigurationError, match="watermark_delay must be a duration"):
+        process_keyed(first, "key", WindowCountFunction(), OUTPUT, job_id="bad", event_time="ts",
+                      watermark_delay="soon")
+
+
+def test_a_heartbeat_fires_processing_time_timers_while_the_input_is_quiet(spark, statekit_settings, tmp_path):
+    """One file of rows, then nothing: without the heartbeat Spark would run no more micro-batches
+    and the rows' processing-time timers (one minute after their batch) would never fire."""
+    statekit_settings({"backend": "heap", "checkpoint.storage": "filesystem",
+                       "checkpoint.dir": (tmp_path / "checkpoints").as_uri(), "parallelism": 2})
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "1.json").write_text('{"key": "a", "ts": 1}\n{"key": "b", "ts": 2}\n')
+    stream = spark.readStream.schema(INPUT).json(str(source))
+    seen: list[tuple] = []
+    query = process_keyed_stream(stream, "key", quick_idle(), OUTPUT,
+                                 sink=lambda df, batch_id: seen.extend(_rows(df.collect())),
+                                 checkpoint_location=str(tmp_path / "query"), job_id="heartbeat",
+                                 heartbeat="200 milliseconds")
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and len([r for r in seen if r[0] == "idle"]) < 2:
+            time.sleep(0.5)
+            assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+    assert sorted(r[1] for r in seen if r[0] == "idle") == ["a", "b"], seen
+
+
+def quick_idle() -> WindowCountFunction:
+    """The workload with only a processing-time timer, one second after a row's micro-batch
+    (defined in a function, so Spark's workers get the class by value)."""
+
+    class QuickIdle(WindowCountFunction):
+        def process(self, row, ctx):
+            timers = ctx.timer_service()
+            timers.register_processing_time_timer(timers.current_processing_time() + 1000)
+
+    return QuickIdle()
