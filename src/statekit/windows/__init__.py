@@ -1,0 +1,24 @@
+"""Windows on keyed state and timers (Flink's window operator), for every backend.
+
+::
+
+    from statekit import windows
+
+    hourly = windows.aggregate(windows.TumblingWindows.of("1 hour"), Average(), timestamp="ts",
+                               value=lambda row: row["temperature"])
+    process_keyed(readings, "sensor", hourly, "sensor string, start long, end long, avg double",
+                  event_time="ts", watermark_delay="10 minutes")
+
+Tumbling, sliding and session windows (``TumblingWindows``, ``SlidingWindows``,
+``SessionWindows``), in event time (closed by the watermark) or processing time (``domain=``);
+``aggregate`` keeps one accumulator per window, ``process`` keeps the elements for a
+``ProcessWindowFunction``. Windows are ``[start, end)`` in epoch milliseconds.
+"""
+from statekit.spi.timers import TimeDomain
+from statekit.windows.assigners import SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner
+from statekit.windows.operator import ProcessWindowFunction, WindowOperator, aggregate, default_emit, process
+from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
+
+__all__ = ["ProcessWindowFunction", "SessionWindows", "SlidingWindows", "TimeDomain", "TimeWindow",
+           "TimeWindowSerializer", "TumblingWindows", "WindowAssigner", "WindowOperator", "aggregate",
+           "default_emit", "process"]

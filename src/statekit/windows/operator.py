@@ -1,0 +1,259 @@
+"""The window operator (Flink's ``WindowOperator``), built only on keyed state, namespaces and
+timers, so it runs on every backend and its windows survive restores, rescaling and backend
+switches like any state.
+
+A window's contents are state in the window's namespace (an accumulator, or the elements); a
+timer in the window's namespace fires at the window's last millisecond, emits the result and
+clears the window (with ``allowed_lateness``, the result is emitted then and again for each late
+element, and the window is cleared when the watermark passes its end plus the lateness). Session
+windows merge as Flink's ``MergingWindowSet`` does: each key keeps a map from its sessions to the
+window whose namespace holds their contents, so a session that grows moves no state; when an
+element bridges two sessions, the later one's contents are merged into the earlier one's.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Iterable, Iterator
+
+from statekit.runtime.event_time import duration_ms, event_time_ms
+from statekit.runtime.function import KeyedContext, KeyedProcessFunction
+from statekit.runtime.timers import TimerService
+from statekit.spi.descriptors import AggregateFunction, ListStateDescriptor, ValueStateDescriptor
+from statekit.spi.errors import ConfigurationError
+from statekit.spi.serializer import TypeSerializer
+from statekit.spi.timers import TimeDomain
+from statekit.windows.assigners import WindowAssigner
+from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
+
+#: the timer service of window operators (``_timers/windows/<domain>``)
+WINDOW_TIMERS = "windows"
+_WINDOWS = TimeWindowSerializer()
+
+
+class ProcessWindowFunction(ABC):
+    """Computes a window's output from all of its elements (Flink's ``ProcessWindowFunction``)."""
+
+    @abstractmethod
+    def process(self, key: Any, window: TimeWindow, elements: list[Any], ctx: KeyedContext) -> Iterable[Any] | None:
+        """Return or yield the output rows of ``window`` of ``key``."""
+
+
+class _Contents(ABC):
+    """How a window keeps what it was given: one accumulator, or every element."""
+
+    @abstractmethod
+    def open(self, ctx: KeyedContext) -> None: ...
+
+    @abstractmethod
+    def add(self, window: TimeWindow, value: Any) -> None: ...
+
+    @abstractmethod
+    def emit(self, key: Any, window: TimeWindow, state_window: TimeWindow, ctx: KeyedContext) -> Iterable[Any]: ...
+
+    @abstractmethod
+    def merge(self, target: TimeWindow, source: TimeWindow) -> None:
+        """Move ``source``'s contents into ``target``'s."""
+
+    @abstractmethod
+    def clear(self, window: TimeWindow) -> None: ...
+
+
+class _Accumulated(_Contents):
+    def __init__(self, function: AggregateFunction, emit: Callable[[Any, TimeWindow, Any], Any],
+                 serializer: TypeSerializer | None) -> None:
+        self._function, self._emit, self._serializer = function, emit, serializer
+
+    def open(self, ctx: KeyedContext) -> None:
+        self._state = ctx.get_state(ValueStateDescriptor("window-accumulator", self._serializer), _WINDOWS)
+
+    def _at(self, window: TimeWindow) -> Any:
+        self._state.set_current_namespace(window)
+        return self._state.value()
+
+    def add(self, window: TimeWindow, value: Any) -> None:
+        accumulator = self._at(window)
+        if accumulator is None:
+            accumulator = self._function.create_accumulator()
+        self._state.update(self._function.add(value, accumulator))
+
+    def emit(self, key: Any, window: TimeWindow, state_window: TimeWindow, ctx: KeyedContext) -> Iterable[Any]:
+        accumulator = self._at(state_window)
+        return () if accumulator is None else (self._emit(key, window, self._function.get_result(accumulator)),)
+
+    def merge(self, target: TimeWindow, source: TimeWindow) -> None:
+        moved = self._at(source)
+        if moved is None:
+            return
+        self._state.clear()
+        kept = self._at(target)
+        self._state.update(moved if kept is None else self._function.merge(kept, moved))
+
+    def clear(self, window: TimeWindow) -> None:
+        self._state.set_current_namespace(window)
+        self._state.clear()
+
+
+class _Collected(_Contents):
+    def __init__(self, function: ProcessWindowFunction, serializer: TypeSerializer | None) -> None:
+        self._function, self._serializer = function, serializer
+
+    def open(self, ctx: KeyedContext) -> None:
+        self._state = ctx.get_state(ListStateDescriptor("window-elements", self._serializer), _WINDOWS)
+
+    def add(self, window: TimeWindow, value: Any) -> None:
+        self._state.set_current_namespace(window)
+        self._state.add(value)
+
+    def emit(self, key: Any, window: TimeWindow, state_window: TimeWindow, ctx: KeyedContext) -> Iterable[Any]:
+        self._state.set_current_namespace(state_window)
+        elements = self._state.get()
+        return (self._function.process(key, window, elements, ctx) or ()) if elements else ()
+
+    def merge(self, target: TimeWindow, source: TimeWindow) -> None:
+        self._state.set_current_namespace(source)
+        moved = self._state.get()
+        self._state.clear()
+        self._state.set_current_namespace(target)
+        self._state.add_all(moved)
+
+    def clear(self, window: TimeWindow) -> None:
+        self._state.set_current_namespace(window)
+        self._state.clear()
+
+
+def default_emit(key: Any, window: TimeWindow, result: Any) -> tuple[Any, ...]:
+    """``(key columns..., window start, window end, result)``."""
+    return (*(key if isinstance(key, tuple) else (key,)), window.start, window.end, result)
+
+
+class WindowOperator(KeyedProcessFunction):
+    """Windows of each key: ``aggregate`` or ``process`` build one (see ``statekit.windows``)."""
+
+    def __init__(self, assigner: WindowAssigner, contents: _Contents, timestamp: str | Callable[[Any], Any] | None,
+                 value: Callable[[Any], Any] | None, allowed_lateness: Any) -> None:
+        if not isinstance(assigner, WindowAssigner):
+            raise ConfigurationError(f"a window operator needs a WindowAssigner (e.g. TumblingWindows.of('1 hour')), "
+                                     f"got {assigner!r}")
+        event_time = assigner.domain is TimeDomain.EVENT_TIME
+        if event_time and timestamp is None:
+            raise ConfigurationError("event-time windows need timestamp=: the element's event-time column (the "
+                                     "job's event_time) or a function of the row")
+        self.assigner = assigner
+        self.contents = contents
+        self.timestamp = timestamp
+        self.value = value
+        self.lateness_ms = duration_ms(allowed_lateness, "allowed_lateness")
+        if self.lateness_ms and not event_time:
+            raise ConfigurationError("allowed_lateness is for event-time windows: processing time is never late")
+
+    def open(self, ctx: KeyedContext) -> None:
+        self.contents.open(ctx)
+        if self.assigner.merging:
+            self.sessions = ctx.get_state(ValueStateDescriptor("window-sessions"))
+
+    def _timers(self, ctx: KeyedContext) -> TimerService:
+        return ctx.timer_service(WINDOW_TIMERS, _WINDOWS)
+
+    def _time_of(self, row: Any, timers: TimerService) -> int:
+        if self.assigner.domain is TimeDomain.PROCESSING_TIME:
+            return timers.current_processing_time()
+        stamp = self.timestamp
+        return event_time_ms(stamp(row) if callable(stamp) else row[stamp])
+
+    def _cleanup_time(self, window: TimeWindow) -> int:
+        return window.max_timestamp + self.lateness_ms
+
+    def _register(self, timers: TimerService, window: TimeWindow) -> None:
+        if self.assigner.domain is TimeDomain.PROCESSING_TIME:
+            timers.register_processing_time_timer(window.max_timestamp, window)
+            return
+        timers.register_event_time_timer(window.max_timestamp, window)
+        if self.lateness_ms:
+            timers.register_event_time_timer(self._cleanup_time(window), window)
+
+    def _delete(self, timers: TimerService, window: TimeWindow) -> None:
+        if self.assigner.domain is TimeDomain.PROCESSING_TIME:
+            timers.delete_processing_time_timer(window.max_timestamp, window)
+            return
+        timers.delete_event_time_timer(window.max_timestamp, window)
+        if self.lateness_ms:
+            timers.delete_event_time_timer(self._cleanup_time(window), window)
+
+    def process(self, row: Any, ctx: KeyedContext) -> Iterator[Any]:
+        timers = self._timers(ctx)
+        timestamp = self._time_of(row, timers)
+        value = self.value(row) if self.value is not None else row
+        watermark = timers.current_watermark()
+        event_time = self.assigner.domain is TimeDomain.EVENT_TIME
+        for window in self.assigner.assign(timestamp):
+            if event_time and self._cleanup_time(window) <= watermark:
+                continue  # late beyond the allowed lateness: dropped, as in Flink
+            state_window = window
+            if self.assigner.merging:
+                window, state_window = self._merge(window, timers)
+            self.contents.add(state_window, value)
+            if event_time and window.max_timestamp <= watermark:  # late, within the lateness: fire now
+                yield from self.contents.emit(ctx.current_key, window, state_window, ctx)
+            else:
+                self._register(timers, window)
+
+    def _merge(self, new: TimeWindow, timers: TimerService) -> tuple[TimeWindow, TimeWindow]:
+        """Merge ``new`` with the key's sessions it intersects: (the session, its state window)."""
+        sessions: dict[TimeWindow, TimeWindow] = self.sessions.value() or {}
+        overlapping = sorted(w for w in sessions if w.intersects(new))
+        merged = new
+        for window in overlapping:
+            merged = merged.cover(window)
+        state_window = sessions[overlapping[0]] if overlapping else new
+        for window in overlapping[1:]:
+            self.contents.merge(state_window, sessions[window])
+        for window in overlapping:
+            del sessions[window]
+            if window != merged:
+                self._delete(timers, window)
+        sessions[merged] = state_window
+        self.sessions.update(sessions)
+        return merged, state_window
+
+    def on_timer(self, timestamp: int, ctx: KeyedContext) -> Iterator[Any]:
+        window = ctx.timer.namespace if ctx.timer is not None else None
+        if not isinstance(window, TimeWindow):
+            return
+        state_window = window
+        sessions: dict[TimeWindow, TimeWindow] | None = None
+        if self.assigner.merging:
+            sessions = self.sessions.value() or {}
+            if window not in sessions:
+                return  # merged into a larger session since
+            state_window = sessions[window]
+        if timestamp == window.max_timestamp:
+            yield from self.contents.emit(ctx.current_key, window, state_window, ctx)
+        if timestamp == (window.max_timestamp if ctx.time_domain is TimeDomain.PROCESSING_TIME
+                         else self._cleanup_time(window)):
+            self.contents.clear(state_window)
+            if sessions is not None:
+                del sessions[window]
+                self.sessions.update(sessions or None)
+
+
+def aggregate(assigner: WindowAssigner, function: AggregateFunction, *, timestamp: str | Callable[[Any], Any] | None = None,
+              value: Callable[[Any], Any] | None = None, emit: Callable[[Any, TimeWindow, Any], Any] = default_emit,
+              allowed_lateness: Any = "0 ms", accumulator_serializer: TypeSerializer | None = None) -> WindowOperator:
+    """Windows that keep one accumulator each (Flink's ``window(...).aggregate(...)``): each element's
+    ``value(row)`` (default: the row) is added; when a window closes, ``emit(key, window, result)``
+    gives its output row (default ``(key..., start, end, result)``). ``timestamp``: the row's
+    event-time column or a function of the row (event-time windows)."""
+    if not isinstance(function, AggregateFunction):
+        raise ConfigurationError(f"windows.aggregate needs an AggregateFunction instance, got {function!r}")
+    return WindowOperator(assigner, _Accumulated(function, emit, accumulator_serializer), timestamp, value,
+                          allowed_lateness)
+
+
+def process(assigner: WindowAssigner, function: ProcessWindowFunction, *,
+            timestamp: str | Callable[[Any], Any] | None = None, value: Callable[[Any], Any] | None = None,
+            allowed_lateness: Any = "0 ms", element_serializer: TypeSerializer | None = None) -> WindowOperator:
+    """Windows that keep every element (``value(row)``, default the row) and hand them to
+    ``function.process(key, window, elements, ctx)`` when the window closes."""
+    if not isinstance(function, ProcessWindowFunction):
+        raise ConfigurationError(f"windows.process needs a ProcessWindowFunction instance, got {function!r}")
+    return WindowOperator(assigner, _Collected(function, element_serializer), timestamp, value, allowed_lateness)

@@ -1,0 +1,44 @@
+"""``TimeWindow``: the half-open interval ``[start, end)`` of epoch milliseconds a window covers,
+and its serializer (the namespace of a window's state and timers)."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from statekit.spi.errors import SerializationError
+from statekit.spi.serializer import TypeSerializer
+
+_TWO_LONGS = struct.Struct(">qq")
+
+
+@dataclass(frozen=True, order=True)
+class TimeWindow:
+    start: int
+    end: int
+
+    @property
+    def max_timestamp(self) -> int:
+        """The last millisecond in the window: when its event-time timer fires."""
+        return self.end - 1
+
+    def intersects(self, other: "TimeWindow") -> bool:
+        """Overlapping or adjacent (Flink's rule for merging session windows)."""
+        return self.start <= other.end and other.start <= self.end
+
+    def cover(self, other: "TimeWindow") -> "TimeWindow":
+        return TimeWindow(min(self.start, other.start), max(self.end, other.end))
+
+
+class TimeWindowSerializer(TypeSerializer[TimeWindow]):
+    """16 bytes: start and end as big-endian signed 64-bit integers."""
+
+    def serialize(self, value: TimeWindow) -> bytes:
+        try:
+            return _TWO_LONGS.pack(value.start, value.end)
+        except (struct.error, AttributeError) as exc:
+            raise SerializationError(f"TimeWindowSerializer cannot serialize {value!r}: {exc}") from exc
+
+    def deserialize(self, data: bytes) -> TimeWindow:
+        if len(data) != _TWO_LONGS.size:
+            raise SerializationError(f"TimeWindowSerializer expects {_TWO_LONGS.size} bytes, got {len(data)}")
+        return TimeWindow(*_TWO_LONGS.unpack(data))

@@ -1,0 +1,244 @@
+"""The windows library on the local runner, against plain-Python recomputations: tumbling,
+sliding and session windows in event time (sessions merging, also when an element bridges two
+sessions), allowed lateness, processing-time windows, a process-window function, and windows
+kept open across a rescale and a backend switch through a savepoint."""
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+
+from statekit import windows
+from statekit.backends.heap import HeapStateBackend
+from statekit.backends.lmdb import LMDBStateBackend
+from statekit.backends.rocksdb import RocksDBStateBackend
+from statekit.conformance_tests.compare import assert_same_rows
+from statekit.runtime.event_time import EventTime
+from statekit.runtime.local_runner import LocalRunner
+from statekit.spi import AggregateFunction, ConfigurationError
+
+T0 = 1_700_000_000_000
+SECOND = 1000
+
+
+class Sum(AggregateFunction):
+    def create_accumulator(self):
+        return 0
+
+    def add(self, value, accumulator):
+        return accumulator + value
+
+    def get_result(self, accumulator):
+        return accumulator
+
+    def merge(self, a, b):
+        return a + b
+
+
+class Listing(windows.ProcessWindowFunction):
+    def process(self, key, window, elements, ctx):
+        yield (key, window.start, window.end, sorted(e["v"] for e in elements))
+
+
+@pytest.fixture(params=["heap", "rocksdb", "lmdb"])
+def backend(request, tmp_path):
+    return {"heap": lambda: HeapStateBackend(),
+            "rocksdb": lambda: RocksDBStateBackend(**{"local-dir": str(tmp_path / "rocksdb")}),
+            "lmdb": lambda: LMDBStateBackend(**{"local-dir": str(tmp_path / "lmdb"), "map-size": "64k"})
+            }[request.param]()
+
+
+def runner(function, backend, parallelism=2, delay="0 ms", late_rows="drop", clock=None):
+    return LocalRunner(function, lambda row: row["k"], parallelism=parallelism, max_parallelism=32,
+                       state_backend=backend, event_time="ts", watermark_delay=delay, late_rows=late_rows,
+                       clock=clock)
+
+
+def epochs_of(n_epochs, per_epoch, seed, spread=4 * SECOND, keys=5):
+    rng = random.Random(seed)
+    return [[{"k": f"k{rng.randrange(keys)}", "ts": T0 + e * 3 * SECOND + rng.randrange(-spread, spread),
+              "v": rng.randrange(100)} for _ in range(per_epoch)] for e in range(n_epochs)]
+
+
+def recompute(epochs, assign, delay_ms=0):
+    """Each epoch's expected (key, start, end, sum) rows, by the operator's rules in plain Python:
+    epoch N's watermark from epochs < N; late rows dropped; a window is emitted, once, at the end
+    of the first epoch whose watermark passed its last millisecond."""
+    rule = EventTime(delay_ms)
+    properties = None
+    contents: dict = defaultdict(list)  # (key, window) -> values
+    outputs = []
+    for rows in epochs:
+        watermark, seen = rule.epoch_start(properties)
+        for row in rows:
+            seen = max(seen, row["ts"])
+            if row["ts"] >= watermark:  # else late: the runner drops it
+                for window in assign(row["ts"]):
+                    if window[1] - 1 > watermark:
+                        contents[(row["k"], window)].append(row["v"])
+        closed = sorted(kw for kw in contents if kw[1][1] - 1 <= watermark)
+        outputs.append([(key, *window, sum(contents.pop((key, window)))) for key, window in closed])
+        properties = {"watermark_ms": watermark, "max_event_time_ms": seen}
+    return outputs
+
+
+def _sessions(contents, gap):
+    by_key = defaultdict(list)
+    for (key, _), values in contents.items():
+        by_key[key].extend(values)
+    merged = {}
+    for key, values in by_key.items():
+        values.sort()
+        start, end, bucket = None, None, []
+        for ts, v in values:
+            if start is not None and ts <= end:
+                end = max(end, ts + gap)
+                bucket.append((ts, v))
+            else:
+                if start is not None:
+                    merged[(key, (start, end))] = bucket
+                start, end, bucket = ts, ts + gap, [(ts, v)]
+        merged[(key, (start, end))] = bucket
+    return merged
+
+
+def run_all(run, epochs):
+    return [run.run_epoch(rows) for rows in epochs]
+
+
+def test_tumbling_windows_sum_per_key(backend):
+    epochs = epochs_of(10, 80, seed=1) + [[{"k": "k0", "ts": T0 + 60 * SECOND, "v": 0}]] * 2
+    function = windows.aggregate(windows.TumblingWindows.of("2 seconds"), Sum(), timestamp="ts",
+                                 value=lambda row: row["v"])
+    found = run_all(runner(function, backend), epochs)
+    expected = recompute(epochs, lambda ts: [(ts - ts % 2000, ts - ts % 2000 + 2000)])
+    for number, (got, want) in enumerate(zip(found, expected)):
+        assert_same_rows(got, want, f"epoch {number + 1}")
+    assert sum(map(len, found)) > 20
+
+
+def test_sliding_windows_put_an_element_in_each_of_its_windows(backend):
+    epochs = epochs_of(8, 60, seed=2) + [[{"k": "k0", "ts": T0 + 90 * SECOND, "v": 0}]] * 2
+    function = windows.aggregate(windows.SlidingWindows.of("3 seconds", "1 second"), Sum(), timestamp="ts",
+                                 value=lambda row: row["v"])
+
+    def assign(ts):
+        last = ts - ts % 1000
+        return [(start, start + 3000) for start in range(last, ts - 3000, -1000)]
+
+    found = run_all(runner(function, backend, delay="1 second"), epochs)
+    for number, (got, want) in enumerate(zip(found, recompute(epochs, assign, delay_ms=1000))):
+        assert_same_rows(got, want, f"epoch {number + 1}")
+
+
+def test_session_windows_merge_and_close_after_the_gap(backend):
+    gap = 1500
+    epochs = epochs_of(10, 40, seed=3, spread=3 * SECOND, keys=4) + [[{"k": "k0", "ts": T0 + 99 * SECOND, "v": 0}]] * 2
+    function = windows.aggregate(windows.SessionWindows.with_gap("1500 ms"), Sum(), timestamp="ts",
+                                 value=lambda row: row["v"])
+    found = run_all(runner(function, backend, delay="2 seconds"), epochs)
+    # the oracle merges every key's elements seen so far into sessions, emits those the watermark closed
+    rule, properties, pending, expected = EventTime(2000), None, defaultdict(list), []
+    for rows in epochs:
+        watermark, seen = rule.epoch_start(properties)
+        for row in rows:
+            seen = max(seen, row["ts"])
+            if row["ts"] >= watermark and row["ts"] + gap - 1 > watermark:
+                pending[row["k"]].append((row["ts"], row["v"]))
+        out = []
+        for (key, (start, end)), values in sorted(_sessions({(k, None): v for k, v in pending.items()}, gap).items()):
+            if end - 1 <= watermark:
+                out.append((key, start, end, sum(v for _, v in values)))
+                pending[key] = [(ts, v) for ts, v in pending[key] if not start <= ts < end]
+        expected.append(out)
+        properties = {"watermark_ms": watermark, "max_event_time_ms": seen}
+    for number, (got, want) in enumerate(zip(found, expected)):
+        assert_same_rows(got, want, f"epoch {number + 1}")
+    assert sum(map(len, found)) >= 4
+
+
+def test_an_element_between_two_sessions_merges_them(backend):
+    function = windows.aggregate(windows.SessionWindows.with_gap("10 seconds"), Sum(), timestamp="ts",
+                                 value=lambda row: row["v"])
+    run = runner(function, backend, parallelism=1, delay="20 seconds")
+    assert run.run_epoch([{"k": "a", "ts": T0, "v": 1}, {"k": "a", "ts": T0 + 15 * SECOND, "v": 2}]) == []
+    assert run.run_epoch([{"k": "a", "ts": T0 + 8 * SECOND, "v": 4}]) == []  # bridges [T0, +10) and [+15, +25)
+    assert run.run_epoch([{"k": "b", "ts": T0 + 60 * SECOND, "v": 0}]) == []  # moves the watermark
+    assert run.run_epoch([]) == [("a", T0, T0 + 25 * SECOND, 7)]
+
+
+def test_allowed_lateness_updates_a_closed_window_then_drops(backend):
+    function = windows.aggregate(windows.TumblingWindows.of("10 seconds"), Sum(), timestamp="ts",
+                                 value=lambda row: row["v"], allowed_lateness="10 seconds")
+    run = runner(function, backend, parallelism=1, late_rows="process")
+    run.run_epoch([{"k": "a", "ts": T0 + 1000, "v": 1}])
+    run.run_epoch([{"k": "a", "ts": T0 + 12_000, "v": 0}])  # watermark T0 + 1000
+    start = T0 - T0 % 10_000
+    assert run.run_epoch([]) == [("a", start, start + 10_000, 1)]  # watermark T0 + 12000 closes it
+    assert run.run_epoch([{"k": "a", "ts": T0 + 2000, "v": 5}]) == [("a", start, start + 10_000, 6)], \
+        "an element late by less than the lateness updates the window's result"
+    run.run_epoch([{"k": "a", "ts": T0 + 40_000, "v": 0}])
+    assert run.run_epoch([{"k": "a", "ts": T0 + 3000, "v": 100}]) == [("a", start + 10_000, start + 20_000, 0)], \
+        "after the lateness, the window is gone and its late elements are dropped (the next window closes)"
+
+
+def test_processing_time_windows_close_by_the_epoch_time(backend):
+    times = iter(range(T0, T0 + 100 * 60_000, 60_000))
+    function = windows.aggregate(windows.TumblingWindows.of("2 minutes", domain=windows.TimeDomain.PROCESSING_TIME),
+                                 Sum(), value=lambda row: row["v"])
+    run = LocalRunner(function, lambda row: row["k"], parallelism=2, state_backend=backend, clock=lambda: next(times))
+    outputs = [run.run_epoch([{"k": "a", "v": n}, {"k": "b", "v": 10 * n}]) for n in range(1, 6)]
+    times_of = [T0 + 60_000 * (n - 1) for n in range(1, 6)]  # epoch n runs at T0 + (n - 1) minutes
+    expected = []
+    for number, now in enumerate(times_of):
+        closed = []  # windows whose last millisecond passed by this epoch's time, not earlier
+        for start in sorted({t - t % 120_000 for t in times_of}):
+            if now >= start + 119_999 and (number == 0 or times_of[number - 1] < start + 119_999):
+                total = sum(n for n, t in enumerate(times_of, 1) if start <= t < start + 120_000 and t <= now)
+                closed += [("a", start, start + 120_000, total), ("b", start, start + 120_000, 10 * total)]
+        expected.append(closed)
+    for number, (got, want) in enumerate(zip(outputs, expected)):
+        assert_same_rows(got, want, f"epoch {number + 1}")
+    assert sum(map(len, outputs)) == 4
+
+
+def test_a_process_window_function_gets_every_element(backend):
+    function = windows.process(windows.TumblingWindows.of("5 seconds"), Listing(), timestamp="ts")
+    run = runner(function, backend)
+    start = T0 - T0 % 5000
+    run.run_epoch([{"k": "a", "ts": start + 1, "v": 3}, {"k": "a", "ts": start + 2, "v": 1},
+                   {"k": "b", "ts": start + 3, "v": 2}])
+    assert run.run_epoch([{"k": "c", "ts": start + 9000, "v": 0}]) == []  # the watermark is start + 3
+    assert sorted(run.run_epoch([])) == [("a", start, start + 5000, [1, 3]), ("b", start, start + 5000, [2])]
+
+
+def test_open_windows_survive_a_rescale_and_a_backend_switch(backend, tmp_path):
+    epochs = epochs_of(9, 80, seed=4) + [[{"k": "k0", "ts": T0 + 60 * SECOND, "v": 0}]] * 2
+    expected = recompute(epochs, lambda ts: [(ts - ts % 4000, ts - ts % 4000 + 4000)], delay_ms=1000)
+
+    def function():
+        return windows.aggregate(windows.TumblingWindows.of("4 seconds"), Sum(), timestamp="ts",
+                                 value=lambda row: row["v"])
+
+    heap = runner(function(), HeapStateBackend(), parallelism=3, delay="1 second")
+    for number in range(4):
+        assert_same_rows(heap.run_epoch(epochs[number]), expected[number], f"heap epoch {number + 1}")
+    switched = runner(function(), backend, parallelism=5, delay="1 second")
+    switched.restore_from(heap.savepoint(), heap.streams)
+    for number in range(4, len(epochs)):
+        if number == 7:
+            switched.rescale(2)
+        assert_same_rows(switched.run_epoch(epochs[number]), expected[number], f"epoch {number + 1} after the switch")
+
+
+def test_bad_window_settings_are_refused():
+    with pytest.raises(ConfigurationError, match="window size must be a positive duration"):
+        windows.TumblingWindows.of("0 s")
+    with pytest.raises(ConfigurationError, match="event-time windows need timestamp="):
+        windows.aggregate(windows.TumblingWindows.of("1 s"), Sum())
+    with pytest.raises(ConfigurationError, match="needs an AggregateFunction"):
+        windows.aggregate(windows.TumblingWindows.of("1 s"), sum, timestamp="ts")
+    with pytest.raises(ConfigurationError, match="allowed_lateness is for event-time windows"):
+        windows.aggregate(windows.TumblingWindows.of("1 s", domain=windows.TimeDomain.PROCESSING_TIME), Sum(),
+                          allowed_lateness="1 s")
