@@ -72,8 +72,10 @@ def epoch_clock(start: int = T0) -> Any:
     return lambda: next(times)
 
 
-def timer_oracle(epochs: Sequence[Sequence[TimedRow]], start: int = T0) -> list[list[tuple[Any, ...]]]:
-    """Each epoch's expected output (in any order) for ``WindowCountFunction``."""
+def timer_oracle(epochs: Sequence[Sequence[TimedRow]], start: int = T0,
+                 open_windows: dict[tuple[str, int], int] | None = None) -> list[list[tuple[Any, ...]]]:
+    """Each epoch's expected output (in any order) for ``WindowCountFunction``; ``open_windows``
+    receives the (key, window end) -> count of the windows still open after the last epoch."""
     rule = EventTime.of(WATERMARK_DELAY)
     counts: dict[tuple[str, int], int] = {}
     idle: set[tuple[str, int]] = set()
@@ -99,4 +101,6 @@ def timer_oracle(epochs: Sequence[Sequence[TimedRow]], start: int = T0) -> list[
                 idle.discard((key, timestamp))
         outputs.append(out)
         properties = {WATERMARK: watermark, MAX_EVENT_TIME: seen}
+    if open_windows is not None:
+        open_windows.update(counts)
     return outputs
