@@ -9,11 +9,12 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo demo-local test bench bench-quick clean distclean
+.PHONY: help venv demo demo-local demo-windows test bench bench-quick clean distclean
 
 help:
 	@echo "make demo       run the main example on local Spark: examples/spark_demo.py (creates $(VENV) on first run)"
 	@echo "make demo-local the same pipeline on statekit's local runner, without Spark: examples/local_demo.py"
+	@echo "make demo-windows event-time windows and timers on local Spark: examples/windows_demo.py"
 	@echo "make test       run the test suite; extra pytest arguments via PYTEST_ARGS='...'"
 	@echo "make bench      run every benchmark at full size (long): bench-results.json, a table, and a chart"
 	@echo "                bench-results.png if matplotlib is installed; extra arguments via BENCH_ARGS='...'"
@@ -39,6 +40,9 @@ demo: $(STAMP)
 
 demo-local: $(STAMP)
 	$(VENV_PY) examples/local_demo.py
+
+demo-windows: $(STAMP)
+	$(VENV_PY) examples/windows_demo.py
 
 test: $(STAMP)
 	$(VENV_PY) -m pytest $(PYTEST_ARGS)

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 
-from benchmarks import checkpointing, memory, operations, spark_keyed, ttl
+from benchmarks import checkpointing, memory, operations, spark_keyed, timers, ttl
 from benchmarks.chart import save_chart
 from benchmarks.report import SCHEMA_VERSION, report
 
@@ -32,15 +32,19 @@ class Sizes:
     memory_cache_mb: int
     ttl_ops: int
     ttl_epoch_keys: int
+    timers: int  # timers registered and fired under Spark
+    session_rows: int
 
 
 SIZES = {
-    "tiny": Sizes(((20_000, 2_000, 2),), 2_000, 5_000, 1, 5_000, 5_000, 1, 2_000, 200),
-    "quick": Sizes(((1_000_000, 100_000, 1),), 50_000, 200_000, 3, 500_000, 1_000_000, 32, 200_000, 5_000),
+    "tiny": Sizes(((20_000, 2_000, 2),), 2_000, 5_000, 1, 5_000, 5_000, 1, 2_000, 200, 2_000, 10_000),
+    "quick": Sizes(((1_000_000, 100_000, 1),), 50_000, 200_000, 3, 500_000, 1_000_000, 32, 200_000, 5_000,
+                   20_000, 200_000),
     "full": Sizes(((1_000_000, 100_000, 1), (1_000_000, 100_000, 10), (5_000_000, 1_000_000, 1),
-                   (5_000_000, 1_000_000, 10)), 200_000, 1_000_000, 5, 5_000_000, 4_000_000, 64, 1_000_000, 20_000),
+                   (5_000_000, 1_000_000, 10)), 200_000, 1_000_000, 5, 5_000_000, 4_000_000, 64, 1_000_000, 20_000,
+                  200_000, 1_000_000),
 }
-SECTIONS = ("operations", "ttl", "checkpoint", "memory", "spark")
+SECTIONS = ("operations", "ttl", "checkpoint", "memory", "spark", "timers")
 
 
 def _spark(sizes: Sizes) -> list[dict]:
@@ -60,6 +64,7 @@ def run_sections(sizes: Sizes, sections: tuple[str, ...]) -> list[dict]:
         "checkpoint": lambda: checkpointing.run(n_keys=sizes.checkpoint_keys),
         "memory": lambda: memory.run(n_keys=sizes.memory_keys, cache_mb=sizes.memory_cache_mb),
         "spark": lambda: _spark(sizes),
+        "timers": lambda: timers.run(n_timers=sizes.timers, session_rows=sizes.session_rows),
     }
     results: list[dict] = []
     for section in SECTIONS:

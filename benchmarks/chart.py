@@ -6,7 +6,8 @@ Aims are marked the same way.
 """
 from __future__ import annotations
 
-GROUP_COLOURS = {"spark": "tab:blue", "operations": "tab:orange", "checkpoint": "tab:green", "memory": "tab:purple"}
+GROUP_COLOURS = {"spark": "tab:blue", "operations": "tab:orange", "checkpoint": "tab:green", "memory": "tab:purple",
+                 "timers": "tab:red"}
 
 
 def advantage(value: float, better: str) -> float:

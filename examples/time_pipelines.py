@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from typing import Any, Iterator
+from typing import Iterator
 
 from statekit import KeyedProcessFunction, MapStateDescriptor, windows
 from statekit.runtime.event_time import MAX_EVENT_TIME, WATERMARK, EventTime, duration_ms
@@ -75,25 +75,11 @@ class JumpAlert(KeyedProcessFunction):
 
 
 # --- 3. user sessions closed by 30 minutes of inactivity
-class Count(AggregateFunction):
-    def create_accumulator(self) -> int:
-        return 0
-
-    def add(self, value: Any, accumulator: int) -> int:
-        return accumulator + 1
-
-    def get_result(self, accumulator: int) -> int:
-        return accumulator
-
-    def merge(self, a: int, b: int) -> int:
-        return a + b
-
-
 SESSION_GAP = 30 * MINUTE
 
 
 def user_sessions() -> windows.WindowOperator:
-    return windows.aggregate(windows.SessionWindows.with_gap("30 minutes"), Count(), timestamp="ts")
+    return windows.aggregate(windows.SessionWindows.with_gap("30 minutes"), windows.Count(), timestamp="ts")
 
 
 # --- inputs

@@ -22,3 +22,12 @@ def test_example_runs_and_checks_itself(example, master):
                             env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert "OK: all 500 sensors" in result.stdout, result.stdout[-2000:]
+
+
+@pytest.mark.spark
+def test_the_windows_demo_runs_and_checks_itself():
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "windows_demo.py")], capture_output=True,
+                            text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "OK: every micro-batch's hourly averages and alerts match" in result.stdout, result.stdout[-2000:]

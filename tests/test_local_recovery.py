@@ -59,13 +59,13 @@ class _Coordinator:
             mine = [r for r in rows if key_group_for_key(r[0], MAX_PARALLELISM) * self.parallelism
                     // MAX_PARALLELISM == index]
             list(run_subtask(self.spec(epoch, function), index, iter([_batch(mine)]), acknowledgements))
-        states = [SubtaskState.from_json(json.loads(payload)) for _, payload, _ in acknowledgements]
+        states = [SubtaskState.from_json(json.loads(payload)) for _, payload, *_ in acknowledgements]
         if commit:
             operator = OperatorState(OPERATOR, self.parallelism, MAX_PARALLELISM, tuple(states))
             self.store.add(CheckpointMetadata(epoch, JOB, {OPERATOR: operator}))
         else:
             self.store.abort(epoch, states)
-        return ",".join(sorted({recovery for _, _, recovery in acknowledgements}))
+        return ",".join(sorted({recovery for _, _, recovery, *_ in acknowledgements}))
 
     def state(self):
         latest = self.store.latest()

@@ -168,6 +168,15 @@ def test_an_element_between_two_sessions_merges_them(backend):
     assert run.run_epoch([]) == [("a", T0, T0 + 25 * SECOND, 7)]
 
 
+def test_counted_sessions_of_one_key_stay_apart_until_bridged(backend):
+    function = windows.aggregate(windows.SessionWindows.with_gap("10 seconds"), windows.Count(), timestamp="ts")
+    run = runner(function, backend, parallelism=1, delay="100 seconds")
+    assert run.run_epoch([{"k": "a", "ts": T0 + s * SECOND} for s in (0, 15, 30, 60)]) == []  # four sessions of "a"
+    assert run.run_epoch([{"k": "a", "ts": T0 + 8 * SECOND}, {"k": "a", "ts": T0 + 22 * SECOND}]) == []  # bridges
+    assert run.run_epoch([{"k": "b", "ts": T0 + 300 * SECOND}]) == []  # moves the watermark past every session
+    assert sorted(run.run_epoch([])) == [("a", T0, T0 + 40 * SECOND, 5), ("a", T0 + 60 * SECOND, T0 + 70 * SECOND, 1)]
+
+
 def test_allowed_lateness_updates_a_closed_window_then_drops(backend):
     function = windows.aggregate(windows.TumblingWindows.of("10 seconds"), Sum(), timestamp="ts",
                                  value=lambda row: row["v"], allowed_lateness="10 seconds")

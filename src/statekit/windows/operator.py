@@ -7,7 +7,7 @@ timer in the window's namespace fires at the window's last millisecond, emits th
 clears the window (with ``allowed_lateness``, the result is emitted then and again for each late
 element, and the window is cleared when the watermark passes its end plus the lateness). Session
 windows merge as Flink's ``MergingWindowSet`` does: each key keeps a map from its sessions to the
-window whose namespace holds their contents, so a session that grows moves no state; when an
+window whose namespace holds their contents (packed into one tuple of integers), so a session that grows moves no state; when an
 element bridges two sessions, the later one's contents are merged into the earlier one's.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from statekit.runtime.timers import TimerService
 from statekit.spi.descriptors import AggregateFunction, ListStateDescriptor, ValueStateDescriptor
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.serializer import TypeSerializer
+from statekit.spi.state import ValueState
 from statekit.spi.timers import TimeDomain
 from statekit.windows.assigners import WindowAssigner
 from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
@@ -149,7 +150,7 @@ class WindowOperator(KeyedProcessFunction):
     def open(self, ctx: KeyedContext) -> None:
         self.contents.open(ctx)
         if self.assigner.merging:
-            self.sessions = ctx.get_state(ValueStateDescriptor("window-sessions"))
+            self.sessions: ValueState[tuple[int, ...]] = ctx.get_state(ValueStateDescriptor("window-sessions"))
 
     def _timers(self, ctx: KeyedContext) -> TimerService:
         return ctx.timer_service(WINDOW_TIMERS, _WINDOWS)
@@ -199,20 +200,24 @@ class WindowOperator(KeyedProcessFunction):
 
     def _merge(self, new: TimeWindow, timers: TimerService) -> tuple[TimeWindow, TimeWindow]:
         """Merge ``new`` with the key's sessions it intersects: (the session, its state window)."""
-        sessions: dict[TimeWindow, TimeWindow] = self.sessions.value() or {}
-        overlapping = sorted(w for w in sessions if w.intersects(new))
+        kept: list[int] = []
+        overlapping: list[tuple[TimeWindow, TimeWindow]] = []
+        for session, state_window in _sessions(self.sessions.value()):
+            if session.intersects(new):
+                overlapping.append((session, state_window))
+            else:
+                kept += (session.start, session.end, state_window.start, state_window.end)
+        overlapping.sort()
         merged = new
-        for window in overlapping:
-            merged = merged.cover(window)
-        state_window = sessions[overlapping[0]] if overlapping else new
-        for window in overlapping[1:]:
-            self.contents.merge(state_window, sessions[window])
-        for window in overlapping:
-            del sessions[window]
-            if window != merged:
-                self._delete(timers, window)
-        sessions[merged] = state_window
-        self.sessions.update(sessions)
+        for session, _ in overlapping:
+            merged = merged.cover(session)
+        state_window = overlapping[0][1] if overlapping else new
+        for session, other in overlapping:
+            if other != state_window:
+                self.contents.merge(state_window, other)
+            if session != merged:
+                self._delete(timers, session)
+        self.sessions.update((*kept, merged.start, merged.end, state_window.start, state_window.end))
         return merged, state_window
 
     def on_timer(self, timestamp: int, ctx: KeyedContext) -> Iterator[Any]:
@@ -222,7 +227,7 @@ class WindowOperator(KeyedProcessFunction):
         state_window = window
         sessions: dict[TimeWindow, TimeWindow] | None = None
         if self.assigner.merging:
-            sessions = self.sessions.value() or {}
+            sessions = dict(_sessions(self.sessions.value()))
             if window not in sessions:
                 return  # merged into a larger session since
             state_window = sessions[window]
@@ -233,7 +238,16 @@ class WindowOperator(KeyedProcessFunction):
             self.contents.clear(state_window)
             if sessions is not None:
                 del sessions[window]
-                self.sessions.update(sessions or None)
+                self.sessions.update(tuple(n for pair in sessions.items() for w in pair for n in (w.start, w.end))
+                                     or None)
+
+
+def _sessions(packed: tuple[int, ...] | None) -> Iterator[tuple[TimeWindow, TimeWindow]]:
+    """The (session, state window) pairs of a key, kept as one flat tuple of integers (start, end,
+    state start, state end, ...): a backend copies or serializes it far faster than windows."""
+    packed = packed or ()
+    for i in range(0, len(packed), 4):
+        yield TimeWindow(packed[i], packed[i + 1]), TimeWindow(packed[i + 2], packed[i + 3])
 
 
 def aggregate(assigner: WindowAssigner, function: AggregateFunction, *, timestamp: str | Callable[[Any], Any] | None = None,

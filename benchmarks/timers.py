@@ -1,0 +1,229 @@
+"""Timers and windows under Spark (local[2]), on the same data in the same run:
+
+* timers: every row registers an event-time timer at its own timestamp, and a second micro-batch
+  moves the watermark past all of them, so each fires once and emits a row. statekit (each
+  backend; a ``KeyedBatchFunction`` registering its key's timers, ``on_timer`` emitting) against
+  ``transformWithStateInPandas`` in event-time mode (``registerTimer`` per row,
+  ``handleExpiredTimer`` emitting). Record: timer operations (registrations + firings) per second.
+* sessions: 30-minute sessions per user, counted: ``statekit.windows`` session windows against
+  Spark's built-in ``session_window`` aggregation (append mode, RocksDB state store). Record: rows/s.
+
+Both sides read the same Parquet files one per micro-batch (trigger ``availableNow``), with a
+watermark delay of 0, and run untimed on a small input first (JVM and Python worker warm-up).
+
+    python -m benchmarks.timers [--timers 20000] [--session-rows 200000] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Callable, Iterator
+
+import pandas as pd
+
+from benchmarks.fixtures import BACKENDS
+from benchmarks.report import record, report
+from benchmarks.spark_keyed import session
+from statekit import windows
+from statekit.runtime import KeyedBatchFunction
+
+T0_SECONDS = 1_700_000_000
+WARM_UP = 2_000
+SESSION_GAP = "30 minutes"
+
+
+class RegisterEachRow(KeyedBatchFunction):
+    """A timer at each row's event time; each timer emits (key, timestamp) when it fires."""
+
+    def process_rows(self, key: Any, rows: Any, ctx: Any) -> None:
+        import pyarrow.compute as pc
+
+        register = ctx.timer_service().register_event_time_timer
+        for micros in pc.cast(rows.column("ts"), "int64").to_pylist():
+            register(micros // 1000)
+
+    def on_timer(self, timestamp: int, ctx: Any) -> tuple[tuple[int, int]]:
+        return ((ctx.current_key, timestamp),)
+
+
+def run(n_timers: int = 20_000, session_rows: int = 200_000, backends: tuple[str, ...] = BACKENDS,
+        spark: Any = None) -> list[dict]:
+    work = tempfile.mkdtemp(prefix="statekit-bench-timers-")
+    active = spark or session()
+    try:
+        return _timers(active, work, n_timers, backends) + _sessions(active, work, session_rows, backends)
+    finally:
+        if spark is None:
+            active.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+class _Queries:
+    """The Parquet sources, Spark checkpoints and statekit settings of one run."""
+
+    def __init__(self, spark: Any, work: str) -> None:
+        self.spark, self.work = spark, work
+
+    def source(self, name: str, batches: list[Any]) -> str:
+        """One Parquet file per DataFrame of ``batches``, read back one per micro-batch."""
+        path = os.path.join(self.work, name)
+        for number, df in enumerate(batches):
+            df.coalesce(1).write.parquet(os.path.join(path, f"batch-{number}"))
+        return path
+
+    def stream(self, source: str, schema: str) -> Any:
+        return (self.spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
+                .option("recursiveFileLookup", "true").parquet(source))
+
+    def checkpoint(self, name: str) -> str:
+        return os.path.join(self.work, "spark-checkpoints", name)
+
+    def counting_sink(self, emitted: dict[str, int]) -> Callable[[Any, int], None]:
+        def sink(out: Any, batch_id: int) -> None:
+            emitted[str(batch_id)] = out.count()
+        return sink
+
+    def statekit(self, prefix: str, backend: str, key: str, function: Callable[[], Any], schema: str, output: str,
+                 emitted: dict[str, int]) -> Callable[[str, str], Any]:
+        """Starts statekit's query on ``backend`` over a source (event time ``ts``, watermark delay 0)
+        for a phase ("warm-up" or "timed"), counting its output rows into ``emitted``."""
+        from statekit.spark import process_keyed_stream
+
+        def start(source: str, phase: str) -> Any:
+            name = f"{prefix}-{phase}"
+            for option, value in {"backend": backend, "checkpoint.storage": "filesystem", "parallelism": "2",
+                                  "checkpoint.dir": f"file://{self.work}/statekit-{name}",
+                                  "checkpoint.incremental": "true",
+                                  "local.dir": os.path.join(self.work, "local")}.items():
+                self.spark.conf.set(f"spark.statekit.{option}", value)
+            return process_keyed_stream(self.stream(source, schema), key, function(), output,
+                                        self.counting_sink(emitted), job_id=name, event_time="ts",
+                                        watermark_delay="0 ms", checkpoint_location=self.checkpoint(name),
+                                        trigger={"availableNow": True})
+        return start
+
+    def noop(self, df: Any, name: str, mode: str) -> Any:
+        return (df.writeStream.format("noop").outputMode(mode).option("checkpointLocation", self.checkpoint(name))
+                .trigger(availableNow=True).start())
+
+
+def _timed(sides: dict[str, Callable[[str, str], Any]], warm_up: str, source: str,
+           emitted: dict[str, int]) -> tuple[dict[str, float], dict[str, int]]:
+    """Seconds of each side's timed query, and the rows it emitted: statekit's sinks count into
+    ``emitted``; a peer's are its progress reports' sink rows."""
+    seconds, outputs = {}, {}
+    for name, start in sides.items():
+        start(warm_up, "warm-up").awaitTermination()
+        emitted.clear()
+        started = time.perf_counter()
+        query = start(source, "timed")
+        query.awaitTermination()
+        seconds[name] = time.perf_counter() - started
+        reported = [p["sink"].get("numOutputRows", -1) for p in query.recentProgress]
+        outputs[name] = sum(emitted.values()) if emitted else sum(n for n in reported if n > 0)
+    return seconds, outputs
+
+
+def _timers(spark: Any, work: str, n_timers: int, backends: tuple[str, ...]) -> list[dict]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    queries = _Queries(spark, work)
+    emitted: dict[str, int] = {}
+    schema, output = "k long, ts timestamp", "k long, fired long"
+    keys = max(1, n_timers // 10)
+
+    def rows(n: int) -> list[Any]:
+        """``n`` rows at distinct milliseconds, then one row far later that moves the watermark."""
+        timed = spark.range(n).select((F.col("id") % keys).alias("k"),
+                                      F.timestamp_millis(F.col("id") + T0_SECONDS * 1000).alias("ts"))
+        later = spark.range(1).select(F.lit(0).cast("long").alias("k"),
+                                      F.timestamp_millis(F.lit((T0_SECONDS + 86_400) * 1000)).alias("ts"))
+        return [timed, later]
+
+    class TwsTimerPerRow(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.handle = handle
+
+        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+            for pdf in rows:
+                for stamp in pdf["ts"]:
+                    self.handle.registerTimer(int(stamp.value // 1_000_000))
+            return iter(())
+
+        def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+            yield pd.DataFrame({"k": [key[0]], "fired": [expiredTimerInfo.getExpiryTimeInMs()]})
+
+        def close(self) -> None:
+            pass
+
+    sides = {f"statekit {backend}": queries.statekit(f"timers-{backend}", backend, "k", RegisterEachRow, schema,
+                                                      output, emitted) for backend in backends}
+    sides["transformWithStateInPandas"] = lambda source, phase: queries.noop(
+        queries.stream(source, schema).withWatermark("ts", "0 seconds").groupBy("k").transformWithStateInPandas(
+            TwsTimerPerRow(), output, "Append", "EventTime"), f"tws-timers-{phase}", "append")
+    seconds, outputs = _timed(sides, queries.source("timers-warm-up", rows(WARM_UP)),
+                              queries.source("timers", rows(n_timers)), emitted)
+    operations = 2 * n_timers  # each timer registered once and fired once
+    peer = "transformWithStateInPandas"
+    return [record(f"timers {n_timers} register+fire: statekit {backend} vs {peer}",
+                   operations / seconds[f"statekit {backend}"], operations / seconds[peer], "ops/s", group="timers",
+                   backend=backend, peer_api=peer, timers=n_timers, keys=keys,
+                   seconds=seconds[f"statekit {backend}"], peer_seconds=seconds[peer],
+                   fired=outputs[f"statekit {backend}"], peer_fired=outputs[peer])
+            for backend in backends]
+
+
+def _sessions(spark: Any, work: str, n_rows: int, backends: tuple[str, ...]) -> list[dict]:
+    from pyspark.sql import functions as F
+
+    queries = _Queries(spark, work)
+    emitted: dict[str, int] = {}
+    schema, output = "user long, ts timestamp", "user long, start long, end long, events long"
+    users = max(1, n_rows // 50)
+
+    def rows(n: int) -> list[Any]:
+        """Each user's events 0-40 minutes apart (so sessions both grow and close), then two rows a
+        day later that move the watermark past every session."""
+        events = spark.range(n).select(
+            (F.col("id") % users).alias("user"),
+            F.timestamp_seconds(F.lit(T0_SECONDS) + F.floor(F.col("id") / users) * 600
+                                + F.pmod(F.xxhash64("id"), F.lit(1800))).alias("ts"))
+        later = [spark.range(1).select(F.lit(0).cast("long").alias("user"),
+                                       F.timestamp_seconds(F.lit(T0_SECONDS + 86_400 + offset)).alias("ts"))
+                 for offset in (0, 3600)]
+        return [events, *later]
+
+    def sessions() -> windows.WindowOperator:
+        return windows.aggregate(windows.SessionWindows.with_gap(SESSION_GAP), windows.Count(), timestamp="ts")
+
+    sides = {f"statekit {backend}": queries.statekit(f"sessions-{backend}", backend, "user", sessions, schema,
+                                                      output, emitted) for backend in backends}
+    sides["built-in session_window"] = lambda source, phase: queries.noop(
+        queries.stream(source, schema).withWatermark("ts", "0 seconds")
+        .groupBy(F.session_window("ts", SESSION_GAP), "user").count(), f"builtin-sessions-{phase}", "append")
+    seconds, outputs = _timed(sides, queries.source("sessions-warm-up", rows(WARM_UP)),
+                              queries.source("sessions", rows(n_rows)), emitted)
+    peer = "built-in session_window"
+    return [record(f"sessions {n_rows} rows: statekit {backend} vs {peer}", n_rows / seconds[f"statekit {backend}"],
+                   n_rows / seconds[peer], "rows/s", group="timers", backend=backend, peer_api=peer, rows=n_rows,
+                   users=users, seconds=seconds[f"statekit {backend}"], peer_seconds=seconds[peer],
+                   sessions=outputs[f"statekit {backend}"], peer_sessions=outputs[peer])
+            for backend in backends]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timers", type=int, default=20_000)
+    parser.add_argument("--session-rows", type=int, default=200_000)
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    report(run(args.timers, args.session_rows, tuple(args.backends.split(","))), args.json)
+
+
+if __name__ == "__main__":
+    main()
