@@ -5,6 +5,8 @@ Usage::
     statekit checkpoints list <dir>          checkpoints of every job under <dir> (or of one job directory)
     statekit checkpoints describe <path>     one checkpoint or savepoint in detail
     statekit savepoint create --from <checkpoint> --to <savepoint-dir> [--backend NAME]
+    statekit state get <path> --state NAME --key KEY [--operator ID]
+                                             one key's state, as of that checkpoint
 
 Every path is an fsspec URL: a local path, ``file://``, ``s3://``, ``memory://``, ... Options of
 every command:
@@ -88,6 +90,16 @@ the epoch, from the metadata) and ``time`` (the same instant, ISO 8601 UTC).
 backend that wrote it (``--backend``, default the metadata's ``backend`` property, else
 ``heap``) and writes a canonical, self-contained savepoint to
 ``<savepoint-dir>/savepoint-<job-id>-<checkpoint-id>/``. It never overwrites a savepoint.
+
+``state get``::
+
+    {"path": URL of the snapshot read, "checkpoint_id": int, "state": str, "kind": str,
+     "key": the key, "key_group": int,
+     "value": the value | [elements] | {map key: value} | [timer timestamps] | null}
+
+``--key`` is typed as the job's key column recorded in the checkpoint (several key columns: a
+JSON array); a snapshot without them takes JSON, or else the text itself. Values that are not
+JSON print as their ``repr``.
 """
 from __future__ import annotations
 
@@ -96,10 +108,13 @@ import json
 import os
 import sys
 from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from statekit.inspection import InspectionError, create_savepoint, describe, error_text, list_checkpoints
 from statekit.spi.errors import StatekitError
+
+if TYPE_CHECKING:
+    from statekit.reading.snapshot_reader import KeyColumn
 
 PROG = "statekit"
 EXIT_OK = 0
@@ -237,6 +252,9 @@ def _print_describe(doc: dict[str, Any], out: Callable[[str], None]) -> None:
     _print_files("shared files", doc["shared_files"], out)
     _print_files("exclusive files", doc["exclusive_files"], out)
     out(f"inline state: {doc['inline']['count']} streams, {_human_size(doc['inline']['bytes'])}")
+    out("")
+    out(f"read its keyed state: spark.read.format('statekit').load('{doc['path']}') (after import statekit.spark), "
+        f"or one key: statekit state get {doc['path']} --state NAME --key KEY")
 
 
 def _print_created(doc: dict[str, Any], out: Callable[[str], None]) -> None:
@@ -285,6 +303,44 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 def _cmd_create(args: argparse.Namespace) -> int:
     _emit(args, create_savepoint(args.source, args.target, args.backend, _storage_options(args)), _print_created)
+    return EXIT_OK
+
+
+def _key_of(text: str, columns: tuple[KeyColumn, ...] | None) -> Any:
+    """The key a ``--key`` names: typed as the job's recorded key columns (several columns: a
+    JSON array); without them, JSON if it parses, else the text itself."""
+    integers = {"bigint", "int", "smallint", "tinyint"}
+    if columns is not None and len(columns) == 1:
+        if columns[0].type in integers:
+            try:
+                return int(text)
+            except ValueError:
+                raise InspectionError(f"--key {text!r}: key column {columns[0].name!r} is a "
+                                      f"{columns[0].type}; give an integer") from None
+        return text if columns[0].type == "string" else json.loads(text)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        if columns is not None:
+            raise InspectionError(f"--key {text!r}: the job has key columns {[c.name for c in columns]}; give "
+                                  f"their values as a JSON array, e.g. '[\"a\", 1]'") from None
+        return text
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _cmd_state_get(args: argparse.Namespace) -> int:
+    from statekit.query import QueryableState
+    from statekit.reading.cells import readable
+
+    state = QueryableState(args.path, operator=args.operator, storage_options=_storage_options(args))
+    key = _key_of(args.key, state.key_columns)
+    value = state.get(args.state, key)
+    doc = {"path": state.url, "checkpoint_id": state.checkpoint_id, "state": args.state, "kind": state.kind(args.state),
+           "key": key, "key_group": state.key_group(key), "value": value}
+    if args.json:
+        sys.stdout.write(json.dumps(doc, indent=2, default=repr) + "\n")
+    else:
+        print(readable(value) if value is not None else "(no value)")
     return EXIT_OK
 
 
@@ -341,6 +397,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the state backend able to read the checkpoint (default: the one recorded in its "
                              "metadata, else heap); a built-in name, an entry point or module:Class")
     create.set_defaults(handler=_cmd_create)
+
+    state = groups.add_parser("state", help="read keyed state from a checkpoint or savepoint")
+    state_commands = state.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)
+    get = state_commands.add_parser(
+        "get", parents=[common], help="one key's state, as of a completed checkpoint",
+        description="Print one key's state in a completed checkpoint or savepoint, reading only its key "
+                    "group (statekit.query.QueryableState). Whole states, as a DataFrame: "
+                    "spark.read.format('statekit').load(PATH).")
+    get.add_argument("path", help="a checkpoint or savepoint, or a job directory (its latest completed checkpoint)")
+    get.add_argument("--state", required=True, metavar="NAME", help="the state's name")
+    get.add_argument("--key", required=True, metavar="KEY",
+                     help="the key, typed as the job's key column; several key columns as a JSON array")
+    get.add_argument("--operator", default=None, metavar="ID", help="the operator (when the snapshot holds several)")
+    get.set_defaults(handler=_cmd_state_get)
     return parser
 
 

@@ -34,23 +34,27 @@ def snapshot_as_savepoint(source: CheckpointMetadata, source_streams: Checkpoint
     """The savepoint metadata of ``source``; its files are written through ``streams_for(subtask)``."""
     operators = {}
     for operator_id, operator in source.operators.items():
-        subtasks = tuple(_convert_subtask(source, operator, index, source_streams, state_backend, streams_for,
-                                          local_dir) for index in range(operator.parallelism))
+        subtasks = tuple(convert_subtask(source, operator, index, operator.parallelism, source_streams, state_backend,
+                                         streams_for, local_dir) for index in range(operator.parallelism))
         operators[operator_id] = OperatorState(operator_id, operator.parallelism, operator.max_parallelism, subtasks)
     properties = {**source.properties, "incremental": False, "source_checkpoint": source.checkpoint_id}
     return CheckpointMetadata(savepoint_id if savepoint_id is not None else source.checkpoint_id, source.job_id,
                               operators, is_savepoint=True, properties=properties)
 
 
-def _convert_subtask(source: CheckpointMetadata, operator: OperatorState, index: int,
-                     source_streams: CheckpointStreams, state_backend: StateBackend,
-                     streams_for: Callable[[str], CheckpointStreams], local_dir: str | None) -> SubtaskState:
-    subtask = SubtaskInfo(source.job_id, operator.operator_id, index, operator.parallelism, operator.max_parallelism)
-    keyed = assign(operator, index, operator.parallelism).keyed
+def convert_subtask(source: CheckpointMetadata, operator: OperatorState, index: int, parallelism: int,
+                    source_streams: CheckpointStreams, state_backend: StateBackend,
+                    streams_for: Callable[[str], CheckpointStreams], local_dir: str | None) -> SubtaskState:
+    """Subtask ``index`` of ``operator`` at ``parallelism`` (its key groups; at the checkpoint's own
+    parallelism, its operator state too), restored into ``state_backend`` and snapshotted in the
+    canonical format."""
+    subtask = SubtaskInfo(source.job_id, operator.operator_id, index, parallelism, operator.max_parallelism)
+    keyed = assign(operator, index, parallelism).keyed
     key_serializer = next((SerializerSnapshot.from_json(snapshot).restore_serializer()
                            for h in keyed if (snapshot := h.key_serializer_snapshot()) is not None), None)
     # only this subtask's own operator state: the others' count as empty, so nothing is redistributed
-    own_operator_state = tuple(s.operator if i == index else None for i, s in enumerate(operator.subtasks))
+    own_operator_state = tuple(s.operator if i == index and parallelism == operator.parallelism else None
+                               for i, s in enumerate(operator.subtasks))
     restore = TaskRestore(source.checkpoint_id, keyed, own_operator_state, source_streams, share_files=False)
     # KeyedTask.create disposes the keyed backend if the operator backend cannot be created
     task = KeyedTask.create(_NoFunction(), state_backend, subtask, source.checkpoint_id,

@@ -29,9 +29,11 @@ from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, Subt
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership, RunIdentity
 from statekit.checkpoint.store import CheckpointStore
 from statekit.runtime.function import ProcessFunction, check_function
+from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.task import PROCESSING_TIME
 from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import PREFIX, StatekitConf
+from statekit.spark.data_sources import register_data_sources
 from statekit.spark.event_time import EventTimeColumn, recorded_event_time, subtask_event_time
 from statekit.spark.partitioning import partition_tokens
 from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point, epoch_processing_time
@@ -72,8 +74,10 @@ class KeyedJob:
 
     def __init__(self, spark: SparkSession, key_columns: tuple[str, ...], function: ProcessFunction,
                  output: StructType, operator_id: str, job_id: str, conf: StatekitConf,
-                 event_time: EventTimeColumn | None = None) -> None:
+                 event_time: EventTimeColumn | None = None, key_types: tuple[str, ...] = ()) -> None:
         self.spark, self.key_columns, self.function, self.output = spark, key_columns, function, output
+        #: the key columns' Spark SQL types, recorded in each checkpoint for readers of the state
+        self.key_types = key_types
         self.operator_id, self.job_id, self.conf = operator_id, job_id, conf
         self.event_time = event_time
         self.storage: CheckpointStorage = conf.create_storage()
@@ -98,6 +102,7 @@ class KeyedJob:
                conf: StatekitConf | None, event_time: str | None = None, watermark_delay: Any = None,
                late_rows: str = "drop") -> "KeyedJob":
         conf = conf or StatekitConf.from_spark(spark.conf)
+        register_data_sources(spark)  # its state can be read back in the same session
         columns = input_schema.names
         key_columns = (keys,) if isinstance(keys, str) else tuple(keys)
         check_function(function)
@@ -115,7 +120,8 @@ class KeyedJob:
                                                              f"{PREFIX}job-id or pass job_id= to choose one)")
         output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
         return cls(spark, key_columns, function, output, operator_id, job_id, conf,
-                   EventTimeColumn.of(input_schema, event_time, watermark_delay, late_rows))
+                   EventTimeColumn.of(input_schema, event_time, watermark_delay, late_rows),
+                   tuple(input_schema[c].dataType.simpleString() for c in key_columns))
 
     def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None,
                   processing_time_ms: int | None = None) -> DataFrame:
@@ -180,6 +186,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
     properties = {"backend": spec.state_backend.name, "incremental": conf.incremental, "recovery": recovery,
                   PROCESSING_TIME: processing_time,
                   **recorded_event_time(job.event_time, restored_properties, [states[i][2] for i in range(parallelism)])}
+    if job.key_types:
+        properties[KEY_SCHEMA] = {operator_id: [list(c) for c in zip(key_columns, job.key_types)]}
     if restore_url is not None:
         properties[RESTORED_FROM] = restore_url
     store.add(CheckpointMetadata(epoch, job_id, {operator_id: operator}, properties=properties))

@@ -1,0 +1,139 @@
+"""Reading a completed checkpoint or savepoint as state cells, key-group range by key-group range.
+
+A range whose handles are all in the canonical format (full checkpoints, savepoints) is read
+straight from its files, only the byte ranges of its key groups. Any other range (RocksDB's
+shared SST files, a changelog chain, a plugin's own format) is restored into the backend that
+wrote the checkpoint and snapshotted to memory in the canonical format first, as a savepoint
+conversion does, so every backend's checkpoints read alike. Either way, TTL entries expired at
+the checkpoint's own processing time are left out, as a restore would drop them.
+"""
+from __future__ import annotations
+
+import posixpath
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from statekit.backends.common.canonical import FORMAT, read_key_groups
+from statekit.backends.common.ttl import expiry_deadlines
+from statekit.checkpoint.assignment import assign
+from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, metadata_source
+from statekit.reading.cells import CellDecoder, StateCell
+from statekit.registry import backend_class
+from statekit.runtime.savepoints import convert_subtask
+from statekit.runtime.task import PROCESSING_TIME
+from statekit.spi.errors import ConfigurationError
+from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateMetaInfo
+from statekit.spi.key_groups import KeyGroupRange, key_group_for_key
+from statekit.spi.storage import CheckpointStreams, ResolvedCheckpoint
+from statekit.storage.inline import InlineStreams
+from statekit.storage.layout import METADATA_FILE
+from statekit.storage.pointers import resolve
+
+#: the checkpoint property with each operator's key columns: {operator id: [[name, Spark SQL type], ...]}
+KEY_SCHEMA = "key_schema"
+
+
+def snapshot_url(path: str | None = None, checkpoint_dir: str | None = None, job_id: str | None = None,
+                 checkpoint_id: int | None = None) -> str:
+    """The URL of a snapshot given as a path (a checkpoint, a savepoint, or a job directory for its
+    latest checkpoint), or as a checkpoint directory, a job id and an optional checkpoint id."""
+    if path:
+        if checkpoint_dir or job_id or checkpoint_id is not None:
+            raise ConfigurationError("give either a path, or a checkpoint directory and a job id (and a checkpoint "
+                                     "id), not both")
+        return path
+    if not checkpoint_dir or not job_id:
+        raise ConfigurationError("say which state to read: a path (a checkpoint, savepoint or job directory), or a "
+                                 "checkpoint directory and a job id")
+    url = posixpath.join(checkpoint_dir.rstrip("/"), job_id)
+    return url if checkpoint_id is None else posixpath.join(url, f"chk-{checkpoint_id}")
+
+
+@dataclass(frozen=True)
+class KeyColumn:
+    name: str
+    #: its Spark SQL type name (``DataType.simpleString()``), which also says how it is hashed
+    type: str
+
+
+class SnapshotReader:
+    """A completed checkpoint or savepoint, opened for reading its keyed state."""
+
+    def __init__(self, resolved: ResolvedCheckpoint) -> None:
+        self.url = resolved.pointer.external_pointer
+        self.metadata = CheckpointMetadata.from_bytes(resolved.metadata, metadata_source(resolved.pointer))
+        self.streams: CheckpointStreams = resolved.streams
+
+    @classmethod
+    def open(cls, url: str, storage_options: dict[str, Any] | None = None, setting: str = "path") -> "SnapshotReader":
+        return cls(resolve(url, storage_options, setting))
+
+    def operator(self, operator_id: str | None = None) -> OperatorState:
+        """The operator ``operator_id``, or the only one when not given."""
+        operators = self.metadata.operators
+        if operator_id is None:
+            if len(operators) != 1:
+                raise ConfigurationError(f"{self.url} holds operators {sorted(operators)}: say which one to read")
+            return next(iter(operators.values()))
+        if operator_id not in operators:
+            raise ConfigurationError(f"{self.url} holds no operator {operator_id!r}; it holds {sorted(operators)}")
+        return operators[operator_id]
+
+    def states(self, operator: OperatorState) -> dict[str, StateMetaInfo]:
+        return operator.states()
+
+    def key_columns(self, operator: OperatorState) -> tuple[KeyColumn, ...] | None:
+        """The job's key columns as recorded at checkpoint time (None: not recorded, e.g. the
+        local runner's checkpoints)."""
+        recorded = self.metadata.properties.get(KEY_SCHEMA)
+        columns = recorded.get(operator.operator_id) if isinstance(recorded, dict) else None
+        if not isinstance(columns, list) or not columns:
+            return None
+        return tuple(KeyColumn(str(name), str(type_name)) for name, type_name in columns)
+
+    def key_group_of(self, operator: OperatorState, key: Any) -> int:
+        """The key group of ``key`` (a value, or a tuple for several key columns), hashed as the
+        job's key columns are when they were recorded."""
+        columns = self.key_columns(operator)
+        types = [c.type for c in columns] if columns else None
+        return key_group_for_key(key, operator.max_parallelism, types)
+
+    def cells(self, operator: OperatorState, index: int, parallelism: int, states: Sequence[str] | None = None,
+              local_dir: str | None = None) -> Iterator[StateCell]:
+        """The cells of the key groups of subtask ``index`` of ``parallelism`` (``parallelism``
+        = max parallelism: one key group), of ``states`` only when given."""
+        wanted = frozenset(states) if states is not None else None
+        target = KeyGroupRange.of_subtask(operator.max_parallelism, parallelism, index)
+        handles: Sequence[KeyedStateHandle] = assign(operator, index, parallelism).keyed
+        streams = self.streams
+        if not all(isinstance(h, KeyGroupsStateHandle) and h.format == FORMAT for h in handles):
+            handles, streams = self._converted(operator, index, parallelism, local_dir), InlineStreams()
+        recorded = self.metadata.properties.get(PROCESSING_TIME)
+        for handle in handles:
+            assert isinstance(handle, KeyGroupsStateHandle)
+            metas = handle.state_meta_infos()
+            deadlines = expiry_deadlines(metas, recorded) if isinstance(recorded, int) else {}
+            decoder = CellDecoder(handle.key_serializer_snapshot(), metas)
+            for key_group, batch in read_key_groups(handle, streams, target):
+                for cell in decoder.cells(key_group, batch, wanted):
+                    deadline = deadlines.get(cell.state)
+                    if deadline is None or cell.ttl_timestamp is None or cell.ttl_timestamp > deadline:
+                        yield cell
+
+    def cells_of_key(self, operator: OperatorState, key: Any, states: Sequence[str] | None = None,
+                     local_dir: str | None = None) -> Iterator[StateCell]:
+        """The cells of one key, reading only its key group."""
+        key_group = self.key_group_of(operator, key)
+        for cell in self.cells(operator, key_group, operator.max_parallelism, states, local_dir):
+            if cell.key == key:
+                yield cell
+
+    def _converted(self, operator: OperatorState, index: int, parallelism: int,
+                   local_dir: str | None) -> tuple[KeyGroupsStateHandle, ...]:
+        name = self.metadata.properties.get("backend") or "heap"
+        state_backend = backend_class(str(name), setting=f"the backend recorded in {self.url}/{METADATA_FILE}")()
+        with tempfile.TemporaryDirectory(prefix="statekit-read-", dir=local_dir) as work:
+            state = convert_subtask(self.metadata, operator, index, parallelism, self.streams, state_backend,
+                                    lambda subtask: InlineStreams(), work)
+        return tuple(h for h in state.keyed if isinstance(h, KeyGroupsStateHandle))
