@@ -79,15 +79,12 @@ class CellDecoder:
         self._key = restored_serializer(key_serializer)
         self._states = {meta.name: _StateDecoder(meta) for meta in states}
 
-    def cells(self, key_group: int, batch: pa.RecordBatch, states: frozenset[str] | None = None
-              ) -> Iterator[StateCell]:
-        """The cells of ``batch`` (rows of ``key_group``), only of ``states`` when given."""
+    def cells(self, key_group: int, batch: pa.RecordBatch) -> Iterator[StateCell]:
+        """The cells of ``batch`` (rows of ``key_group``)."""
         columns = batch.to_pydict()
         decoded_keys: dict[bytes, tuple[Any, str | None]] = {}
         for state, key, namespace, user_key, value in zip(columns["state"], columns["key"], columns["namespace"],
                                                           columns["user_key"], columns["value"]):
-            if states is not None and state not in states:
-                continue
             decoder = self._states.get(state)
             if decoder is None:
                 continue  # rows of a state the snapshot does not declare are never written

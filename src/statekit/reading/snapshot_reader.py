@@ -14,8 +14,11 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from statekit.backends.common.canonical import FORMAT, read_key_groups
-from statekit.backends.common.ttl import expiry_deadlines
+from statekit.backends.common.ttl import expiry_deadlines, timestamp_of
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, metadata_source
 from statekit.reading.cells import CellDecoder, StateCell
@@ -99,27 +102,36 @@ class SnapshotReader:
         types = [c.type for c in columns] if columns else None
         return key_group_for_key(key, operator.max_parallelism, types)
 
-    def cells(self, operator: OperatorState, index: int, parallelism: int, states: Sequence[str] | None = None,
-              local_dir: str | None = None) -> Iterator[StateCell]:
-        """The cells of the key groups of subtask ``index`` of ``parallelism`` (``parallelism``
-        = max parallelism: one key group), of ``states`` only when given."""
-        wanted = frozenset(states) if states is not None else None
+    def batches(self, operator: OperatorState, index: int, parallelism: int, states: Sequence[str] | None = None,
+                local_dir: str | None = None) -> Iterator[tuple[CellDecoder, int, pa.RecordBatch]]:
+        """The canonical rows of the key groups of subtask ``index`` of ``parallelism``
+        (``parallelism`` = max parallelism: one key group), of ``states`` only when given, as
+        ``(decoder, key group, batch)``; TTL entries expired at the checkpoint are left out."""
         target = KeyGroupRange.of_subtask(operator.max_parallelism, parallelism, index)
         handles: Sequence[KeyedStateHandle] = assign(operator, index, parallelism).keyed
         streams = self.streams
         if not all(isinstance(h, KeyGroupsStateHandle) and h.format == FORMAT for h in handles):
             handles, streams = self._converted(operator, index, parallelism, local_dir), InlineStreams()
         recorded = self.metadata.properties.get(PROCESSING_TIME)
+        wanted = pa.array(sorted(states), pa.string()) if states is not None else None
         for handle in handles:
             assert isinstance(handle, KeyGroupsStateHandle)
             metas = handle.state_meta_infos()
             deadlines = expiry_deadlines(metas, recorded) if isinstance(recorded, int) else {}
             decoder = CellDecoder(handle.key_serializer_snapshot(), metas)
             for key_group, batch in read_key_groups(handle, streams, target):
-                for cell in decoder.cells(key_group, batch, wanted):
-                    deadline = deadlines.get(cell.state)
-                    if deadline is None or cell.ttl_timestamp is None or cell.ttl_timestamp > deadline:
-                        yield cell
+                if wanted is not None:
+                    batch = batch.filter(pc.is_in(batch.column("state"), wanted))
+                if deadlines:
+                    batch = batch.filter(pa.array(_alive(batch, deadlines), pa.bool_()))
+                if batch.num_rows:
+                    yield decoder, key_group, batch
+
+    def cells(self, operator: OperatorState, index: int, parallelism: int, states: Sequence[str] | None = None,
+              local_dir: str | None = None) -> Iterator[StateCell]:
+        """The decoded cells of ``batches``."""
+        for decoder, key_group, batch in self.batches(operator, index, parallelism, states, local_dir):
+            yield from decoder.cells(key_group, batch)
 
     def cells_of_key(self, operator: OperatorState, key: Any, states: Sequence[str] | None = None,
                      local_dir: str | None = None) -> Iterator[StateCell]:
@@ -137,3 +149,10 @@ class SnapshotReader:
             state = convert_subtask(self.metadata, operator, index, parallelism, self.streams, state_backend,
                                     lambda subtask: InlineStreams(), work)
         return tuple(h for h in state.keyed if isinstance(h, KeyGroupsStateHandle))
+
+
+def _alive(batch: pa.RecordBatch, deadlines: dict[str, int]) -> list[bool]:
+    """Per row: not a TTL entry written at or before its state's expiry deadline."""
+    states, values = batch.column("state").to_pylist(), batch.column("value").to_pylist()
+    return [(deadline := deadlines.get(state)) is None or timestamp_of(value) > deadline
+            for state, value in zip(states, values)]

@@ -20,12 +20,17 @@ epoch ms) and ``error`` (why a part did not decode). With one ``state`` whose se
 typed (``Int64Serializer``, ``StringSerializer``, ...), ``user_key`` and ``value`` have its types;
 otherwise they are text: JSON where the value is JSON, else its ``repr``.
 
+The change feed between two checkpoints of a job, ``.option("changes-from", a).option("changes-to",
+b)`` with the job's directory as the path, has the same columns plus ``change`` (``put``: the
+cell's new value; ``delete``: its old value), as ``statekit.reading.changes`` computes them.
+
 Each partition reads one subtask's key groups of the snapshot, on an executor. A filter that
 fixes every key column (``key = ...`` or ``key IN (...)``) is pushed down: only those keys' key
 groups are read. A filter on ``state`` decodes only those states.
 """
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -33,6 +38,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, EqualNullSafe, 
 from pyspark.sql.types import BinaryType, DataType, DoubleType, LongType, StringType, StructType
 
 from statekit.reading.cells import StateCell, readable
+from statekit.reading.changes import changes, check_same_job
 from statekit.reading.snapshot_reader import KeyColumn, SnapshotReader, snapshot_url
 from statekit.serializers import BytesSerializer, Float64Serializer, Int64Serializer, StringSerializer
 from statekit.spi.descriptors import StateKind
@@ -82,19 +88,33 @@ class ReadOptions:
     url: str
     operator_id: str | None
     states: tuple[str, ...] | None
+    #: the change feed's two checkpoints (URLs), or None to read one snapshot (``url``)
+    changes: tuple[str, str] | None = None
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> "ReadOptions":
-        url = snapshot_url_of(options, NAME, ("operator", "state"))
+        given = dict(options)
+        bounds = given.pop("changes-from", None), given.pop("changes-to", None)
+        url = snapshot_url_of(given, NAME, ("operator", "state"))
         states = tuple(s.strip() for s in options["state"].split(",") if s.strip()) if options.get("state") else None
-        return cls(url, options.get("operator"), states)
+        if bounds == (None, None):
+            return cls(url, options.get("operator"), states)
+        if None in bounds or given.get("checkpoint-id") is not None or \
+                not all(b is not None and b.strip().isdigit() for b in bounds):
+            raise ConfigurationError(f"a change feed takes two checkpoint numbers of one job, changes-from and "
+                                     f"changes-to, and the job's directory (path, or checkpoint-dir and job) without "
+                                     f"checkpoint-id; got changes-from={bounds[0]!r}, changes-to={bounds[1]!r}")
+        first, last = (posixpath.join(url.rstrip("/"), f"chk-{int(b)}") for b in bounds)
+        return cls(last, options.get("operator"), states, (first, last))
 
 
 class StateLayout:
     """The schema of a read and how a cell becomes a row of it."""
 
-    def __init__(self, key_columns: tuple[KeyColumn, ...] | None, states: Sequence[StateMetaInfo]) -> None:
+    def __init__(self, key_columns: tuple[KeyColumn, ...] | None, states: Sequence[StateMetaInfo],
+                 change_feed: bool = False) -> None:
         self.key_columns = key_columns
+        self.change_feed = change_feed
         single = states[0] if len(states) == 1 else None
         self.user_key_type: DataType | None = None
         self.value_type: DataType | None = None
@@ -117,9 +137,11 @@ class StateLayout:
         typed = {"user_key": self.user_key_type, "value": self.value_type}
         cells = [(name, (typed.get(name) or StringType()).simpleString() if name in typed else _CELL_TYPES[name])
                  for name in CELL_COLUMNS]
-        return ", ".join(f"`{name.replace('`', '``')}` {type_name}" for name, type_name in keys + cells)
+        feed = [("change", "string")] if self.change_feed else []
+        return ", ".join(f"`{name.replace('`', '``')}` {type_name}" for name, type_name in keys + cells + feed)
 
-    def row(self, cell: StateCell) -> tuple[Any, ...]:
+    def row(self, cell: StateCell, *change: str) -> tuple[Any, ...]:
+        """The row of ``cell`` (in a change feed, followed by its change)."""
         if self.key_columns is None:
             keys: tuple[Any, ...] = (readable(cell.key),)
         elif len(self.key_columns) == 1:
@@ -129,7 +151,7 @@ class StateLayout:
         user_key = cell.user_key if self.user_key_type is not None else readable(cell.user_key)
         value = cell.value if self.value_type is not None else readable(cell.value)
         return (*keys, cell.key_group, cell.state, cell.kind, readable(cell.namespace), user_key, value,
-                cell.value_bytes, cell.ttl_timestamp, cell.error)
+                cell.value_bytes, cell.ttl_timestamp, cell.error, *change)
 
 
 class _KeyGroups(InputPartition):
@@ -154,7 +176,7 @@ class StateReader(DataSourceReader):
         names = self.layout.key_names() if columns and all(c.type in EXACT_KEY_TYPES for c in columns) else None
         fixed: dict[str, list[Any]] = {}
         for f in filters:
-            attribute = getattr(f, "attribute", ())
+            attribute: tuple[str, ...] = getattr(f, "attribute", ())
             column = attribute[0] if len(attribute) == 1 else None
             values = [f.value] if isinstance(f, (EqualTo, EqualNullSafe)) else list(f.value) if isinstance(f, In) \
                 else None
@@ -183,8 +205,14 @@ class StateReader(DataSourceReader):
         reader = SnapshotReader.open(self.options.url)
         operator = reader.operator(self.options.operator_id)
         # a key filter only chose the key groups: Spark applies it to their rows
-        for cell in reader.cells(operator, partition.index, partition.parallelism, self.states):
-            yield self.layout.row(cell)
+        if self.options.changes is None:
+            for cell in reader.cells(operator, partition.index, partition.parallelism, self.states):
+                yield self.layout.row(cell)
+            return
+        before = SnapshotReader.open(self.options.changes[0])
+        for change in changes(before, reader, before.operator(self.options.operator_id), operator, partition.index,
+                              partition.parallelism, self.states):
+            yield self.layout.row(change.cell, change.change)
 
 
 class StatekitStateSource(DataSource):
@@ -207,7 +235,10 @@ class StatekitStateSource(DataSource):
                 raise ConfigurationError(f"{reader.url} holds no state(s) {missing} in operator "
                                          f"{operator.operator_id!r}; it holds {sorted(states)}")
         chosen = [states[s] for s in wanted] if wanted is not None else list(states.values())
-        self.layout = StateLayout(reader.key_columns(operator), chosen)
+        self.layout = StateLayout(reader.key_columns(operator), chosen, self.read_options.changes is not None)
+        if self.read_options.changes is not None:
+            before = SnapshotReader.open(self.read_options.changes[0])
+            check_same_job(before.operator(self.read_options.operator_id), operator)
 
     def schema(self) -> str:
         return self.layout.schema()
