@@ -18,11 +18,13 @@ _EXPORTS = {
     "process_keyed": "statekit.spark.keyed",
     "savepoint": "statekit.spark.savepoints",
     "process_keyed_stream": "statekit.spark.streaming",
+    "write_savepoint": "statekit.spark.bootstrap",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from statekit.spark.bootstrap import write_savepoint
     from statekit.spark.checkpoints import latest_checkpoint
     from statekit.spark.conf import StatekitConf
     from statekit.spark.data_sources import register_data_sources

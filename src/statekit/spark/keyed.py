@@ -28,8 +28,8 @@ from pyspark.sql.types import StructType
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership, RunIdentity
 from statekit.checkpoint.store import CheckpointStore
-from statekit.runtime.function import ProcessFunction, check_function
 from statekit.reading.snapshot_reader import KEY_SCHEMA
+from statekit.runtime.function import ProcessFunction, check_function
 from statekit.runtime.task import PROCESSING_TIME
 from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import PREFIX, StatekitConf
@@ -42,6 +42,7 @@ from statekit.spi.errors import ConfigurationError, SnapshotError
 from statekit.spi.key_groups import check_parallelism, default_max_parallelism
 from statekit.spi.names import check_job_id, check_operator_id
 from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess
+
 
 class _AcknowledgementParam(AccumulatorParam):
     def zero(self, value: list) -> list:
@@ -155,27 +156,19 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
     processing_time = processing_time_ms if processing_time_ms is not None else \
         epoch_processing_time(store, epoch, progress)
     restored_properties = chosen.checkpoint.metadata.properties if chosen.checkpoint else None
-    acknowledgements = spark.sparkContext.accumulator([], _AcknowledgementParam())
     spec = SubtaskSpec(function, conf.create_backend(), storage, job_id, operator_id, epoch, parallelism,
                        max_parallelism, key_columns, to_arrow_schema(output), conf.incremental,
                        chosen.checkpoint.metadata.to_bytes() if chosen.checkpoint else None, restore_url,
                        conf.local_dir, conf.batch_max_bytes, processing_time, conf.ttl_sweep_seconds,
                        subtask_event_time(job.event_time, restored_properties))
 
-    subtask_of_token = {token: index for index, token in enumerate(partition_tokens(parallelism))}
-
-    def subtask(key: Tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return run_subtask(spec, subtask_of_token[key[0].as_py()], batches, acknowledgements)
-
-    planned = _plan(df, key_columns, parallelism, max_parallelism)
-    # repartition(p, token) is a shuffle by number, which adaptive execution never coalesces, and
-    # groupBy(token) reuses its partitioning: p subtasks run as p tasks without changing session settings
+    run = SubtaskRun(spark, spec)
     try:
-        result = planned.groupBy(PARTITION_COLUMN).applyInArrow(subtask, output).localCheckpoint(eager=True)
+        result = run.run(df, output)
     except BaseException:
-        store.abort(epoch, [state for state, _, _ in _subtask_states(acknowledgements.value, parallelism).values()])
+        store.abort(epoch, [state for state, _, _ in run.states().values()])
         raise
-    states = _subtask_states(acknowledgements.value, parallelism)
+    states = run.states()
     if len(states) != parallelism:
         store.abort(epoch, [state for state, _, _ in states.values()])
         raise SnapshotError(f"checkpoint {epoch} of job {job_id!r}: only subtasks {sorted(states)} of "
@@ -192,6 +185,33 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
         properties[RESTORED_FROM] = restore_url
     store.add(CheckpointMetadata(epoch, job_id, {operator_id: operator}, properties=properties))
     return result
+
+
+class SubtaskRun:
+    """One Spark stage running every subtask of ``spec`` over a DataFrame's rows, and what the
+    subtasks acknowledged (their snapshots) through an accumulator."""
+
+    def __init__(self, spark: SparkSession, spec: SubtaskSpec) -> None:
+        self.spec = spec
+        self._acknowledgements = spark.sparkContext.accumulator([], _AcknowledgementParam())
+
+    def run(self, df: DataFrame, output: StructType) -> DataFrame:
+        """Run the stage now; returns its output, locally checkpointed."""
+        spec, acknowledgements = self.spec, self._acknowledgements
+        subtask_of_token = {token: index for index, token in enumerate(partition_tokens(spec.parallelism))}
+
+        def subtask(key: Tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            return run_subtask(spec, subtask_of_token[key[0].as_py()], batches, acknowledgements)
+
+        planned = _plan(df, spec.key_columns, spec.parallelism, spec.max_parallelism)
+        # repartition(p, token) is a shuffle by number, which adaptive execution never coalesces, and
+        # groupBy(token) reuses its partitioning: p subtasks run as p tasks without changing session settings
+        return planned.groupBy(PARTITION_COLUMN).applyInArrow(subtask, output).localCheckpoint(eager=True)
+
+    def states(self) -> dict[int, tuple[SubtaskState, str, tuple[int, int]]]:
+        """The snapshot of each subtask that acknowledged, how it recovered, and its (largest
+        event time, late rows)."""
+        return _subtask_states(self._acknowledgements.value, self.spec.parallelism)
 
 
 def _plan(df: DataFrame, key_columns: tuple[str, ...], parallelism: int, max_parallelism: int) -> DataFrame:

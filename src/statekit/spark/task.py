@@ -21,13 +21,14 @@ from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
 from statekit.runtime.function import KeyedBatchFunction, ProcessFunction
 from statekit.runtime.local_recovery import SlotLease, lease_slot
+from statekit.runtime.savepoints import SAVEPOINT
 from statekit.runtime.snapshot_upload import SnapshotUpload
 from statekit.runtime.task import DEFAULT_TTL_SWEEP_SECONDS, KeyedTask, TaskRestore, wall_clock_ms
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
 from statekit.spi.errors import StatekitError
 from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
-from statekit.spi.storage import CheckpointStorage
+from statekit.spi.storage import CheckpointStorage, SavepointTarget
 from statekit.spi.timers import MIN_TIMESTAMP
 
 KEY_GROUP_COLUMN = "__statekit_kg"
@@ -65,6 +66,8 @@ class SubtaskSpec:
     ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS
     #: the event-time column, the epoch's watermark and the late-row policy (None: no event time)
     event_time: SubtaskEventTime | None = None
+    #: write the epoch's state as this savepoint's files instead of a checkpoint (a bootstrap)
+    savepoint: SavepointTarget | None = None
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
@@ -98,9 +101,12 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
                 yield _to_batch(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema)
                 del outputs[:OUTPUT_BATCH_ROWS]
         task.fire_timers(outputs)
-        pending = task.snapshot(SnapshotOptions(incremental=spec.incremental))
-        upload = SnapshotUpload(pending, access.streams(spec.checkpoint_id, subtask.name),
-                                concurrent=spec.state_backend.capabilities.async_snapshots)
+        if spec.savepoint is not None:
+            pending, streams = task.snapshot(SAVEPOINT), spec.savepoint.streams
+        else:
+            pending = task.snapshot(SnapshotOptions(incremental=spec.incremental))
+            streams = access.streams(spec.checkpoint_id, subtask.name)
+        upload = SnapshotUpload(pending, streams, concurrent=spec.state_backend.capabilities.async_snapshots)
         try:
             while outputs:  # the rest of the output goes to Spark while the snapshot uploads
                 yield _to_batch(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema)
@@ -116,12 +122,16 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
             lease.release()
         raise
     try:
-        task.close(keep_backends=True)  # if the function's close fails, the backends are disposed
+        # a savepoint is restored from storage, never from this worker's state: no backends kept
+        task.close(keep_backends=spec.savepoint is None)  # if the function's close fails, they are disposed
     except BaseException:
         lease.release()
         raise
-    lease.publish(spec.checkpoint_id, state, task.keyed_backend, task.operator_backend,
-                  on_disk=spec.state_backend.capabilities.local_recovery)
+    if spec.savepoint is None:
+        lease.publish(spec.checkpoint_id, state, task.keyed_backend, task.operator_backend,
+                      on_disk=spec.state_backend.capabilities.local_recovery)
+    else:
+        lease.release()
     seen = (tracker.max_event_time_ms, tracker.late_rows) if tracker is not None else (MIN_TIMESTAMP, 0)
     acknowledge.add([(subtask_index, json.dumps(state.to_json()), recovery, seen)])
 
