@@ -41,9 +41,9 @@ def _register_with_active_session() -> None:
     from pyspark.sql import SparkSession
 
     if SparkSession.getActiveSession() is not None:
-        from statekit.spark.data_sources import register_data_sources
+        from statekit.spark import data_sources
 
-        register_data_sources()
+        data_sources.register_data_sources()
 
 
 _register_with_active_session()

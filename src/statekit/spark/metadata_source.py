@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from statekit.inspection import describe, list_checkpoints
 from statekit.runtime.event_time import LATE_ROWS, WATERMARK
-from statekit.spark.state_source import snapshot_url_of
+from statekit.spark.state_source import SnapshotLocation, snapshot_location_of
 
 NAME = "statekit-metadata"
 SCHEMA = ("path string, checkpoint_id bigint, savepoint boolean, time timestamp, backend string, "
@@ -33,9 +33,9 @@ SCHEMA = ("path string, checkpoint_id bigint, savepoint boolean, time timestamp,
           "late_rows_dropped bigint, properties string")
 
 
-def snapshot_paths(url: str) -> list[str]:
-    """The completed snapshots at ``url``, oldest first."""
-    listing = list_checkpoints(url)
+def snapshot_paths(location: SnapshotLocation) -> list[str]:
+    """The completed snapshots at ``location``, oldest first."""
+    listing = list_checkpoints(location.url, location.storage_options)
     entries = [c for job in listing["jobs"] for c in job["checkpoints"]] + listing["savepoints"]
     return [entry["path"] for entry in entries if entry["status"] == "completed"]
 
@@ -44,9 +44,9 @@ def _serializer_name(doc: dict[str, Any] | None) -> str | None:
     return doc["class"] if doc else None
 
 
-def metadata_rows(path: str) -> Iterator[tuple[Any, ...]]:
+def metadata_rows(path: str, storage_options: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
     """The rows of one snapshot (``SCHEMA``)."""
-    doc = describe(path)
+    doc = describe(path, storage_options)
     properties = doc["properties"]
     recovery = properties.get("recovery")
     time = datetime.fromtimestamp(doc["timestamp"], timezone.utc) if doc["timestamp"] is not None else None
@@ -72,15 +72,16 @@ class _Snapshot(InputPartition):
 
 
 class _MetadataReader(DataSourceReader):
-    def __init__(self, paths: list[str]) -> None:
-        self.paths = paths
+    def __init__(self, location: SnapshotLocation) -> None:
+        self.location = location
+        self.paths = snapshot_paths(location)
 
     def partitions(self) -> list[InputPartition]:
         return [_Snapshot(path) for path in self.paths]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, _Snapshot)
-        yield from metadata_rows(partition.path)
+        yield from metadata_rows(partition.path, self.location.storage_options)
 
 
 class StatekitMetadataSource(DataSource):
@@ -92,10 +93,10 @@ class StatekitMetadataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.url = snapshot_url_of(dict(options), NAME)
+        self.location = snapshot_location_of(dict(options), NAME)
 
     def schema(self) -> str:
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _MetadataReader(snapshot_paths(self.url))
+        return _MetadataReader(self.location)

@@ -8,8 +8,10 @@ source API).
          .option("job", "my-job").option("checkpoint-id", 42).option("state", "count").load()
 
 Options: the snapshot (``path``: a checkpoint, a savepoint, or a job directory for its latest
-checkpoint; or ``checkpoint-dir`` + ``job`` [+ ``checkpoint-id``]), ``operator`` (when the
-snapshot holds several) and ``state`` (one state, or several comma-separated; default all).
+checkpoint; or ``checkpoint-dir`` + ``job`` [+ ``checkpoint-id``]), ``storage-options`` (fsspec
+options as a JSON object, e.g. an S3 endpoint; credentials in the environment work too),
+``operator`` (when the snapshot holds several) and ``state`` (one state, or several
+comma-separated; default all).
 
 Columns: the job's key columns, typed as the job's input had them (recorded in every checkpoint;
 a snapshot without them has one ``key`` column holding the key as text), then ``key_group``,
@@ -30,6 +32,7 @@ groups are read. A filter on ``state`` decodes only those states.
 """
 from __future__ import annotations
 
+import json
 import posixpath
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -67,45 +70,65 @@ def _spark_type(snapshot: Any) -> DataType | None:
     return _TYPED.get(type(getattr(serializer, "inner", serializer)))
 
 
-def snapshot_url_of(options: dict[str, str], source: str, more: tuple[str, ...] = ()) -> str:
+@dataclass(frozen=True)
+class SnapshotLocation:
+    """A snapshot's URL and the fsspec options (credentials, endpoint) its file system needs."""
+
+    url: str
+    storage_options: dict[str, Any]
+
+    def open(self, url: str | None = None) -> SnapshotReader:
+        """The snapshot (or another one, ``url``, on the same file system)."""
+        return SnapshotReader.open(url or self.url, self.storage_options)
+
+
+def snapshot_location_of(options: dict[str, str], source: str, more: tuple[str, ...] = ()) -> SnapshotLocation:
     """The snapshot a data source's options name (``path``, or ``checkpoint-dir`` + ``job`` [+
-    ``checkpoint-id``]); ``more`` are the source's other options."""
-    known = {"path", "checkpoint-dir", "job", "checkpoint-id", *more}
+    ``checkpoint-id``]), with ``storage-options`` (JSON) for fsspec; ``more`` are the source's
+    other options."""
+    known = {"path", "checkpoint-dir", "job", "checkpoint-id", "storage-options", *more}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ConfigurationError(f"format('{source}') has no option(s) {unknown}; it takes {sorted(known)}")
     checkpoint_id = options.get("checkpoint-id")
     if checkpoint_id is not None and not checkpoint_id.strip().isdigit():
         raise ConfigurationError(f"option checkpoint-id must be a checkpoint number, got {checkpoint_id!r}")
-    return snapshot_url(options.get("path"), options.get("checkpoint-dir"), options.get("job"),
-                        int(checkpoint_id) if checkpoint_id is not None else None)
+    url = snapshot_url(options.get("path"), options.get("checkpoint-dir"), options.get("job"),
+                       int(checkpoint_id) if checkpoint_id is not None else None)
+    try:
+        storage_options = json.loads(options.get("storage-options") or "{}")
+    except ValueError as exc:
+        raise ConfigurationError(f"option storage-options must be a JSON object of fsspec options, e.g. "
+                                 f"'{{\"anon\": false}}': {exc}") from None
+    if not isinstance(storage_options, dict):
+        raise ConfigurationError(f"option storage-options must be a JSON object, got {storage_options!r}")
+    return SnapshotLocation(url, storage_options)
 
 
 @dataclass(frozen=True)
 class ReadOptions:
     """What to read, parsed from the data source's options."""
 
-    url: str
+    location: SnapshotLocation
     operator_id: str | None
     states: tuple[str, ...] | None
-    #: the change feed's two checkpoints (URLs), or None to read one snapshot (``url``)
-    changes: tuple[str, str] | None = None
+    #: the change feed's first checkpoint (URL; ``location`` is the second), or None to read one snapshot
+    changes_from: str | None = None
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> "ReadOptions":
         given = dict(options)
         bounds = given.pop("changes-from", None), given.pop("changes-to", None)
-        url = snapshot_url_of(given, NAME, ("operator", "state"))
+        location = snapshot_location_of(given, NAME, ("operator", "state"))
         states = tuple(s.strip() for s in options["state"].split(",") if s.strip()) if options.get("state") else None
         if bounds == (None, None):
-            return cls(url, options.get("operator"), states)
-        if None in bounds or given.get("checkpoint-id") is not None or \
-                not all(b is not None and b.strip().isdigit() for b in bounds):
+            return cls(location, options.get("operator"), states)
+        if given.get("checkpoint-id") is not None or not all(b is not None and b.strip().isdigit() for b in bounds):
             raise ConfigurationError(f"a change feed takes two checkpoint numbers of one job, changes-from and "
                                      f"changes-to, and the job's directory (path, or checkpoint-dir and job) without "
                                      f"checkpoint-id; got changes-from={bounds[0]!r}, changes-to={bounds[1]!r}")
-        first, last = (posixpath.join(url.rstrip("/"), f"chk-{int(b)}") for b in bounds)
-        return cls(last, options.get("operator"), states, (first, last))
+        first, last = (posixpath.join(location.url.rstrip("/"), f"chk-{int(b)}") for b in bounds if b is not None)
+        return cls(SnapshotLocation(last, location.storage_options), options.get("operator"), states, first)
 
 
 class StateLayout:
@@ -193,7 +216,7 @@ class StateReader(DataSourceReader):
                 self.keys = [tuple(fixed[n][0] for n in names)]
 
     def partitions(self) -> Sequence[InputPartition]:
-        reader = SnapshotReader.open(self.options.url)
+        reader = self.options.location.open()
         operator = reader.operator(self.options.operator_id)
         if self.keys is not None:
             key_groups = sorted({reader.key_group_of(operator, key) for key in self.keys})
@@ -202,14 +225,14 @@ class StateReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, _KeyGroups)
-        reader = SnapshotReader.open(self.options.url)
+        reader = self.options.location.open()
         operator = reader.operator(self.options.operator_id)
         # a key filter only chose the key groups: Spark applies it to their rows
-        if self.options.changes is None:
+        if self.options.changes_from is None:
             for cell in reader.cells(operator, partition.index, partition.parallelism, self.states):
                 yield self.layout.row(cell)
             return
-        before = SnapshotReader.open(self.options.changes[0])
+        before = self.options.location.open(self.options.changes_from)
         for change in changes(before, reader, before.operator(self.options.operator_id), operator, partition.index,
                               partition.parallelism, self.states):
             yield self.layout.row(change.cell, change.change)
@@ -225,7 +248,7 @@ class StatekitStateSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.read_options = ReadOptions.parse(dict(options))
-        reader = SnapshotReader.open(self.read_options.url)
+        reader = self.read_options.location.open()
         operator = reader.operator(self.read_options.operator_id)
         states = reader.states(operator)
         wanted = self.read_options.states
@@ -235,9 +258,9 @@ class StatekitStateSource(DataSource):
                 raise ConfigurationError(f"{reader.url} holds no state(s) {missing} in operator "
                                          f"{operator.operator_id!r}; it holds {sorted(states)}")
         chosen = [states[s] for s in wanted] if wanted is not None else list(states.values())
-        self.layout = StateLayout(reader.key_columns(operator), chosen, self.read_options.changes is not None)
-        if self.read_options.changes is not None:
-            before = SnapshotReader.open(self.read_options.changes[0])
+        self.layout = StateLayout(reader.key_columns(operator), chosen, self.read_options.changes_from is not None)
+        if self.read_options.changes_from is not None:
+            before = self.read_options.location.open(self.read_options.changes_from)
             check_same_job(before.operator(self.read_options.operator_id), operator)
 
     def schema(self) -> str:

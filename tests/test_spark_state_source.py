@@ -1,0 +1,171 @@
+"""Reading state under Spark: format("statekit") on every backend's checkpoints equals the job's
+oracle state key by key; a key filter reads one key group in one partition; typed columns; the
+change feed; format("statekit-metadata"); checkpoints on S3 (moto); and a bootstrapped savepoint
+of 1M keys (statekit.spark.write_savepoint) restored into every backend at two parallelisms and
+continued by a job."""
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from statekit.conformance_tests.s3 import DEFAULT_BUCKET, moto_s3  # noqa: F401 - a session-scoped fixture
+from statekit.conformance_tests.workload import COUNT, SUMS, WorkloadFunction, make_rows, oracle
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "key string, category string, amount long"
+
+
+@pytest.fixture(autouse=True)
+def data_sources(spark):
+    """The sources are registered with the session (importing statekit.spark does it only when
+    a session is active then; every statekit job does it for its own)."""
+    from statekit.spark import register_data_sources
+
+    register_data_sources(spark)
+OUTPUT = "key string, count long"
+
+
+def _run_job(spark: Any, epochs: list[list[tuple]], job_id: str) -> None:
+    import statekit.spark as sks
+
+    for rows in epochs:
+        sks.process_keyed(spark.createDataFrame(rows, SCHEMA), "key", WorkloadFunction(), OUTPUT, job_id=job_id)
+
+
+def state_of(rows: list[Any]) -> dict[str, dict[str, Any]]:
+    """The workload's state per key from the data source's rows (values as JSON text)."""
+    found: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "last": [], "sums": {}, "max": None,
+                                                           "mean": [0, 0]})
+    for row in rows:
+        assert row.error is None, row
+        s, value = found[row.key], json.loads(row.value)
+        if row.state == "last":
+            s["last"].append(value)
+        elif row.state == "sums":
+            s["sums"][row.user_key] = value
+        else:
+            s[row.state] = value
+    return dict(found)
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb", "lmdb", "sqlite"])
+def test_a_jobs_state_reads_back_as_its_oracle(spark, statekit_settings, tmp_path, backend):
+    statekit_settings(backend=backend, parallelism="3", **{"checkpoint.storage": "filesystem",
+                                                           "checkpoint.dir": f"file://{tmp_path}/checkpoints",
+                                                           "checkpoint.incremental": "true"})
+    epochs = [make_rows(1500, 300, seed) for seed in (1, 2)]
+    _run_job(spark, epochs, "read-back")
+    expected = oracle(epochs[0] + epochs[1])
+    state = spark.read.format("statekit").load(f"file://{tmp_path}/checkpoints/read-back")
+    # lists come back in order within a partition: each partition reads its key groups in order
+    assert state_of(state.orderBy("key_group").collect()) == expected
+    assert state.rdd.getNumPartitions() == 3
+
+    one = state.filter("key = 'key-7'")
+    assert one.rdd.getNumPartitions() == 1, "a filter on the key reads only its key group"
+    assert state_of(one.collect()) == {"key-7": expected["key-7"]}
+
+    counts = (spark.read.format("statekit").option("checkpoint-dir", f"file://{tmp_path}/checkpoints")
+              .option("job", "read-back").option("checkpoint-id", "1").option("state", "count").load())
+    assert counts.columns[:2] == ["key", "key_group"] and counts.schema["key"].dataType.simpleString() == "string"
+    assert counts.schema["value"].dataType.simpleString() == "bigint", "typed by its Int64Serializer"
+    assert {r.key: r.value for r in counts.collect()} == {k: s["count"] for k, s in oracle(epochs[0]).items()}
+
+
+def test_the_change_feed_and_the_metadata_source(spark, statekit_settings, tmp_path):
+    statekit_settings(backend="rocksdb", parallelism="2", **{"checkpoint.storage": "filesystem",
+                                                             "checkpoint.dir": f"file://{tmp_path}/checkpoints",
+                                                             "checkpoint.incremental": "true"})
+    first, second = make_rows(1000, 200, 3), make_rows(300, 400, 4)
+    _run_job(spark, [first], "feed")
+    statekit_settings(parallelism="4")  # a rescale between the two checkpoints
+    _run_job(spark, [second], "feed")
+    feed = (spark.read.format("statekit").option("changes-from", "1").option("changes-to", "2")
+            .option("state", "count").load(f"file://{tmp_path}/checkpoints/feed"))
+    before, after = oracle(first), oracle(first + second)
+    assert {(r.key, r.value, r.change) for r in feed.collect()} == {
+        (k, s["count"], "put") for k, s in after.items() if before.get(k, {}).get("count") != s["count"]}
+
+    metadata = spark.read.format("statekit-metadata").load(f"file://{tmp_path}/checkpoints/feed").collect()
+    assert sorted({(r.checkpoint_id, r.parallelism) for r in metadata}) == [(1, 2), (2, 4)]
+    by_state = {(r.checkpoint_id, r.state): r for r in metadata}
+    assert by_state[(2, "sums")].kind == "map" and by_state[(2, "sums")].serializers["user_key"] == "StringSerializer"
+    assert by_state[(2, "epochs")].kind == "operator-union"
+    assert by_state[(1, "count")].recovery == {"0": "fresh", "1": "fresh"} and by_state[(2, "count")].backend == "rocksdb"
+    assert by_state[(2, "count")].snapshot_size > 0
+
+
+def test_state_on_s3_reads_back(spark, moto_s3):  # noqa: F811 - the fixture
+    from statekit.backends.lmdb import LMDBStateBackend
+    from statekit.registry import storage_class
+    from statekit.runtime.local_runner import LocalRunner
+
+    root = f"s3://{DEFAULT_BUCKET}/{uuid.uuid4().hex}"
+    # the checkpoints are written on S3 by the local runner (incremental LMDB: a changelog chain)
+    runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, state_backend=LMDBStateBackend(),
+                         storage=storage_class("filesystem")(root, storage_options=moto_s3.storage_options),
+                         job_id="on-s3", incremental=True)
+    epochs = [make_rows(800, 100, 5), make_rows(200, 100, 6)]
+    for rows in epochs:
+        runner.run_epoch(rows)
+    state = (spark.read.format("statekit").option("storage-options", json.dumps(moto_s3.storage_options))
+             .load(f"{root}/on-s3"))
+    assert state_of(state.orderBy("key_group").collect()) == oracle(epochs[0] + epochs[1])
+
+
+KEYS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def bootstrapped(spark, tmp_path_factory):
+    """A savepoint of KEYS keys written from a DataFrame: a count and a map entry per key."""
+    from pyspark.sql import functions as F
+
+    import statekit.spark as sks
+
+    directory = tmp_path_factory.mktemp("bootstrap")
+    df = spark.range(KEYS).select(F.concat(F.lit("key-"), F.col("id").cast("string")).alias("key"),
+                                  (F.col("id") % 7).alias("count"),
+                                  F.create_map(F.lit("a"), F.col("id") % 100).alias("sums"))
+    url = sks.write_savepoint(df, "key", {"count": COUNT, "sums": SUMS}, job_id="bootstrapped",
+                              savepoint_dir=f"file://{directory}", parallelism=4, max_parallelism=256)
+    return url, directory
+
+
+def _bootstrap_state(key: str) -> dict[str, Any]:
+    n = int(key.split("-")[1])
+    return {"count": n % 7, "last": [], "sums": {"a": n % 100}, "max": None, "mean": [0, 0]}
+
+
+@pytest.mark.parametrize("backend,parallelism", [("heap", 3), ("rocksdb", 3), ("lmdb", 3),
+                                                 ("heap", 8), ("rocksdb", 8), ("lmdb", 8)])
+def test_a_bootstrapped_savepoint_restores_and_continues(spark, statekit_settings, bootstrapped, backend,
+                                                         parallelism):
+    from pyspark.sql import functions as F
+
+    import statekit.spark as sks
+
+    url, directory = bootstrapped
+    job = f"continued-{backend}-{parallelism}"
+    statekit_settings(backend=backend, parallelism=str(parallelism), **{
+        "checkpoint.storage": "filesystem", "checkpoint.dir": f"file://{directory}/checkpoints",
+        "checkpoint.incremental": "true", "restore.path": url})
+    rows = [(f"key-{n}", "a" if n % 2 else "b", n % 50) for n in range(0, KEYS, 997)] * 2
+    out = sks.process_keyed(spark.createDataFrame(rows, SCHEMA), "key", WorkloadFunction(), OUTPUT, job_id=job)
+    # the function emits each row's running count: the bootstrapped count plus the rows so far
+    assert sorted(out.collect()) == sorted(
+        (key, _bootstrap_state(key)["count"] + i) for key in {r[0] for r in rows} for i in (1, 2))
+
+    state = spark.read.format("statekit").load(f"file://{directory}/checkpoints/{job}")
+    counts = state.filter("state = 'count'").agg(F.count("*"), F.sum(F.col("value").cast("long"))).first()
+    assert tuple(counts) == (KEYS, sum(n % 7 for n in range(KEYS)) + len(rows))
+    touched = {r[0] for r in rows}
+    sample = sorted(touched)[:5] + ["key-1", "key-999998"]
+    found = state_of(state.filter(F.col("key").isin(sample)).orderBy("key_group").collect())
+    expected = oracle([r for r in rows if r[0] in sample], into={key: _bootstrap_state(key) for key in sample})
+    assert found == expected
