@@ -16,7 +16,7 @@ import pytest
 from statekit import KeyedProcessFunction, StateTtlConfig, ValueStateDescriptor, windows
 from statekit.conformance_tests.workload import WorkloadFunction, make_rows, oracle
 from statekit.query import QueryableState
-from statekit.reading.changes import DELETE, PUT, changes
+from statekit.reading.changes import DELETE, PUT, changed_key_groups, changes
 from statekit.reading.snapshot_reader import SnapshotReader
 from statekit.registry import backend_class, storage_class
 from statekit.runtime.local_runner import LocalRunner
@@ -266,3 +266,27 @@ def test_the_state_get_command(tmp_path):
     assert failed.returncode == 2 and "holds no operator 'other'" in failed.stderr
     assert "spark.read.format('statekit')" in subprocess.run(
         [sys.executable, "-m", "statekit.cli", "checkpoints", "describe", job], capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("backend", ["heap", "lmdb"])
+def test_the_change_feed_reads_only_the_key_groups_a_changelog_delta_wrote(backend, tmp_path):
+    runner = _runner(backend, tmp_path, incremental=True, parallelism=2)
+    first = make_rows(2000, 300, 11)
+    second = [row for row in make_rows(2000, 300, 12) if row[0] in ("key-1", "key-2", "key-3")]
+    runner.run_epoch(first)
+    runner.run_epoch(second)
+    before = SnapshotReader.open(f"file://{tmp_path}/checkpoints/job/chk-1")
+    after = SnapshotReader.open(f"file://{tmp_path}/checkpoints/job/chk-2")
+    before_op, after_op = before.operator(), after.operator()
+    touched = {after.key_group_of(after_op, key) for key in ("key-1", "key-2", "key-3")}
+    assert set().union(*(changed_key_groups(before_op, after_op, i, 2) for i in range(2))) == touched
+    before.streams, after.streams = _RecordingStreams(before.streams), _RecordingStreams(after.streams)
+    found = [c for index in range(2) for c in changes(before, after, before_op, after_op, index, 2)]
+    was, now = _cells(oracle(first)), _cells(oracle(first + second))
+    assert Counter((c.change, c.cell.state, c.cell.key, json.dumps(c.cell.value)) for c in found) == Counter(
+        (PUT, cell[0], cell[1], json.dumps(v)) for cell, v in now.items() if was.get(cell) != v)
+    ranges = {(h.stream.stored_as, r.offset, r.length): kg for op in (before_op, after_op) for s in op.subtasks
+              for chain in s.keyed for h in (chain.base, *chain.deltas) for kg, r in h.key_groups.items()}
+    read = [ranges.get((file, offset, length)) for streams in (before.streams, after.streams)
+            for _, file, offset, length in streams.opened]
+    assert read and set(read) <= touched, "only the changed key groups' bytes are read, one range each"

@@ -1,6 +1,8 @@
 """The change feed: what changed in a job's keyed state between two of its checkpoints.
 
-The two snapshots are compared key group by key group on their canonical rows (bytes): a cell
+Where both checkpoints hold changelog chains (heap and LMDB incremental checkpoints) and the later
+extends the earlier, only the key groups its newer deltas wrote are read; otherwise every key
+group is. The two snapshots are compared key group by key group on their canonical rows (bytes): a cell
 present after but not before, or with other bytes, is a ``put`` with its new value; a cell present
 before but not after is a ``delete`` with its old value. A cell is a state's value, a map entry
 (by map key), a timer (by timestamp), or a list element by its position in the list: appending
@@ -15,10 +17,13 @@ from typing import Iterator, Sequence
 
 import pyarrow as pa
 
+from statekit.backends.common.changelog import ChangelogStateHandle
+from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import OperatorState
 from statekit.reading.cells import CellDecoder, StateCell
 from statekit.reading.snapshot_reader import SnapshotReader
 from statekit.spi.errors import ConfigurationError
+from statekit.spi.key_groups import KeyGroupRange
 
 PUT = "put"
 DELETE = "delete"
@@ -47,6 +52,38 @@ def changes(before: SnapshotReader, after: SnapshotReader, before_operator: Oper
     """The changes in the key groups of subtask ``index`` of ``parallelism``, key group by key
     group: first the puts, then the deletes of each."""
     check_same_job(before_operator, after_operator)
+    changed = changed_key_groups(before_operator, after_operator, index, parallelism)
+    if changed is None:  # no changelog says which key groups changed: compare them all
+        parts = [(index, parallelism)]
+    else:  # only the key groups the later deltas wrote, one at a time
+        parts = [(key_group, before_operator.max_parallelism) for key_group in sorted(changed)]
+    for part in parts:
+        yield from _changes_in(before, after, before_operator, after_operator, *part, states)
+
+
+def changed_key_groups(before: OperatorState, after: OperatorState, index: int, parallelism: int) -> set[int] | None:
+    """The key groups of subtask ``index`` of ``parallelism`` that changed between the two
+    checkpoints, when changelog chains say so: each chain of ``after`` extends a chain of
+    ``before`` (same base, its deltas first), and only the deltas added since wrote anything.
+    None when that cannot be told (other formats, a new base, a rescale in between)."""
+    target = KeyGroupRange.of_subtask(after.max_parallelism, parallelism, index)
+    earlier = [h for h in assign(before, index, parallelism).keyed if isinstance(h, ChangelogStateHandle)]
+    changed: set[int] = set()
+    for handle in assign(after, index, parallelism).keyed:
+        if not isinstance(handle, ChangelogStateHandle):
+            return None
+        extended = next((e for e in earlier if e.base == handle.base and handle.deltas[:len(e.deltas)] == e.deltas),
+                        None)
+        if extended is None:
+            return None
+        for delta in handle.deltas[len(extended.deltas):]:
+            changed.update(kg for kg in delta.key_groups if kg in target)
+    return changed
+
+
+def _changes_in(before: SnapshotReader, after: SnapshotReader, before_operator: OperatorState,
+                after_operator: OperatorState, index: int, parallelism: int,
+                states: Sequence[str] | None) -> Iterator[StateChange]:
     old = _rows_by_key_group(before, before_operator, index, parallelism, states)
     new = _rows_by_key_group(after, after_operator, index, parallelism, states)
     for key_group in sorted(old.keys() | new.keys()):
