@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 
-from benchmarks import checkpointing, memory, operations, spark_keyed, timers, ttl
+from benchmarks import checkpointing, memory, operations, spark_keyed, state_reading, timers, ttl
 from benchmarks.chart import save_chart
 from benchmarks.report import SCHEMA_VERSION, report
 
@@ -34,17 +34,18 @@ class Sizes:
     ttl_epoch_keys: int
     timers: int  # timers registered and fired under Spark
     session_rows: int
+    reading_keys: int  # keys of state read back as a DataFrame
 
 
 SIZES = {
-    "tiny": Sizes(((20_000, 2_000, 2),), 2_000, 5_000, 1, 5_000, 5_000, 1, 2_000, 200, 2_000, 10_000),
+    "tiny": Sizes(((20_000, 2_000, 2),), 2_000, 5_000, 1, 5_000, 5_000, 1, 2_000, 200, 2_000, 10_000, 10_000),
     "quick": Sizes(((1_000_000, 100_000, 1),), 50_000, 200_000, 3, 500_000, 1_000_000, 32, 200_000, 5_000,
-                   20_000, 200_000),
+                   20_000, 200_000, 1_000_000),
     "full": Sizes(((1_000_000, 100_000, 1), (1_000_000, 100_000, 10), (5_000_000, 1_000_000, 1),
                    (5_000_000, 1_000_000, 10)), 200_000, 1_000_000, 5, 5_000_000, 4_000_000, 64, 1_000_000, 20_000,
-                  200_000, 1_000_000),
+                  200_000, 1_000_000, 1_000_000),
 }
-SECTIONS = ("operations", "ttl", "checkpoint", "memory", "spark", "timers")
+SECTIONS = ("operations", "ttl", "checkpoint", "memory", "spark", "timers", "reading")
 
 
 def _spark(sizes: Sizes) -> list[dict]:
@@ -65,6 +66,7 @@ def run_sections(sizes: Sizes, sections: tuple[str, ...]) -> list[dict]:
         "memory": lambda: memory.run(n_keys=sizes.memory_keys, cache_mb=sizes.memory_cache_mb),
         "spark": lambda: _spark(sizes),
         "timers": lambda: timers.run(n_timers=sizes.timers, session_rows=sizes.session_rows),
+        "reading": lambda: state_reading.run(keys=sizes.reading_keys),
     }
     results: list[dict] = []
     for section in SECTIONS:

@@ -64,6 +64,15 @@ def session() -> Any:
     return spark
 
 
+def write_source(spark: Any, path: str, n_rows: int, keys: int, files: int) -> str:
+    """``n_rows`` rows ``(k, v)`` of ``keys`` keys in ``files`` Parquet files (one per
+    micro-batch), each a contiguous range of ids."""
+    from pyspark.sql import functions as F
+
+    spark.range(0, n_rows, 1, files).select((F.col("id") % keys).alias("k"), F.col("id").alias("v")).write.parquet(path)
+    return path
+
+
 def _timed_query(start_query: Callable[[], Any]) -> float:
     started = time.perf_counter()
     start_query().awaitTermination()
@@ -97,13 +106,6 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     from statekit.spark import process_keyed_stream
-
-    def write_source(name: str, n_rows: int, files: int) -> str:
-        """``n_rows`` rows in ``files`` files (one per micro-batch), each a contiguous range of ids."""
-        path = os.path.join(work, name)
-        spark.range(0, n_rows, 1, files).select((F.col("id") % keys).alias("k"), F.col("id").alias("v")) \
-            .write.parquet(path)
-        return path
 
     def stream(source: str):
         return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
@@ -162,8 +164,8 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
     # every side runs untimed on a small input right before its timed run, so the timed query pays
     # neither for JVM warm-up nor for starting its Python workers and importing into them (Spark
     # reuses idle workers for any side: a side warmed up earlier may find them cold again)
-    warm_up = write_source("warm-up-source", min(rows, WARM_UP_ROWS), 1)
-    source = write_source("source", rows, micro_batches)
+    warm_up = write_source(spark, os.path.join(work, "warm-up-source"), min(rows, WARM_UP_ROWS), keys, 1)
+    source = write_source(spark, os.path.join(work, "source"), rows, keys, micro_batches)
     seconds: dict[str, float] = {}
     for name, start in sides.items():
         _timed_query(lambda: start(warm_up, "warm-up"))
