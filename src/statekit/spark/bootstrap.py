@@ -125,7 +125,7 @@ def write_savepoint(df: DataFrame, keys: str | Sequence[str], states: Mapping[st
                        savepoint=location)
     run = SubtaskRun(spark, spec)
     try:
-        run.run(df, _NO_OUTPUT)
+        run.run(df, _NO_OUTPUT, keep_output=False)
         written = run.states()
         if len(written) != parallelism:
             raise SnapshotError(f"bootstrap of job {job_id!r}: only subtasks {sorted(written)} of {parallelism} "

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from statekit.checkpoint.ownership import TAKE_OVER_SETTING
 from statekit.checkpoint.store import DEFAULT_NUM_RETAINED, RestoreMode
 from statekit.registry import backend_class, storage_class
+from statekit.runtime.sink_coordinator import IGNORE_LOST_SETTING, RetryPolicy
 from statekit.runtime.task import DEFAULT_TTL_SWEEP_SECONDS
 from statekit.spi.backend import StateBackend
 from statekit.spi.errors import ConfigurationError
@@ -59,6 +60,11 @@ SETTINGS = OptionSet(
     Option("ttl.sweep-seconds", number(minimum=0, maximum=3600), DEFAULT_TTL_SWEEP_SECONDS,
            "time each subtask spends per epoch removing expired TTL entries (0: only on access and in "
            "full snapshots)"),
+    Option("sink.commit-attempts", integer(minimum=1, maximum=100), RetryPolicy.attempts,
+           "tries of a transactional sink's commit (or publication) that fails with a transient error"),
+    Option(IGNORE_LOST_SETTING[len(PREFIX):], boolean, False,
+           "continue when a sink's target lost a pre-committed transaction (its rows are dropped, with an error "
+           "in the log)"),
 )
 
 
@@ -81,6 +87,8 @@ class StatekitConf:
     take_over: bool = False
     batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
     ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS
+    sink_commit_attempts: int = RetryPolicy.attempts
+    sink_ignore_lost: bool = False
 
     @classmethod
     def from_spark(cls, conf: Any) -> "StatekitConf":
@@ -112,7 +120,8 @@ class StatekitConf:
             restore_path=values["restore.path"], restore_mode=RestoreMode(values["restore.mode"]),
             local_dir=values["local.dir"], job_id=values["job-id"],
             take_over=values[TAKE_OVER_SETTING[len(PREFIX):]], batch_max_bytes=values["batch.max-bytes"],
-            ttl_sweep_seconds=values["ttl.sweep-seconds"])
+            ttl_sweep_seconds=values["ttl.sweep-seconds"], sink_commit_attempts=values["sink.commit-attempts"],
+            sink_ignore_lost=values[IGNORE_LOST_SETTING[len(PREFIX):]])
         conf.create_backend()  # resolves the names and parses every option now, before a job runs
         conf.create_storage()
         if conf.parallelism is not None and conf.max_parallelism is not None:

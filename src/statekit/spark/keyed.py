@@ -17,7 +17,7 @@ the job's ownership before its epoch and checks it before committing (``checkpoi
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
@@ -26,10 +26,12 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
-from statekit.checkpoint.ownership import BOUNDED, JobOwnership, RunIdentity
+from statekit.checkpoint.ownership import BOUNDED, JobOwnership, RunIdentity, recorded_identity
 from statekit.checkpoint.store import CheckpointStore
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.function import ProcessFunction, check_function
+from statekit.runtime.sink_coordinator import SINK_PROPERTY, RetryPolicy, SinkCoordinator
+from statekit.runtime.sink_writer import check_sink
 from statekit.runtime.task import PROCESSING_TIME
 from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import PREFIX, StatekitConf
@@ -41,7 +43,12 @@ from statekit.spark.task import KEY_GROUP_COLUMN, MARKER_COLUMN, PARTITION_COLUM
 from statekit.spi.errors import ConfigurationError, SnapshotError
 from statekit.spi.key_groups import check_parallelism, default_max_parallelism
 from statekit.spi.names import check_job_id, check_operator_id
+from statekit.spi.sinks import Sink
 from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess
+
+
+#: a subtask's snapshot, how it recovered, its (largest event time, late rows), its sink record
+SubtaskAcknowledgement = Tuple[SubtaskState, str, Tuple[int, int], Optional[Dict[str, Any]]]
 
 
 class _AcknowledgementParam(AccumulatorParam):
@@ -66,7 +73,9 @@ def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFun
     rows are dropped and counted (``late_rows="process"`` keeps them)."""
     job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
                           event_time, watermark_delay, late_rows)
-    return job.run_epoch(df, processing_time_ms=processing_time_ms)
+    output = job.run_epoch(df, processing_time_ms=processing_time_ms)
+    assert output is not None  # a job without a sink returns its output
+    return output
 
 
 class KeyedJob:
@@ -75,7 +84,8 @@ class KeyedJob:
 
     def __init__(self, spark: SparkSession, key_columns: tuple[str, ...], function: ProcessFunction,
                  output: StructType, operator_id: str, job_id: str, conf: StatekitConf,
-                 event_time: EventTimeColumn | None = None, key_types: tuple[str, ...] = ()) -> None:
+                 event_time: EventTimeColumn | None = None, key_types: tuple[str, ...] = (),
+                 sink: Sink | None = None) -> None:
         self.spark, self.key_columns, self.function, self.output = spark, key_columns, function, output
         #: the key columns' Spark SQL types, recorded in each checkpoint for readers of the state
         self.key_types = key_types
@@ -84,6 +94,9 @@ class KeyedJob:
         self.storage: CheckpointStorage = conf.create_storage()
         self.access: CheckpointStorageAccess = driver_access(self.storage, job_id)
         self._ownership: JobOwnership | None = None
+        #: a transactional sink's coordinator: the job's output goes there instead of into a DataFrame
+        self.sink = (SinkCoordinator(check_sink(sink), job_id, operator_id, RetryPolicy(conf.sink_commit_attempts),
+                                     conf.sink_ignore_lost) if sink is not None else None)
 
     def ownership(self, identity: RunIdentity) -> JobOwnership:
         """This run's ownership of the job (created on its first epoch)."""
@@ -101,7 +114,7 @@ class KeyedJob:
     def create(cls, spark: SparkSession, input_schema: StructType, keys: str | Sequence[str],
                function: ProcessFunction, schema: str | StructType, operator_id: str, job_id: str | None,
                conf: StatekitConf | None, event_time: str | None = None, watermark_delay: Any = None,
-               late_rows: str = "drop") -> "KeyedJob":
+               late_rows: str = "drop", sink: Sink | None = None) -> "KeyedJob":
         conf = conf or StatekitConf.from_spark(spark.conf)
         register_data_sources(spark)  # its state can be read back in the same session
         columns = input_schema.names
@@ -122,19 +135,22 @@ class KeyedJob:
         output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
         return cls(spark, key_columns, function, output, operator_id, job_id, conf,
                    EventTimeColumn.of(input_schema, event_time, watermark_delay, late_rows),
-                   tuple(input_schema[c].dataType.simpleString() for c in key_columns))
+                   tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink)
 
     def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None,
-                  processing_time_ms: int | None = None) -> DataFrame:
+                  processing_time_ms: int | None = None) -> DataFrame | None:
         """Run one epoch (default: after the latest checkpoint) and commit its checkpoint.
         Epoch N restores from the latest completed checkpoint with an id below N, so a replayed
         epoch recomputes the same state; ``progress`` (streaming) is what Spark's own checkpoint
-        says at this micro-batch; ``processing_time_ms`` sets the epoch's processing time."""
+        says at this micro-batch; ``processing_time_ms`` sets the epoch's processing time.
+        Returns the output, or None when the job has a sink: then the output is committed to it
+        once the checkpoint is complete, and a replayed epoch whose checkpoint completed is not
+        computed again (its output is committed again instead, ``runtime.sink_coordinator``)."""
         return _run_epoch(self, df, epoch, progress, processing_time_ms)
 
 
 def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
-               progress: StreamProgress | None, processing_time_ms: int | None) -> DataFrame:
+               progress: StreamProgress | None, processing_time_ms: int | None) -> DataFrame | None:
     spark, conf, key_columns, function = job.spark, job.conf, job.key_columns, job.function
     job_id, operator_id, output, storage = job.job_id, job.operator_id, job.output, job.storage
     ownership = job.ownership(progress.identity if progress is not None else BOUNDED)
@@ -142,6 +158,11 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
     chosen = choose_restore_point(store, conf, job_id, requested_epoch, progress, storage.durable)
     ownership.begin_epoch(store.latest())  # after the restore point passed its checks: a refused run takes nothing
     epoch, store, restore_url = chosen.epoch, chosen.store, chosen.external_url
+    if job.sink is not None:
+        latest = store.latest()
+        job.sink.recover(latest.metadata if latest is not None else None, job.access.restore_streams())
+        if _output_committed(job.sink, store, epoch, progress):
+            return None
     previous = chosen.checkpoint.metadata.operators.get(operator_id) if chosen.checkpoint else None
     parallelism = conf.parallelism or (previous.parallelism if previous else spark.sparkContext.defaultParallelism)
     max_parallelism = conf.max_parallelism or (previous.max_parallelism if previous else
@@ -160,17 +181,19 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                        max_parallelism, key_columns, to_arrow_schema(output), conf.incremental,
                        chosen.checkpoint.metadata.to_bytes() if chosen.checkpoint else None, restore_url,
                        conf.local_dir, conf.batch_max_bytes, processing_time, conf.ttl_sweep_seconds,
-                       subtask_event_time(job.event_time, restored_properties))
+                       subtask_event_time(job.event_time, restored_properties),
+                       sink=job.sink.sink if job.sink is not None else None,
+                       sink_run=job.sink.run if job.sink is not None else "0")
 
     run = SubtaskRun(spark, spec)
     try:
-        result = run.run(df, output)
+        result = run.run(df, output, keep_output=job.sink is None)
     except BaseException:
-        store.abort(epoch, [state for state, _, _ in run.states().values()])
+        store.abort(epoch, [ack[0] for ack in run.states().values()])
         raise
     states = run.states()
     if len(states) != parallelism:
-        store.abort(epoch, [state for state, _, _ in states.values()])
+        store.abort(epoch, [ack[0] for ack in states.values()])
         raise SnapshotError(f"checkpoint {epoch} of job {job_id!r}: only subtasks {sorted(states)} of "
                             f"{parallelism} acknowledged; the checkpoint was aborted")
     operator = OperatorState(operator_id, parallelism, max_parallelism,
@@ -183,8 +206,26 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
         properties[KEY_SCHEMA] = {operator_id: [list(c) for c in zip(key_columns, job.key_types)]}
     if restore_url is not None:
         properties[RESTORED_FROM] = restore_url
+    recorded = job.sink.property_of([ack[3] for ack in states.values() if ack[3] is not None]) if job.sink else None
+    if recorded is not None:
+        properties[SINK_PROPERTY] = recorded
     store.add(CheckpointMetadata(epoch, job_id, {operator_id: operator}, properties=properties))
+    if job.sink is not None and recorded is not None:
+        job.sink.complete(epoch, recorded["outputs"], job.access.restore_streams())
+        job.sink.abort_lingering()  # failed attempts' transactions
     return result
+
+
+def _output_committed(sink: SinkCoordinator, store: CheckpointStore, epoch: int,
+                      progress: StreamProgress | None) -> bool:
+    """Whether ``epoch`` is a replayed micro-batch whose checkpoint this query completed, with its
+    output (committed by ``recover``): Flink's rule, continue after the latest completed
+    checkpoint, instead of computing the epoch and its output again."""
+    done = [c for c in store.completed() if c.checkpoint_id == epoch]
+    if not done or progress is None or sink.recorded(done[0].metadata) is None:
+        return False
+    owner = recorded_identity(done[0])
+    return owner is not None and owner.same_as(progress.identity)
 
 
 class SubtaskRun:
@@ -195,8 +236,9 @@ class SubtaskRun:
         self.spec = spec
         self._acknowledgements = spark.sparkContext.accumulator([], _AcknowledgementParam())
 
-    def run(self, df: DataFrame, output: StructType) -> DataFrame:
-        """Run the stage now; returns its output, locally checkpointed."""
+    def run(self, df: DataFrame, output: StructType, keep_output: bool = True) -> DataFrame | None:
+        """Run the stage now; returns its output, locally checkpointed (``keep_output``), or
+        None when the subtasks wrote their output to a sink."""
         spec, acknowledgements = self.spec, self._acknowledgements
         subtask_of_token = {token: index for index, token in enumerate(partition_tokens(spec.parallelism))}
 
@@ -206,11 +248,15 @@ class SubtaskRun:
         planned = _plan(df, spec.key_columns, spec.parallelism, spec.max_parallelism)
         # repartition(p, token) is a shuffle by number, which adaptive execution never coalesces, and
         # groupBy(token) reuses its partitioning: p subtasks run as p tasks without changing session settings
-        return planned.groupBy(PARTITION_COLUMN).applyInArrow(subtask, output).localCheckpoint(eager=True)
+        stage = planned.groupBy(PARTITION_COLUMN).applyInArrow(subtask, output)
+        if keep_output:
+            return stage.localCheckpoint(eager=True)
+        stage.write.format("noop").mode("overwrite").save()
+        return None
 
-    def states(self) -> dict[int, tuple[SubtaskState, str, tuple[int, int]]]:
-        """The snapshot of each subtask that acknowledged, how it recovered, and its (largest
-        event time, late rows)."""
+    def states(self) -> dict[int, SubtaskAcknowledgement]:
+        """The snapshot of each subtask that acknowledged, how it recovered, its (largest event
+        time, late rows) and the record of its output in the sink (None: no sink)."""
         return _subtask_states(self._acknowledgements.value, self.spec.parallelism)
 
 
@@ -231,12 +277,12 @@ def _plan(df: DataFrame, key_columns: tuple[str, ...], parallelism: int, max_par
     return rows.unionByName(markers).repartition(parallelism, PARTITION_COLUMN)
 
 
-def _subtask_states(acknowledgements: list, parallelism: int) -> dict[int, tuple[SubtaskState, str, tuple[int, int]]]:
-    """One state per subtask, with how the subtask recovered and its (largest event time, late
-    rows); a repeated acknowledgement (speculative or retried attempt) replaces the earlier one.
-    Failed attempts' accumulator updates never arrive."""
-    states: dict[int, tuple[SubtaskState, str, tuple[int, int]]] = {}
-    for index, payload, recovery, event_time in acknowledgements:
+def _subtask_states(acknowledgements: list, parallelism: int) -> dict[int, SubtaskAcknowledgement]:
+    """One acknowledgement per subtask; a repeated one (speculative or retried attempt) replaces
+    the earlier one. Failed attempts' accumulator updates never arrive."""
+    states: dict[int, SubtaskAcknowledgement] = {}
+    for index, payload, recovery, event_time, sink_entry in acknowledgements:
         if 0 <= index < parallelism:
-            states[index] = SubtaskState.from_json(json.loads(payload)), recovery, tuple(event_time)
+            states[index] = (SubtaskState.from_json(json.loads(payload)), recovery, tuple(event_time),
+                             json.loads(sink_entry) if sink_entry is not None else None)
     return states

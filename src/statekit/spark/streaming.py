@@ -10,9 +10,14 @@ micro-batch, through ``foreachBatch``, with a sink the user chooses.
 
 Micro-batch ``b`` is epoch ``b + 1`` and restores from the latest completed checkpoint with a lower
 id. When Spark replays a micro-batch after a failure or restart, the epoch is recomputed from the
-same restore point and its checkpoint replaces the earlier attempt's, so state is exactly once;
-the sink sees the replayed output again, as with any ``foreachBatch`` sink (make it idempotent by
-``batch_id``).
+same restore point and its checkpoint replaces the earlier attempt's, so state is exactly once.
+
+The output is exactly once too when ``sink`` is a transactional sink (``statekit.sinks``: a
+``TwoPhaseCommitSink`` or a ``WriteAheadSink``): the subtasks write it into the sink, and it is
+committed once the epoch's checkpoint is complete (``runtime.sink_coordinator``). A function
+``sink(output, batch_id)`` gets the output as a DataFrame, as any ``foreachBatch`` sink, and sees
+a replayed micro-batch's output again: at least once, unless it writes idempotently by
+``batch_id``.
 
 Every micro-batch reads the query's Spark checkpoint (``spark.query_checkpoint``): an epoch never
 restores older state than Spark's commit log says was committed (``spark.restore_point``), and
@@ -35,10 +40,11 @@ from statekit.spark.keyed import KeyedJob
 from statekit.spark.query_checkpoint import QueryCheckpoint
 from statekit.spark.restore_point import StreamProgress
 from statekit.spi.errors import ConfigurationError
+from statekit.spi.sinks import Sink
 
 
 def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: ProcessFunction,
-                         schema: str | StructType, sink: Callable[[DataFrame, int], Any], *,
+                         schema: str | StructType, sink: Callable[[DataFrame, int], Any] | Sink, *,
                          checkpoint_location: str, operator_id: str = "keyed-process", job_id: str | None = None,
                          conf: StatekitConf | None = None, trigger: dict[str, Any] | None = None,
                          query_name: str | None = None, event_time: str | None = None, watermark_delay: Any = None,
@@ -55,8 +61,12 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
     if not df.isStreaming:
         raise ConfigurationError("process_keyed_stream needs a streaming DataFrame; use process_keyed for a "
                                  "bounded one")
+    transactional = sink if isinstance(sink, Sink) else None
+    if transactional is None and not callable(sink):
+        raise ConfigurationError(f"sink={sink!r} is neither a sink (statekit.sinks) nor a function (DataFrame, "
+                                 f"batch_id)")
     job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
-                          event_time, watermark_delay, late_rows)
+                          event_time, watermark_delay, late_rows, transactional)
     if heartbeat is not None:
         interval_ms = duration_ms(heartbeat, "heartbeat")
         df = with_heartbeat(df)
@@ -71,7 +81,9 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
                                   query_checkpoint.last_committed_batch(), query_checkpoint.batch_timestamp_ms(batch_id))
         if heartbeat is not None:
             batch = without_heartbeat(batch)
-        sink(job.run_epoch(batch, epoch=batch_id + 1, progress=progress), batch_id)
+        output = job.run_epoch(batch, epoch=batch_id + 1, progress=progress)
+        if output is not None:  # a function sink; a transactional one got the output already
+            sink(output, batch_id)  # type: ignore[operator]
 
     writer = df.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint_location)
     if trigger:

@@ -16,18 +16,21 @@ from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import TaskContext
 
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
 from statekit.runtime.function import KeyedBatchFunction, ProcessFunction
 from statekit.runtime.local_recovery import SlotLease, lease_slot
 from statekit.runtime.savepoints import SAVEPOINT
+from statekit.runtime.sink_writer import SubtaskSinkWriter
 from statekit.runtime.snapshot_upload import SnapshotUpload
 from statekit.runtime.task import DEFAULT_TTL_SWEEP_SECONDS, KeyedTask, TaskRestore, wall_clock_ms
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
 from statekit.spi.errors import StatekitError
 from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
+from statekit.spi.sinks import Sink, SinkContext
 from statekit.spi.storage import CheckpointStorage, SavepointTarget
 from statekit.spi.timers import MIN_TIMESTAMP
 
@@ -68,6 +71,9 @@ class SubtaskSpec:
     event_time: SubtaskEventTime | None = None
     #: write the epoch's state as this savepoint's files instead of a checkpoint (a bootstrap)
     savepoint: SavepointTarget | None = None
+    #: where the output goes instead of back to Spark, and the token of the run (``spi.sinks``)
+    sink: Sink | None = None
+    sink_run: str = "0"
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
@@ -83,6 +89,7 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
         lease.release()
         raise
     outputs: list[Any] = []
+    writer: SubtaskSinkWriter | None = None
     tracker = EventTimeTracker(spec.event_time, MARKER_COLUMN) if spec.event_time is not None else None
     if tracker is not None:
         batches = tracker.filtered(batches)
@@ -91,6 +98,9 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
                          spec.ttl_sweep_seconds,
                          spec.event_time.watermark_ms if spec.event_time is not None else MIN_TIMESTAMP)
         task.open()
+        if spec.sink is not None:
+            writer = SubtaskSinkWriter(spec.sink, _sink_context(spec, subtask_index),
+                                       access.streams(spec.checkpoint_id, subtask.name), spec.output_schema)
         batched = isinstance(spec.function, KeyedBatchFunction)
         for batch in (_coalesced(batches, spec.batch_max_bytes) if batched else batches):
             if batched:
@@ -98,7 +108,7 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
             else:
                 task.process_all(_records(batch, spec.key_columns), outputs)
             while len(outputs) >= OUTPUT_BATCH_ROWS:
-                yield _to_batch(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema)
+                yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer)
                 del outputs[:OUTPUT_BATCH_ROWS]
         task.fire_timers(outputs)
         if spec.savepoint is not None:
@@ -108,14 +118,17 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
             streams = access.streams(spec.checkpoint_id, subtask.name)
         upload = SnapshotUpload(pending, streams, concurrent=spec.state_backend.capabilities.async_snapshots)
         try:
-            while outputs:  # the rest of the output goes to Spark while the snapshot uploads
-                yield _to_batch(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema)
+            while outputs:  # the rest of the output goes to Spark (or the sink) while the snapshot uploads
+                yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer)
                 del outputs[:OUTPUT_BATCH_ROWS]
+            sink_entry = writer.finish() if writer is not None else None
             state = upload.result()
         except BaseException:
             upload.abandon()
             raise
     except BaseException:
+        if writer is not None:
+            writer.abort()
         try:
             task.close()
         finally:
@@ -133,7 +146,23 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
     else:
         lease.release()
     seen = (tracker.max_event_time_ms, tracker.late_rows) if tracker is not None else (MIN_TIMESTAMP, 0)
-    acknowledge.add([(subtask_index, json.dumps(state.to_json()), recovery, seen)])
+    acknowledge.add([(subtask_index, json.dumps(state.to_json()), recovery, seen,
+                      json.dumps(sink_entry) if sink_entry is not None else None)])
+
+
+def _sink_context(spec: SubtaskSpec, subtask_index: int) -> SinkContext:
+    context = TaskContext.get()
+    return SinkContext(spec.job_id, spec.operator_id, spec.checkpoint_id, subtask_index, spec.sink_run,
+                       context.attemptNumber() if context is not None else 0)
+
+
+def _emit(rows: list[Any], schema: pa.Schema, writer: SubtaskSinkWriter | None) -> Iterator[pa.RecordBatch]:
+    """Output rows as a batch to Spark, or into the sink."""
+    batch = _to_batch(rows, schema)
+    if writer is None:
+        yield batch
+    else:
+        writer.write(batch)
 
 
 def _restore_of(spec: SubtaskSpec, subtask_index: int, access: Any) -> tuple[TaskRestore | None, SubtaskState | None]:

@@ -49,3 +49,13 @@ class JobOwnershipError(StatekitError):
 class FunctionResultError(StatekitError):
     """A user function returned something that is not None or an iterable of rows (names the
     function, the key and what it returned)."""
+
+
+class SinkError(StatekitError):
+    """A sink could not write, commit or publish an epoch's output (names the sink, the epoch and
+    what happens to the output)."""
+
+
+class TransactionLostError(SinkError):
+    """A pre-committed transaction is gone from its target without having been committed (rolled
+    back by hand, or by the server after a timeout): its rows cannot be committed."""

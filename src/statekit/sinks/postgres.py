@@ -1,0 +1,155 @@
+"""``PostgresSink``: exactly-once rows in a PostgreSQL table through two-phase commit.
+
+Each subtask opens a connection, copies its epoch's output into the table (``COPY``), records its
+transaction id in a bookkeeping table in the same transaction, and runs ``PREPARE TRANSACTION``:
+from then on the transaction survives the connection, the subtask's process and a server
+restart. The driver runs ``COMMIT PREPARED`` once the checkpoint is complete, and after a failure
+``COMMIT PREPARED`` again for the latest checkpoint's transactions (a transaction that is no
+longer prepared but whose id is in the bookkeeping table was committed) and ``ROLLBACK PREPARED``
+for every other prepared transaction of the job's operator (``pg_prepared_xacts``).
+
+The server must allow prepared transactions: ``max_prepared_transactions`` at least the job's
+parallelism (PostgreSQL's default is 0). ``idle_in_transaction_timeout`` ends a subtask's open
+transaction when the subtask stalls (PostgreSQL's ``idle_in_transaction_session_timeout``); the
+subtask then fails and Spark runs it again. Prepared transactions never time out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pyarrow as pa
+
+from statekit.spi.errors import ConfigurationError, SinkError, TransactionLostError
+from statekit.spi.sinks import SinkContext, TwoPhaseCommitSink, transaction_prefix
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError("PostgresSink needs psycopg 3: pip install 'statekit[postgres]'") from exc
+
+#: the bookkeeping table: the ids of the transactions this sink committed (or prepared)
+TRANSACTIONS_TABLE = "statekit_sink_transactions"
+#: PostgreSQL's limit on a prepared transaction's identifier
+MAX_GID_BYTES = 199
+
+
+@dataclass
+class PostgresTransaction:
+    context: SinkContext
+    connection: psycopg.Connection
+    rows: int = 0
+
+
+class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
+    """``conninfo``: a libpq connection string or URI; ``table``: an existing table (optionally
+    schema-qualified, ``"schema.table"``) with a column for each output column, or ``columns``
+    naming the table's columns in output order."""
+
+    def __init__(self, conninfo: str, table: str, columns: Sequence[str] | None = None,
+                 idle_in_transaction_timeout_ms: int | None = None) -> None:
+        if not table:
+            raise ConfigurationError("PostgresSink needs a table name")
+        self.conninfo, self.table = conninfo, table
+        self.columns = tuple(columns) if columns is not None else None
+        self.idle_in_transaction_timeout_ms = idle_in_transaction_timeout_ms
+
+    def describe(self) -> str:
+        return f"PostgreSQL table {self.table}"
+
+    def _connect(self, autocommit: bool) -> psycopg.Connection:
+        conninfo = self.conninfo
+        if self.idle_in_transaction_timeout_ms is not None:
+            conninfo = make_conninfo(conninfo, options=f"-c idle_in_transaction_session_timeout="
+                                                       f"{int(self.idle_in_transaction_timeout_ms)}")
+        return psycopg.connect(conninfo, autocommit=autocommit)
+
+    def _table(self) -> sql.Identifier:
+        return sql.Identifier(*self.table.split("."))
+
+    def prepare_target(self, job_id: str, operator_id: str) -> None:
+        with self._connect(autocommit=True) as connection:
+            allowed = int(_single(connection.execute("SHOW max_prepared_transactions").fetchone()))
+            if allowed == 0:
+                raise SinkError("the PostgreSQL server does not allow prepared transactions "
+                                "(max_prepared_transactions = 0): set max_prepared_transactions to at least the job's "
+                                "parallelism in postgresql.conf and restart the server")
+            connection.execute(sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (transaction_id text PRIMARY KEY, job_id text NOT NULL, "
+                "operator_id text NOT NULL, epoch bigint NOT NULL, subtask integer NOT NULL, rows bigint NOT NULL, "
+                "prepared_at timestamptz NOT NULL DEFAULT now())").format(sql.Identifier(TRANSACTIONS_TABLE)))
+            if _single(connection.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()) is None:
+                raise SinkError(f"{self.describe()} does not exist: create it with a column for each output column "
+                                f"before the job starts")
+
+    # --- task side
+    def begin_transaction(self, context: SinkContext) -> PostgresTransaction:
+        if len(context.transaction_id.encode()) > MAX_GID_BYTES:
+            raise ConfigurationError(f"the transaction id {context.transaction_id!r} is longer than PostgreSQL's "
+                                     f"{MAX_GID_BYTES} bytes: shorten the job id or the operator id")
+        connection = self._connect(autocommit=False)
+        connection.execute("SELECT pg_current_xact_id()")  # the transaction starts now, and its timeout runs
+        return PostgresTransaction(context, connection)
+
+    def write(self, transaction: PostgresTransaction, batch: pa.RecordBatch) -> None:
+        columns = self.columns or tuple(batch.schema.names)
+        statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+            self._table(), sql.SQL(", ").join(sql.Identifier(c) for c in columns))
+        with transaction.connection.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in zip(*(c.to_pylist() for c in batch.columns)):
+                copy.write_row(row)
+        transaction.rows += batch.num_rows
+
+    def pre_commit(self, transaction: PostgresTransaction) -> dict[str, Any]:
+        context, connection = transaction.context, transaction.connection
+        connection.execute(sql.SQL("INSERT INTO {} (transaction_id, job_id, operator_id, epoch, subtask, rows) "
+                                   "VALUES (%s, %s, %s, %s, %s, %s)").format(sql.Identifier(TRANSACTIONS_TABLE)),
+                           (context.transaction_id, context.job_id, context.operator_id, context.epoch,
+                            context.subtask, transaction.rows))
+        connection.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(context.transaction_id)))
+        connection.close()
+        return {"id": context.transaction_id, "rows": transaction.rows}
+
+    def abort(self, transaction: PostgresTransaction) -> None:
+        transaction.connection.close()  # an open transaction ends with its connection
+
+    # --- coordinator side
+    def commit(self, record: dict[str, Any]) -> None:
+        with self._connect(autocommit=True) as connection:
+            try:
+                connection.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(record["id"])))
+            except psycopg.errors.UndefinedObject as exc:  # no longer prepared: committed, or rolled back
+                committed = connection.execute(
+                    sql.SQL("SELECT 1 FROM {} WHERE transaction_id = %s").format(sql.Identifier(TRANSACTIONS_TABLE)),
+                    (record["id"],)).fetchone()
+                if committed is None:
+                    raise TransactionLostError(f"prepared transaction {record['id']} is gone from the PostgreSQL "
+                                               f"server and was never committed") from exc
+
+    def lingering(self, job_id: str, operator_id: str) -> list[dict[str, Any]]:
+        prefix = transaction_prefix(job_id, operator_id)
+        with self._connect(autocommit=True) as connection:
+            rows = connection.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND "
+                                      "left(gid, %s) = %s ORDER BY gid", (len(prefix), prefix)).fetchall()
+        return [{"id": gid} for gid, in rows]
+
+    def recover_and_abort(self, record: dict[str, Any]) -> None:
+        with self._connect(autocommit=True) as connection:
+            try:
+                connection.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(record["id"])))
+            except psycopg.errors.UndefinedObject:
+                pass  # gone already
+
+    def is_transient(self, error: BaseException) -> bool:
+        return isinstance(error, psycopg.OperationalError) or super().is_transient(error)
+
+    def __repr__(self) -> str:
+        return f"PostgresSink(table={self.table!r})"
+
+
+def _single(row: tuple[Any, ...] | None) -> Any:
+    """The value of a query that returns one row of one column."""
+    assert row is not None
+    return row[0]
