@@ -22,3 +22,12 @@ def statekit_settings(spark):
 
     with statekit_conf(spark) as apply:
         yield apply
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server on 127.0.0.1 that allows prepared transactions (``postgres_server``)."""
+    from postgres_server import running_postgres
+
+    with running_postgres() as server:
+        yield server

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
     pytest.param("windows_demo.py", None, "OK: every micro-batch's hourly averages and alerts match",
                  marks=pytest.mark.spark),
     pytest.param("inspect_state.py", None, "OK: state read back as written", marks=pytest.mark.spark),
-], ids=["local-runner", "spark-local", "spark-local-cluster", "windows", "inspect-state"])
+    pytest.param("exactly_once.py", None, "OK: every output row exactly once", marks=pytest.mark.spark),
+], ids=["local-runner", "spark-local", "spark-local-cluster", "windows", "inspect-state", "exactly-once"])
 def test_example_runs_and_checks_itself(example, master, ok):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYSPARK_PYTHON": sys.executable,
            "SPARK_LOCAL_IP": "127.0.0.1", **({"STATEKIT_DEMO_MASTER": master} if master else {})}

@@ -2,11 +2,7 @@
 checkpoint leaves exactly the state and output of a failure-free run: killed after statekit
 committed an epoch but before Spark committed the micro-batch (Spark replays it), and killed
 while a task was processing (that epoch's checkpoint never completed)."""
-import json
-import os
 import signal
-import subprocess
-import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -20,29 +16,19 @@ from statekit.spark import StatekitConf
 from statekit.spark.query_checkpoint import QueryCheckpoint
 from statekit.storage.pointers import resolve
 
+from killable import run_killable, write_micro_batches
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-JOB = os.path.join(os.path.dirname(__file__), "jobs", "killable_stream.py")
 BATCHES = 4
-
-
-def _run(work, backend, kill, job="workload"):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    return subprocess.run([sys.executable, JOB, str(work), backend, kill, job], env=env, capture_output=True,
-                          text=True, timeout=600)
 
 
 @pytest.mark.parametrize("backend,kill", [("rocksdb", "sink:2"), ("heap", "task:2")])
 def test_killed_query_restarts_exactly_once(tmp_path, backend, kill):
     epochs = [make_rows(600, 150, seed) for seed in range(41, 41 + BATCHES)]
-    os.makedirs(tmp_path / "source")
-    for i, rows in enumerate(epochs):
-        path = tmp_path / "source" / f"part-{i:03d}.json"
-        with open(path, "w") as f:
-            f.writelines(json.dumps({"key": k, "category": c, "amount": a}) + "\n" for k, c, a in rows)
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # the file source takes files by mtime
-    killed = _run(tmp_path, backend, kill)
+    write_micro_batches(tmp_path, epochs)
+    killed = run_killable(tmp_path, backend, kill)
     assert killed.returncode == -signal.SIGKILL, f"the driver was not killed:\n{killed.stderr[-3000:]}"
-    restarted = _run(tmp_path, backend, "none")
+    restarted = run_killable(tmp_path, backend, "none")
     assert restarted.returncode == 0, restarted.stderr[-3000:]
 
     resolved = resolve(f"file://{tmp_path}/checkpoints/killable")
@@ -71,15 +57,10 @@ def test_a_replayed_micro_batch_fires_the_same_timers(tmp_path, backend, kill):
     epochs = make_timed_epochs(5, 300, 40, seed=17)
     open_windows: dict = {}
     expected = timer_oracle(epochs, open_windows=open_windows)
-    os.makedirs(tmp_path / "source")
-    for i, rows in enumerate(epochs):
-        path = tmp_path / "source" / f"part-{i:03d}.json"
-        with open(path, "w") as f:
-            f.writelines(json.dumps({"key": k, "ts": ts}) + "\n" for k, ts in rows)
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
-    killed = _run(tmp_path, backend, kill, "timers")
+    write_micro_batches(tmp_path, epochs, ("key", "ts"))
+    killed = run_killable(tmp_path, backend, kill, "timers")
     assert killed.returncode == -signal.SIGKILL, f"the driver was not killed:\n{killed.stderr[-3000:]}"
-    restarted = _run(tmp_path, backend, "none", "timers")
+    restarted = run_killable(tmp_path, backend, "none", "timers")
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     for batch in range(len(epochs)):  # processing-time rows depend on Spark's clock: windows only
         table = pq.read_table(tmp_path / "output" / f"batch-{batch}").to_pylist()

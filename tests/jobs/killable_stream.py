@@ -1,14 +1,22 @@
 """A streaming statekit query run as its own driver process, so a test can kill it with SIGKILL
 and start it again from its Spark checkpoint.
 
-    python killable_stream.py WORK BACKEND KILL [JOB]
+    python killable_stream.py WORK BACKEND KILL [JOB [SINK [MASTER]]]
 
 reads the JSON files in ``WORK/source`` one per micro-batch. ``JOB`` is ``workload`` (the
 default: ``conformance_tests.workload``) or ``timers`` (``conformance_tests.timer_workload``: event-time
-windows closed by timers, with ``event_time="ts"``). ``KILL`` is ``none``, ``sink:B``
-(the driver kills itself in the sink of micro-batch B: statekit committed the epoch's checkpoint,
-Spark has not committed the batch) or ``task:B`` (a task of micro-batch B kills the driver after
-processing some rows: the epoch's checkpoint never completes).
+windows closed by timers, with ``event_time="ts"``). ``SINK`` is ``overwrite`` (the default: a
+function writing ``WORK/output/batch-<b>``, idempotent by batch id), ``append`` (a function
+appending to ``WORK/output``: at least once), ``parquet`` (``ParquetFileSink`` on ``WORK/output``),
+``sqlite`` (``SqliteWriteAheadSink`` on ``WORK/output.sqlite``) or ``postgres:<table>:<conninfo>``
+(``PostgresSink``). ``KILL`` is ``none`` or ``<point>:B`` for micro-batch B:
+
+- ``task``: a task kills the driver after processing some rows (the checkpoint never completes);
+- ``sink``: the driver kills itself in a sink function (statekit committed the epoch's checkpoint,
+  Spark has not committed the batch);
+- ``precommit``: a task kills the driver right after pre-committing its transaction;
+- ``checkpoint``: the driver kills itself once the checkpoint is complete, before the commit;
+- ``commit``: the driver kills itself after committing (publishing) the first subtask's output.
 """
 import os
 import signal
@@ -21,6 +29,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 from statekit.conformance_tests.timer_workload import WATERMARK_DELAY, WindowCountFunction  # noqa: E402
 from statekit.conformance_tests.workload import WorkloadFunction  # noqa: E402
+from statekit.sinks import ParquetFileSink, PostgresSink, SqliteWriteAheadSink  # noqa: E402
 from statekit.spark import process_keyed_stream  # noqa: E402
 
 SCHEMA = "key string, category string, amount long"
@@ -51,6 +60,49 @@ class TimersKillingDriver(KillDriver, WindowCountFunction):
     pass
 
 
+class KillingSink:
+    """Mixed into a sink: kills the driver at ``point`` of epoch ``epoch``."""
+
+    def __init__(self, *args, driver_pid: int, point: str, epoch: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.driver_pid, self.point, self.kill_epoch = driver_pid, point, epoch
+
+    def _kill_at(self, point: str, epoch: int) -> None:
+        if point == self.point and epoch == self.kill_epoch:
+            try:
+                os.kill(self.driver_pid, signal.SIGKILL)
+            except ProcessLookupError:  # another subtask was first
+                pass
+
+    def pre_commit(self, transaction):
+        record = super().pre_commit(transaction)
+        self._kill_at("precommit", transaction.context.epoch)
+        return record
+
+    def commit(self, record):
+        epoch = int(record["id"].split("~")[-4])  # statekit~job~operator~epoch~subtask~run~attempt
+        self._kill_at("checkpoint", epoch)
+        super().commit(record)
+        self._kill_at("commit", epoch)
+
+    def publish(self, context, batches):
+        self._kill_at("checkpoint", context.epoch)
+        super().publish(context, batches)
+        self._kill_at("commit", context.epoch)
+
+
+class KillingParquetSink(KillingSink, ParquetFileSink):
+    pass
+
+
+class KillingPostgresSink(KillingSink, PostgresSink):
+    pass
+
+
+class KillingSqliteSink(KillingSink, SqliteWriteAheadSink):
+    pass
+
+
 JOBS = {  # input schema, function class, the same killing the driver, output schema, extra arguments
     "workload": (SCHEMA, WorkloadFunction, WorkloadKillingDriver, "key string, count long", {}),
     "timers": ("key string, ts long", WindowCountFunction, TimersKillingDriver, "kind string, key string, ts long, n long",
@@ -58,12 +110,14 @@ JOBS = {  # input schema, function class, the same killing the driver, output sc
 }
 
 
-def main(work: str, backend: str, kill: str, job: str = "workload") -> None:
+def main(work: str, backend: str, kill: str, job: str = "workload", sink_kind: str = "overwrite",
+         master: str = "local[2]") -> None:
     where, _, batch = kill.partition(":")
     kill_batch = int(batch) if batch else -1
-    spark = (SparkSession.builder.master("local[2]").appName("killable-stream")
+    spark = (SparkSession.builder.master(master).appName("killable-stream")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
              .config("spark.statekit.backend", backend).config("spark.statekit.checkpoint.storage", "filesystem")
              .config("spark.statekit.checkpoint.dir", f"file://{work}/checkpoints")
              .config("spark.statekit.checkpoint.incremental", "true").config("spark.statekit.parallelism", "2")
@@ -71,12 +125,31 @@ def main(work: str, backend: str, kill: str, job: str = "workload") -> None:
     spark.sparkContext.setLogLevel("ERROR")
     schema, function_class, killing_class, output, arguments = JOBS[job]
     function = killing_class(os.getpid(), kill_batch + 1, 100) if where == "task" else function_class()
+    killing = {"driver_pid": os.getpid(), "point": where, "epoch": kill_batch + 1}
 
-    def sink(out, batch_id):
+    def overwrite(out, batch_id):
         out.write.mode("overwrite").parquet(f"{work}/output/batch-{batch_id}")  # idempotent by batch id
         if where == "sink" and batch_id == kill_batch:
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def append(out, batch_id):
+        out.write.mode("append").parquet(f"{work}/output")  # at least once: a replay appends again
+        if where == "sink" and batch_id == kill_batch:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    if sink_kind == "overwrite":
+        sink = overwrite
+    elif sink_kind == "append":
+        sink = append
+    elif sink_kind == "parquet":
+        sink = KillingParquetSink(f"file://{work}/output", **killing)
+    elif sink_kind == "sqlite":
+        sink = KillingSqliteSink(f"{work}/output.sqlite", "output", **killing)
+    elif sink_kind.startswith("postgres:"):
+        _, table, conninfo = sink_kind.split(":", 2)
+        sink = KillingPostgresSink(conninfo, table, **killing)
+    else:
+        raise SystemExit(f"unknown sink {sink_kind!r}")
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(f"{work}/source")
     process_keyed_stream(stream, "key", function, output, sink, checkpoint_location=f"{work}/spark-checkpoint",
                          job_id="killable", trigger={"availableNow": True}, **arguments).awaitTermination()
@@ -84,4 +157,4 @@ def main(work: str, backend: str, kill: str, job: str = "workload") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:7])

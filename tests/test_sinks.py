@@ -1,0 +1,292 @@
+"""Transactional sinks in a shared Spark session (``local[2,3]``: a failed task is retried), and
+the sinks' own contracts without Spark.
+
+Under Spark: each sink's output equals the failure-free output (Parquet on local disk and on S3
+through the moto server, PostgreSQL, SQLite through the write-ahead log); a task that fails after
+pre-committing leaves a lingering transaction that is aborted; a commit that fails transiently is
+retried; one that fails permanently stops the query with nothing lost, and the restarted query
+commits it; a PostgreSQL transaction the server timed out fails its task, whose retry writes the
+rows once; a transaction rolled back behind the job's back is a clear error, or skipped when the
+job is told to ignore it. The kills of whole drivers are in ``test_sink_exactly_once``.
+"""
+import os
+import sqlite3
+import time
+from collections import Counter
+
+import psycopg
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from pyspark import TaskContext
+
+from statekit.conformance_tests.s3 import DEFAULT_BUCKET, moto_s3  # noqa: F401 - a session-scoped fixture
+from statekit.conformance_tests.workload import WorkloadFunction, expected_outputs, make_rows
+from statekit.runtime.sink_coordinator import SINK_PROPERTY
+from statekit.sinks import ParquetFileSink, PostgresSink, SqliteWriteAheadSink
+from statekit.sinks.files import STAGING_DIR
+from statekit.spark import process_keyed_stream
+from statekit.spi.errors import ConfigurationError, SinkError, TransactionLostError
+from statekit.spi.sinks import SinkContext
+from statekit.storage.pointers import resolve
+from statekit.checkpoint.metadata import CheckpointMetadata
+
+from killable import write_micro_batches
+
+pytestmark = [pytest.mark.spark]
+SCHEMA = "key string, category string, amount long"
+OUTPUT = "key string, count long"
+
+
+@pytest.fixture
+def pg_table(postgres, request):
+    table = f"out_{request.node.name.lower().replace('[', '_').replace(']', '').replace('-', '_')}"[:60]
+    with psycopg.connect(postgres.conninfo, autocommit=True) as connection:
+        connection.execute(f"DROP TABLE IF EXISTS {table}")
+        connection.execute(f"CREATE TABLE {table} (key text, count bigint)")
+    return table
+
+
+def _pg_rows(postgres, table):
+    with psycopg.connect(postgres.conninfo) as connection:
+        return Counter(connection.execute(f"SELECT key, count FROM {table}").fetchall())
+
+
+def _prepared(postgres):
+    with psycopg.connect(postgres.conninfo) as connection:
+        return [gid for gid, in connection.execute("SELECT gid FROM pg_prepared_xacts").fetchall()]
+
+
+class Job:
+    """A streaming job over JSON files, one per micro-batch, with the failure-free output."""
+
+    def __init__(self, spark, statekit_settings, work, batches=2, backend="heap"):
+        self.spark, self.work = spark, work
+        self.epochs = [make_rows(200, 40, seed) for seed in range(5, 5 + batches)]
+        write_micro_batches(work, self.epochs)
+        statekit_settings({"backend": backend, "checkpoint.storage": "filesystem",
+                           "checkpoint.dir": (work / "checkpoints").as_uri(), "parallelism": 2,
+                           "local.dir": str(work / "local")})
+
+    def run(self, sink, function=None):
+        stream = self.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(self.work / "source"))
+        query = process_keyed_stream(stream, "key", function or WorkloadFunction(), OUTPUT, sink,
+                                     checkpoint_location=str(self.work / "spark-checkpoint"), job_id="sinks",
+                                     trigger={"availableNow": True})
+        query.awaitTermination()
+
+    def expected(self):
+        return Counter(r for i, e in enumerate(self.epochs)
+                       for r in expected_outputs(e, [x for y in self.epochs[:i] for x in y]))
+
+    def checkpoint(self):
+        return CheckpointMetadata.from_bytes(resolve((self.work / "checkpoints" / "sinks").as_uri()).metadata)
+
+
+def _parquet_rows(path, filesystem=None):
+    table = ds.dataset(path, format="parquet", filesystem=filesystem).to_table()
+    return Counter(zip(table.column("key").to_pylist(), table.column("count").to_pylist()))
+
+
+def test_parquet_sink_on_local_disk(spark, statekit_settings, tmp_path):
+    job = Job(spark, statekit_settings, tmp_path, backend="rocksdb")
+    job.run(ParquetFileSink((tmp_path / "out").as_uri()))
+    assert _parquet_rows(str(tmp_path / "out")) == job.expected()
+    assert Counter(tuple(r) for r in spark.read.parquet(str(tmp_path / "out")).collect()) == job.expected()
+    assert sorted(os.listdir(tmp_path / "out")) == [STAGING_DIR] + [
+        f"sinks-keyed-process-e{e:010d}-s{s:05d}.parquet" for e in (1, 2) for s in (0, 1)]
+    recorded = job.checkpoint().properties[SINK_PROPERTY]
+    assert recorded["kind"] == "two-phase-commit" and [o["subtask"] for o in recorded["outputs"]] == [0, 1]
+    assert sum(o["rows"] for o in recorded["outputs"]) == len(job.epochs[1])
+
+
+def test_parquet_sink_on_s3(spark, statekit_settings, tmp_path, moto_s3):  # noqa: F811 - the fixture
+    endpoint_url, storage_options = moto_s3
+    job = Job(spark, statekit_settings, tmp_path, backend="lmdb")
+    sink = ParquetFileSink(f"s3://{DEFAULT_BUCKET}/sink-output", storage_options=storage_options)
+    job.run(sink)
+    fs, root = sink._fs()
+    assert _parquet_rows(f"{DEFAULT_BUCKET}/sink-output", filesystem=fs) == job.expected()
+    assert fs.ls(f"{root}/{STAGING_DIR}") == [] if fs.exists(f"{root}/{STAGING_DIR}") else True
+
+
+class FailingAfterPreCommit(ParquetFileSink):
+    """Subtask 0's first attempt fails right after its transaction was pre-committed."""
+
+    def pre_commit(self, transaction):
+        record = super().pre_commit(transaction)
+        if transaction.context.subtask == 0 and TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError("task dies after pre-commit")
+        return record
+
+
+def test_a_retried_task_leaves_no_lingering_transaction(spark, statekit_settings, tmp_path):
+    job = Job(spark, statekit_settings, tmp_path)
+    job.run(FailingAfterPreCommit((tmp_path / "out").as_uri()))
+    assert _parquet_rows(str(tmp_path / "out")) == job.expected()
+    assert os.listdir(tmp_path / "out" / STAGING_DIR) == []  # the failed attempts' staged files were aborted
+
+
+class PostgresFailingAfterPrepare(PostgresSink):
+    def pre_commit(self, transaction):
+        record = super().pre_commit(transaction)
+        if transaction.context.subtask == 1 and TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError("task dies after PREPARE TRANSACTION")
+        return record
+
+
+def test_postgres_sink_two_phase_commit(spark, statekit_settings, tmp_path, postgres, pg_table):
+    job = Job(spark, statekit_settings, tmp_path, backend="lmdb")
+    job.run(PostgresFailingAfterPrepare(postgres.conninfo, pg_table))
+    assert _pg_rows(postgres, pg_table) == job.expected()
+    assert _prepared(postgres) == []  # the failed attempts' prepared transactions were rolled back
+
+
+class SlowFunction(WorkloadFunction):
+    """Stalls the first attempt of each task longer than the server lets a transaction idle."""
+
+    def open(self, ctx):
+        super().open(ctx)
+        if TaskContext.get().attemptNumber() == 0 and ctx.checkpoint_id == 2:
+            time.sleep(1.5)
+
+
+def test_a_transaction_the_server_timed_out_is_written_again(spark, statekit_settings, tmp_path, postgres, pg_table):
+    job = Job(spark, statekit_settings, tmp_path)
+    job.run(PostgresSink(postgres.conninfo, pg_table, idle_in_transaction_timeout_ms=500), SlowFunction())
+    assert _pg_rows(postgres, pg_table) == job.expected()
+    assert _prepared(postgres) == []
+
+
+class FlakyCommit(ParquetFileSink):
+    """Every commit fails ``failures`` times first (counted in a file: commits run on the driver)."""
+
+    def __init__(self, path, counter, failures, error):
+        super().__init__(path)
+        self.counter, self.failures, self.error = counter, failures, error
+
+    def commit(self, record):
+        calls = int(self.counter.read_text()) if self.counter.exists() else 0
+        self.counter.write_text(str(calls + 1))
+        if calls < self.failures:
+            raise self.error
+        super().commit(record)
+
+
+def test_a_transient_commit_failure_is_retried(spark, statekit_settings, tmp_path):
+    job = Job(spark, statekit_settings, tmp_path)
+    job.run(FlakyCommit((tmp_path / "out").as_uri(), tmp_path / "calls", 2, ConnectionError("connection reset")))
+    assert _parquet_rows(str(tmp_path / "out")) == job.expected()
+    assert int((tmp_path / "calls").read_text()) == 2 + 4  # 2 failed tries, then 2 subtasks x 2 epochs
+
+
+def test_a_permanent_commit_failure_stops_the_query_and_loses_nothing(spark, statekit_settings, tmp_path):
+    job = Job(spark, statekit_settings, tmp_path)
+    with pytest.raises(Exception, match="Nothing is lost: the completed checkpoint records this output"):
+        job.run(FlakyCommit((tmp_path / "out").as_uri(), tmp_path / "calls", 1, ValueError("bucket policy denies")))
+    assert list((tmp_path / "out").glob("*.parquet")) == []  # epoch 1 is staged, not committed
+    job.run(ParquetFileSink((tmp_path / "out").as_uri()))  # the cause is fixed: the restart commits epoch 1
+    assert _parquet_rows(str(tmp_path / "out")) == job.expected()
+
+
+class LosingTransactions(PostgresSink):
+    """Someone rolls back the prepared transaction of epoch 2's subtask 0 before the driver commits it."""
+
+    def commit(self, record):
+        if record["id"].startswith("statekit~sinks~keyed-process~2~0~"):
+            self.recover_and_abort(record)
+        super().commit(record)
+
+
+def test_a_lost_transaction_is_a_clear_error_or_skipped_when_allowed(spark, statekit_settings, tmp_path, postgres,
+                                                                     pg_table):
+    job = Job(spark, statekit_settings, tmp_path)
+    with pytest.raises(Exception, match="can no longer be committed.*sink.ignore-lost-transactions=true"):
+        job.run(LosingTransactions(postgres.conninfo, pg_table))
+    # epoch 2's first transaction (subtask 0) was lost, so none of epoch 2 was committed
+    assert _pg_rows(postgres, pg_table) == Counter(expected_outputs(job.epochs[0], []))
+    statekit_settings({"sink.ignore-lost-transactions": "true"})
+    job.run(PostgresSink(postgres.conninfo, pg_table))  # the restart skips subtask 0's, commits subtask 1's
+    lost = job.checkpoint().properties[SINK_PROPERTY]["outputs"][0]["rows"]
+    found = _pg_rows(postgres, pg_table)
+    assert not found - job.expected() and sum(found.values()) == sum(job.expected().values()) - lost
+
+
+def test_sqlite_write_ahead_sink(spark, statekit_settings, tmp_path):
+    database = tmp_path / "out.sqlite"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE output (key TEXT, n INTEGER)")
+    job = Job(spark, statekit_settings, tmp_path, backend="rocksdb")
+    job.run(SqliteWriteAheadSink(str(database), "output", columns=["key", "n"]))
+    with sqlite3.connect(database) as connection:
+        assert Counter(connection.execute("SELECT key, n FROM output").fetchall()) == job.expected()
+    logs = [o["log"] for o in job.checkpoint().properties[SINK_PROPERTY]["outputs"]]
+    assert len(logs) == 2  # each subtask's output was logged in checkpoint storage
+
+
+# --- the sinks' contracts, without Spark
+
+def test_a_write_ahead_publication_happens_once(tmp_path):
+    database = tmp_path / "t.sqlite"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE t (key TEXT, count INTEGER)")
+    sink = SqliteWriteAheadSink(str(database), "t")
+    sink.prepare_target("job", "op")
+    batch = pa.record_batch({"key": ["a", "b"], "count": [1, 2]})
+    for _ in range(3):
+        sink.publish(SinkContext("job", "op", 7, 0), [batch])
+    sink.publish(SinkContext("job", "op", 7, 1), [batch])
+    with sqlite3.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM t").fetchone()[0] == 4
+
+
+def test_file_commit_is_idempotent_and_a_lost_staged_file_is_named(tmp_path):
+    sink = ParquetFileSink(tmp_path.as_uri())
+    context = SinkContext("job", "op", 3, 1, "run", 0)
+    transaction = sink.begin_transaction(context)
+    sink.write(transaction, pa.record_batch({"key": ["a"], "count": [1]}))
+    record = sink.pre_commit(transaction)
+    assert sink.lingering("job", "op") == [{"id": context.transaction_id, "staged": record["staged"]}]
+    assert sink.lingering("job", "other") == [] and sink.lingering("jo", "b~op") == []
+    sink.commit(record)
+    sink.commit(record)  # again, after a crash between commit and the next step: nothing changes
+    assert _parquet_rows(str(tmp_path)) == Counter({("a", 1): 1}) and sink.lingering("job", "op") == []
+    (tmp_path / record["final"]).unlink()
+    with pytest.raises(TransactionLostError, match="staged file .* is gone"):
+        sink.commit(record)
+
+
+def test_postgres_recovery_commits_once_and_aborts_lingering(postgres, pg_table):
+    sink = PostgresSink(postgres.conninfo, pg_table)
+    sink.prepare_target("job", "op")
+    records = []
+    for subtask in (0, 1):
+        transaction = sink.begin_transaction(SinkContext("job", "op", 1, subtask, "r", 0))
+        sink.write(transaction, pa.record_batch({"key": [f"k{subtask}"], "count": [subtask]}))
+        records.append(sink.pre_commit(transaction))
+    assert sorted(r["id"] for r in sink.lingering("job", "op")) == sorted(r["id"] for r in records)
+    assert _pg_rows(postgres, pg_table) == Counter()  # prepared, not visible
+    sink.commit(records[0])
+    sink.recover_and_commit(records[0])  # committed already: a no-op
+    sink.recover_and_abort(records[1])
+    sink.recover_and_abort(records[1])  # gone already: a no-op
+    assert _pg_rows(postgres, pg_table) == Counter({("k0", 0): 1})
+    with pytest.raises(TransactionLostError, match="gone from the PostgreSQL server and was never committed"):
+        sink.commit(records[1])
+
+
+def test_postgres_without_prepared_transactions_is_refused(tmp_path):
+    import pgserver
+    server = pgserver.get_server(tmp_path / "pg", cleanup_mode="stop")  # PostgreSQL's defaults
+    try:
+        with pytest.raises(SinkError, match="max_prepared_transactions"):
+            PostgresSink(server.get_uri(), "t").prepare_target("job", "op")
+    finally:
+        server.cleanup()
+
+
+def test_what_is_not_a_sink_is_refused(spark, tmp_path):
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path))
+    with pytest.raises(ConfigurationError, match="neither a sink"):
+        process_keyed_stream(stream, "key", WorkloadFunction(), OUTPUT, "s3://bucket/out",
+                             checkpoint_location=str(tmp_path / "c"))
