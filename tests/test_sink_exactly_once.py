@@ -24,7 +24,7 @@ from killable import run_killable, write_micro_batches
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 BATCHES = 2
 KILLED_BATCH = 1
-LOCAL = "local[2]"
+LOCAL = "local[2,3]"
 CLUSTER = "local-cluster[2,1,1024]"
 
 

@@ -11,6 +11,7 @@ job is told to ignore it. The kills of whole drivers are in ``test_sink_exactly_
 """
 import os
 import sqlite3
+import sys
 import time
 from collections import Counter
 
@@ -18,7 +19,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
-from pyspark import TaskContext
+from pyspark import TaskContext, cloudpickle
 
 from statekit.conformance_tests.s3 import DEFAULT_BUCKET, moto_s3  # noqa: F401 - a session-scoped fixture
 from statekit.conformance_tests.workload import WorkloadFunction, expected_outputs, make_rows
@@ -34,6 +35,7 @@ from statekit.checkpoint.metadata import CheckpointMetadata
 from killable import write_micro_batches
 
 pytestmark = [pytest.mark.spark]
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the sinks and functions below run on executors
 SCHEMA = "key string, category string, amount long"
 OUTPUT = "key string, count long"
 
