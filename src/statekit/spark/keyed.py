@@ -16,10 +16,13 @@ the job's ownership before its epoch and checks it before committing (``checkpoi
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession, functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -47,6 +50,10 @@ from statekit.spi.sinks import Sink
 from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess
 
 
+#: rows per Arrow batch Spark hands a subtask (Spark's default, 10,000, makes the per-batch costs
+#: on both sides of the Python worker show; the batches stay far below the memory of a task)
+ARROW_BATCH_ROWS_SETTING = "spark.sql.execution.arrow.maxRecordsPerBatch"
+ARROW_BATCH_ROWS = 200_000
 #: a subtask's snapshot, how it recovered, its (largest event time, late rows), its sink record
 SubtaskAcknowledgement = Tuple[SubtaskState, str, Tuple[int, int], Optional[Dict[str, Any]]]
 
@@ -240,24 +247,53 @@ class SubtaskRun:
         """Run the stage now; returns its output, locally checkpointed (``keep_output``), or
         None when the subtasks wrote their output to a sink."""
         spec, acknowledgements = self.spec, self._acknowledgements
-        subtask_of_token = {token: index for index, token in enumerate(partition_tokens(spec.parallelism))}
+        tokens = partition_tokens(spec.parallelism)
 
-        def subtask(key: Tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            return run_subtask(spec, subtask_of_token[key[0].as_py()], batches, acknowledgements)
+        def subtask(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            context = TaskContext.get()
+            assert context is not None
+            index = context.partitionId()  # partition i holds the rows of token i: subtask i's
+            return run_subtask(spec, index, _of_token(batches, tokens[index]), acknowledgements)
 
         planned = _plan(df, spec.key_columns, spec.parallelism, spec.max_parallelism)
         # repartition(p, token) is a shuffle by number, which adaptive execution never coalesces, and
-        # groupBy(token) reuses its partitioning: p subtasks run as p tasks without changing session settings
-        stage = planned.groupBy(PARTITION_COLUMN).applyInArrow(subtask, output)
-        if keep_output:
-            return stage.localCheckpoint(eager=True)
-        stage.write.format("noop").mode("overwrite").save()
+        # mapInArrow keeps its partitions as they are (no sort, no grouping): p subtasks run as p tasks
+        stage = planned.mapInArrow(subtask, output)
+        with _session_conf(df.sparkSession, ARROW_BATCH_ROWS_SETTING, str(ARROW_BATCH_ROWS)):
+            if keep_output:
+                return stage.localCheckpoint(eager=True)
+            stage.write.format("noop").mode("overwrite").save()
         return None
 
     def states(self) -> dict[int, SubtaskAcknowledgement]:
         """The snapshot of each subtask that acknowledged, how it recovered, its (largest event
         time, late rows) and the record of its output in the sink (None: no sink)."""
         return _subtask_states(self._acknowledgements.value, self.spec.parallelism)
+
+
+def _of_token(batches: Iterator[pa.RecordBatch], token: int) -> Iterator[pa.RecordBatch]:
+    """The batches of one partition, checked to hold only the rows of its subtask's token."""
+    for batch in batches:
+        if batch.num_rows:
+            bounds = pc.min_max(batch.column(PARTITION_COLUMN)).as_py()
+            if bounds["min"] != token or bounds["max"] != token:
+                raise SnapshotError(f"the partition of token {token} holds rows of tokens {bounds['min']}.."
+                                    f"{bounds['max']}: Spark did not keep statekit's partitioning")
+        yield batch
+
+
+@contextlib.contextmanager
+def _session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """``key`` set to ``value`` while statekit's stage runs, then as it was."""
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
 
 
 def _plan(df: DataFrame, key_columns: tuple[str, ...], parallelism: int, max_parallelism: int) -> DataFrame:
