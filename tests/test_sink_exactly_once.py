@@ -6,8 +6,9 @@ shows the difference: a replayed micro-batch's output arrives twice (at least on
 Kill points (``tests/jobs/killable_stream.py``): in a task mid-epoch; right after a subtask
 pre-committed; after the checkpoint completed, before the commit; after a commit. A write-ahead
 sink has no pre-commit (its log is part of the snapshot). Backends rotate over the cases so that
-each sink and each kill point meet every backend; two cases run on ``local-cluster`` (executors
-in processes of their own).
+each sink and each kill point meet every backend (the sink protocol is the same for all; what a
+backend changes is the state, which the restarted query must continue from); two cases run on
+``local-cluster`` (executors in processes of their own).
 """
 import signal
 import sqlite3
@@ -69,15 +70,16 @@ def _output(kind, work, postgres, table=None):
         return Counter(connection.execute(f"SELECT key, count FROM {table}").fetchall())
 
 
-CASES = [  # sink, kill point, backend, master
+CASES = [  # sink, kill point, backend, master: every sink and every kill point meet every backend (a
+    # pre-commit, which only two-phase-commit sinks have, meets two)
     ("parquet", "task", "heap", LOCAL),
     ("parquet", "precommit", "rocksdb", CLUSTER),
     ("parquet", "checkpoint", "lmdb", LOCAL),
     ("parquet", "commit", "heap", LOCAL),
     ("postgres", "task", "rocksdb", LOCAL),
-    ("postgres", "precommit", "lmdb", LOCAL),
-    ("postgres", "checkpoint", "heap", CLUSTER),
-    ("postgres", "commit", "rocksdb", LOCAL),
+    ("postgres", "precommit", "heap", LOCAL),
+    ("postgres", "checkpoint", "rocksdb", CLUSTER),
+    ("postgres", "commit", "lmdb", LOCAL),
     ("sqlite", "task", "lmdb", LOCAL),
     ("sqlite", "checkpoint", "heap", LOCAL),
     ("sqlite", "commit", "rocksdb", LOCAL),

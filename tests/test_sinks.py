@@ -102,16 +102,6 @@ def test_parquet_sink_on_local_disk(spark, statekit_settings, tmp_path):
     assert sum(o["rows"] for o in recorded["outputs"]) == len(job.epochs[1])
 
 
-def test_parquet_sink_on_s3(spark, statekit_settings, tmp_path, moto_s3):  # noqa: F811 - the fixture
-    endpoint_url, storage_options = moto_s3
-    job = Job(spark, statekit_settings, tmp_path, backend="lmdb")
-    sink = ParquetFileSink(f"s3://{DEFAULT_BUCKET}/sink-output", storage_options=storage_options)
-    job.run(sink)
-    fs, root = sink._fs()
-    assert _parquet_rows(f"{DEFAULT_BUCKET}/sink-output", filesystem=fs) == job.expected()
-    assert fs.ls(f"{root}/{STAGING_DIR}") == [] if fs.exists(f"{root}/{STAGING_DIR}") else True
-
-
 class FailingAfterPreCommit(ParquetFileSink):
     """Subtask 0's first attempt fails right after its transaction was pre-committed."""
 
@@ -120,6 +110,22 @@ class FailingAfterPreCommit(ParquetFileSink):
         if transaction.context.subtask == 0 and TaskContext.get().attemptNumber() == 0:
             raise RuntimeError("task dies after pre-commit")
         return record
+
+
+def test_parquet_sink_on_s3(spark, statekit_settings, tmp_path, moto_s3):  # noqa: F811 - the fixture
+    """Another job stages its files in the same directory, and a failed attempt leaves one: the
+    driver lists ``_staging`` between epochs, and its S3 client must not answer from that cached
+    listing whether a file the executors staged since exists (it would call the transaction lost)."""
+    endpoint_url, storage_options = moto_s3
+    job = Job(spark, statekit_settings, tmp_path, batches=3, backend="lmdb")
+    sink = FailingAfterPreCommit(f"s3://{DEFAULT_BUCKET}/sink-output", storage_options=storage_options)
+    fs, root = sink._fs()
+    foreign = f"{root}/{STAGING_DIR}/statekit~another-job~keyed-process~1~0~run~0.parquet"
+    fs.pipe(foreign, b"staged by another job")
+    job.run(sink)
+    fs.invalidate_cache()
+    assert _parquet_rows(f"{DEFAULT_BUCKET}/sink-output", filesystem=fs) == job.expected()
+    assert fs.ls(f"{root}/{STAGING_DIR}") == [foreign]  # only the other job's file is left
 
 
 def test_a_retried_task_leaves_no_lingering_transaction(spark, statekit_settings, tmp_path):

@@ -53,6 +53,13 @@ class ParquetFileSink(TwoPhaseCommitSink[FileTransaction]):
     def _fs(self) -> tuple[Any, str]:
         return open_url(self.path, _SETTING, self.storage_options)
 
+    def _fresh_fs(self) -> tuple[Any, str]:
+        """The file system with its listings cache dropped: the coordinator must see the files the
+        executors staged since it last looked (s3fs answers ``exists`` from cached listings)."""
+        fs, root = self._fs()
+        fs.invalidate_cache()
+        return fs, root
+
     # --- task side
     def begin_transaction(self, context: SinkContext) -> FileTransaction:
         final = f"{context.job_id}-{context.operator_id}-e{context.epoch:010d}-s{context.subtask:05d}.parquet"
@@ -91,7 +98,7 @@ class ParquetFileSink(TwoPhaseCommitSink[FileTransaction]):
     def commit(self, record: dict[str, Any]) -> None:
         if record.get("staged") is None:
             return
-        fs, root = self._fs()
+        fs, root = self._fresh_fs()
         staged, final = posixpath.join(root, record["staged"]), posixpath.join(root, record["final"])
         if fs.exists(staged):
             fs.mv(staged, final)  # a rename; on object stores a copy (atomic per object) and a delete
@@ -100,7 +107,7 @@ class ParquetFileSink(TwoPhaseCommitSink[FileTransaction]):
                                        f"does not exist")
 
     def lingering(self, job_id: str, operator_id: str) -> list[dict[str, Any]]:
-        fs, root = self._fs()
+        fs, root = self._fresh_fs()
         prefix = transaction_prefix(job_id, operator_id)
         try:
             names = [posixpath.basename(p) for p in fs.ls(posixpath.join(root, STAGING_DIR), detail=False)]
