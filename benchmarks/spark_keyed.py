@@ -1,7 +1,8 @@
 """End-to-end keyed job under Spark (local[2]): count + last value per key over a stream of one
 or more micro-batches, on the same data in the same run, through statekit (each backend,
-incremental checkpoints) and through Spark's own ``transformWithStateInPandas``,
-``applyInPandasWithState`` and built-in streaming aggregation (RocksDB state store). Reports
+incremental checkpoints) and through Spark's own ``transformWithStateInPandas``, the row-based
+``transformWithState``, ``applyInPandasWithState`` and built-in streaming aggregation (RocksDB state
+store). Reports
 rows/s and statekit's ratio to each peer.
 
     python -m benchmarks.spark_keyed [--rows 1000000] [--keys 100000] [--micro-batches 1] [--json FILE]
@@ -28,7 +29,7 @@ SCHEMA = "k long, v long"
 OUTPUT = "k long, count long, last long"
 COUNT = ValueStateDescriptor("count", Int64Serializer(), default=0)
 LAST = ValueStateDescriptor("last", Int64Serializer())
-PEERS = ("transformWithStateInPandas", "applyInPandasWithState", "built-in streaming aggregation")
+PEERS = ("transformWithStateInPandas", "transformWithState", "applyInPandasWithState", "built-in streaming aggregation")
 #: statekit's aims against each peer (issue 8): 100x Spark's Python state API, not slower than built-in
 AIMS = {"transformWithStateInPandas": 100.0, "built-in streaming aggregation": 1.0}
 WARM_UP_ROWS = 10_000
@@ -101,7 +102,7 @@ def run(rows: int, keys: int, micro_batches: int = 1, backends: tuple[str, ...] 
 
 
 def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[str, ...], work: str) -> list[dict]:
-    from pyspark.sql import functions as F
+    from pyspark.sql import Row, functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
@@ -152,6 +153,23 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
         def close(self) -> None:
             pass
 
+    class TwsRowsCountAndLast(StatefulProcessor):
+        """The same for the row-based ``transformWithState`` (no pandas: rows in, rows out)."""
+
+        def init(self, handle: Any) -> None:
+            self.state = handle.getValueState("s", "count long, last long")
+
+        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+            count, last = self.state.get() if self.state.exists() else (0, None)
+            for row in rows:
+                count += 1
+                last = row.v
+            self.state.update((count, last))
+            yield Row(k=key[0], count=count, last=last)
+
+        def close(self) -> None:
+            pass
+
     sides = {f"statekit {backend}": statekit(backend) for backend in backends}
     sides["built-in streaming aggregation"] = lambda source, phase: noop_sink(stream(source).groupBy("k").agg(
         F.count("*").alias("count"), F.last("v").alias("last")), f"builtin-{phase}")
@@ -160,6 +178,9 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
     sides["transformWithStateInPandas"] = lambda source, phase: noop_sink(
         stream(source).groupBy("k").transformWithStateInPandas(TwsCountAndLast(), OUTPUT, "Update", "None"),
         f"tws-{phase}")
+    sides["transformWithState"] = lambda source, phase: noop_sink(
+        stream(source).groupBy("k").transformWithState(TwsRowsCountAndLast(), OUTPUT, "Update", "None"),
+        f"tws-rows-{phase}")
 
     # every side runs untimed on a small input right before its timed run, so the timed query pays
     # neither for JVM warm-up nor for starting its Python workers and importing into them (Spark
