@@ -17,11 +17,12 @@ import tempfile
 import time
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import pandas as pd
 
 from benchmarks.fixtures import BACKENDS
 from benchmarks.report import record, report
-from statekit.runtime import KeyedBatchFunction
+from statekit.runtime import KeyedBatchFunction, KeyedVectorFunction
 from statekit.serializers import Int64Serializer
 from statekit.spi import ValueStateDescriptor
 
@@ -48,6 +49,21 @@ class CountAndLast(KeyedBatchFunction):
         self.count.update(count)
         self.last.update(last)
         return ((key, count, last),)
+
+
+class VectorCountAndLast(KeyedVectorFunction):
+    """The same through the vectorized API: one call per batch of rows grouped by key, state
+    read and written in bulk, output as columns."""
+
+    def open(self, ctx: Any) -> None:
+        self.count, self.last = ctx.get_bulk_state(COUNT), ctx.get_bulk_state(LAST)
+
+    def process_groups(self, groups: Any, ctx: Any) -> dict[str, Any]:
+        counts = np.add(self.count.get_many(groups), groups.counts())
+        last = groups.last("v")
+        self.count.update_many(groups, counts.tolist())
+        self.last.update_many(groups, last.to_pylist())
+        return {"k": groups.first("k"), "count": counts, "last": last}
 
 
 def session() -> Any:

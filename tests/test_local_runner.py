@@ -100,6 +100,18 @@ def test_a_batch_function_keeps_the_same_state_as_the_row_function(tmp_path):
     assert found == {k: expected_key_state(v) for k, v in expected.items()}
 
 
+def test_a_vector_function_keeps_the_same_state_as_the_row_function(tmp_path):
+    """``KeyedVectorFunction``: an epoch's rows grouped by key in one call, state in bulk, output as columns."""
+    from statekit.conformance_tests.workload import WorkloadVectorFunction, dump_state
+    epochs = [[{"key": k, "category": c, "amount": a} for k, c, a in make_rows(400, 90, s)] for s in (5, 6)]
+    runner = LocalRunner(WorkloadVectorFunction(), lambda row: row["key"], parallelism=2, max_parallelism=128)
+    outputs = [runner.run_epoch(rows) for rows in epochs]
+    assert sorted((r["key"], r["count"]) for r in outputs[1]) == sorted(_expected_outputs(epochs))
+    found = dump_state(runner.latest_metadata(), runner.streams, str(tmp_path))
+    expected = oracle([(r["key"], r["category"], r["amount"]) for rows in epochs for r in rows])
+    assert found == {k: expected_key_state(v) for k, v in expected.items()}
+
+
 def _expected_outputs(epochs):
     from statekit.conformance_tests.workload import expected_outputs
     as_rows = [[(r["key"], r["category"], r["amount"]) for r in rows] for rows in epochs]

@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 #: public name -> the module that defines it
 _EXPORTS = {
     **dict.fromkeys(["CheckpointedFunction", "FunctionInitializationContext", "FunctionSnapshotContext",
-                     "KeyedBatchFunction", "KeyedContext", "KeyedProcessFunction"], "statekit.runtime.function"),
+                     "KeyedBatchFunction", "KeyedContext", "KeyedProcessFunction", "KeyedVectorFunction"], "statekit.runtime.function"),
     **dict.fromkeys(["AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
                      "ReducingStateDescriptor", "StateTtlConfig", "ValueStateDescriptor"], "statekit.spi.descriptors"),
     "StatekitError": "statekit.spi.errors",
@@ -27,7 +27,7 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 if TYPE_CHECKING:
     from statekit.runtime.function import (
         CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedBatchFunction,
-        KeyedContext, KeyedProcessFunction,
+        KeyedContext, KeyedProcessFunction, KeyedVectorFunction,
     )
     from statekit.spi.descriptors import (
         AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,

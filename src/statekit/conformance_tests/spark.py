@@ -29,10 +29,11 @@ from statekit.conformance_tests.base import requires
 from statekit.conformance_tests.compare import assert_same_rows, assert_same_state
 from statekit.conformance_tests.spark_session import statekit_conf
 from statekit.conformance_tests.workload import (
-    FailOnce, KeyState, Row, WorkloadFunction, dump_state, expected_outputs, expected_state, make_rows,
+    FailOnce, KeyState, Row, WorkloadFunction, WorkloadVectorFunction, dump_state, expected_outputs, expected_state,
+    make_rows,
 )
 from statekit.checkpoint.store import CompletedCheckpoint
-from statekit.runtime.function import KeyedProcessFunction
+from statekit.runtime.function import ProcessFunction
 from statekit.spark import StatekitConf, latest_checkpoint, process_keyed, process_keyed_stream, savepoint
 from statekit.spi import StateBackend
 from statekit.spi.storage import CheckpointStreams
@@ -67,7 +68,7 @@ class SparkJobs:
         return StatekitConf.from_spark(self.spark.conf).create_backend()
 
     def run_epoch(self, job: str, rows: list[Row], history: list[Row],
-                  function: KeyedProcessFunction | None = None) -> int:
+                  function: ProcessFunction | None = None) -> int:
         """Process ``rows`` as ``job``'s next epoch after ``history`` (extended in place), check
         its outputs and its checkpoint; return the checkpoint id."""
         df = self.spark.createDataFrame(rows, SCHEMA).coalesce(1)  # one partition: rows in oracle order
@@ -157,6 +158,13 @@ class SparkCheckpointTests(SparkTestBase):
         history: list[Row] = []
         ids = [spark_jobs.run_epoch(f"epochs-{mode}", rows, history) for rows in epochs(3, seed=100)]
         assert ids == [1, 2, 3], f"one checkpoint per epoch was expected, got checkpoint ids {ids}"
+
+    def test_a_vector_function_holds_the_oracle_state(self, spark_jobs):
+        """``KeyedVectorFunction``: bulk state of every kind and output columns, two epochs (the second
+        restores what the first's bulk writes checkpointed)."""
+        history: list[Row] = []
+        for rows in epochs(2, seed=300):
+            spark_jobs.run_epoch("vector", rows, history, WorkloadVectorFunction())
 
 
 class SparkFailureTests(SparkTestBase):

@@ -9,6 +9,8 @@ checkpoints, failures and rescaling checks every key and every value.
 from __future__ import annotations
 
 import random
+
+import numpy as np
 from collections import Counter
 from typing import Any, Iterator
 
@@ -16,11 +18,12 @@ from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.runtime.function import (
     CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedBatchFunction,
-    KeyedContext, KeyedProcessFunction,
+    KeyedContext, KeyedProcessFunction, KeyedVectorFunction,
 )
+from statekit.runtime.grouped_rows import GroupedRows
 from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import (
-    AggregateFunction, AggregatingStateDescriptor, KeyedStateBackend, ListStateDescriptor,
+    AggregateFunction, KeyBatch, AggregatingStateDescriptor, KeyedStateBackend, ListStateDescriptor,
     MapStateDescriptor, ReducingStateDescriptor, StateBackend, ValueStateDescriptor,
 )
 from statekit.spi.storage import CheckpointStreams
@@ -134,6 +137,41 @@ class WorkloadBatchFunction(WorkloadFunction, KeyedBatchFunction):
         for row in rows.to_pylist():
             out.extend(self.process(row, ctx))
         return out
+
+
+class WorkloadVectorFunction(WorkloadFunction, KeyedVectorFunction):
+    """The workload as a ``KeyedVectorFunction``: the same state and output, one call per batch of
+    rows grouped by key, every state read and written in bulk (the mean adds one value per row:
+    a key repeated in a bulk call, in row order)."""
+
+    def open(self, ctx: KeyedContext) -> None:
+        super().open(ctx)
+        self.bulk = {d.name: ctx.get_bulk_state(d) for d in (COUNT, LAST, SUMS, MAXIMUM, MEAN)}
+
+    def process_groups(self, groups: GroupedRows, ctx: KeyedContext) -> dict[str, Any]:
+        count, last, sums = self.bulk[COUNT.name], self.bulk[LAST.name], self.bulk[SUMS.name]
+        counts, offsets = groups.counts(), groups.offsets
+        before = np.array(count.get_many(groups), dtype=np.int64)
+        count.update_many(groups, (before + counts).tolist())
+        amounts = groups.column("amount").to_pylist()
+        categories = groups.column("category").to_pylist()
+        per_key = [amounts[offsets[i]:offsets[i + 1]] for i in range(groups.num_keys)]
+        last.update_many(groups, [(held + new)[-LAST_N:] for held, new in zip(last.get_many(groups), per_key)])
+        added: dict[tuple[int, str], int] = {}
+        for i in range(groups.num_keys):
+            for row in range(offsets[i], offsets[i + 1]):
+                added[(i, categories[row])] = added.get((i, categories[row]), 0) + amounts[row]
+        pairs = KeyBatch([groups.keys[i] for i, _ in added], [groups.key_groups[i] for i, _ in added])
+        held = sums.get_many(pairs, [category for _, category in added])
+        sums.put_many(pairs, [category for _, category in added],
+                      [(h or 0) + total for h, total in zip(held, added.values())])
+        self.bulk[MAXIMUM.name].add_many(groups, groups.max("amount").tolist())
+        rows = KeyBatch(np.repeat(np.array(groups.keys, dtype=object), counts).tolist(),
+                        np.repeat(groups.key_groups, counts).tolist())
+        self.bulk[MEAN.name].add_many(rows, amounts)
+        self.processed += groups.num_rows
+        position = np.arange(groups.num_rows) - np.repeat(offsets[:-1], counts)
+        return {"key": groups.column("key"), "count": np.repeat(before, counts) + position + 1}
 
 
 def make_rows(n_rows: int, n_keys: int, seed: int) -> list[Row]:

@@ -8,8 +8,9 @@ from statekit.lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(["CheckpointedFunction", "FunctionInitializationContext", "FunctionSnapshotContext",
-                     "KeyedBatchFunction", "KeyedContext", "KeyedProcessFunction", "ProcessFunction"],
+                     "KeyedBatchFunction", "KeyedContext", "KeyedProcessFunction", "KeyedVectorFunction", "ProcessFunction"],
                     "statekit.runtime.function"),
+    "GroupedRows": "statekit.runtime.grouped_rows",
     "LocalRunner": "statekit.runtime.local_runner",
     "KeyedTask": "statekit.runtime.task",
     "TaskRestore": "statekit.runtime.task",
@@ -20,8 +21,9 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from statekit.runtime.function import (
         CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedBatchFunction,
-        KeyedContext, KeyedProcessFunction, ProcessFunction,
+        KeyedContext, KeyedProcessFunction, KeyedVectorFunction, ProcessFunction,
     )
+    from statekit.runtime.grouped_rows import GroupedRows
     from statekit.runtime.local_runner import LocalRunner
     from statekit.runtime.task import KeyedTask, TaskRestore
 

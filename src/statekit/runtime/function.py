@@ -16,7 +16,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Iterable, TypeVar, Union, overload
 
+from statekit.runtime.grouped_rows import GroupedRows
 from statekit.spi.backend import KeyedStateBackend, OperatorStateBackend, SubtaskInfo
+from statekit.spi.bulk_state import BulkState
 from statekit.spi.descriptors import (
     AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, StateDescriptor,
     ValueStateDescriptor,
@@ -88,6 +90,17 @@ class KeyedContext:
         descriptor (``ValueStateDescriptor[int]`` gives a ``ValueState[int]``)."""
         return self._backend.get_state(descriptor, namespace_serializer)
 
+    def get_bulk_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> BulkState:
+        """The state of ``descriptor`` read and written for many keys per call (``spi.bulk_state``;
+        a ``KeyedVectorFunction`` passes its ``GroupedRows`` as the keys). The cells are the ones
+        ``get_state`` reaches, so both may be used on the same state."""
+        return self._backend.get_bulk_state(descriptor, namespace_serializer)
+
+    def set_current_key(self, key: Any, key_group: int) -> None:
+        """Make ``key`` current for per-key state and timers: in a ``KeyedVectorFunction``, whose
+        calls have no current key (``groups.keys[i]`` with ``groups.key_groups[i]``)."""
+        self._backend.set_current_key(key, key_group)
+
     @property
     def current_key(self) -> Any:
         return self._backend.current_key
@@ -152,17 +165,43 @@ class KeyedBatchFunction(KeyedFunction):
         per input batch it occurs in, in order. Return or yield output rows (or None)."""
 
 
-#: what a task runs: one call per row, or one call per key and batch of rows
-ProcessFunction = Union[KeyedProcessFunction, KeyedBatchFunction]
+class KeyedVectorFunction(KeyedFunction):
+    """Processes a whole batch of rows per call, grouped by key: the form for work that is
+    vectorized across keys (NumPy, Arrow compute) with state read and written in bulk, so that no
+    Python call is made per key. One instance per subtask.
+
+    ::
+
+        class CountPerKey(KeyedVectorFunction):
+            def open(self, ctx):
+                self.count = ctx.get_bulk_state(ValueStateDescriptor("count", Int64Serializer(), default=0))
+
+            def process_groups(self, groups, ctx):
+                counts = np.add(self.count.get_many(groups), groups.counts())
+                self.count.update_many(groups, counts.tolist())
+                return {"key": groups.first("key"), "count": counts}
+    """
+
+    @abstractmethod
+    def process_groups(self, groups: GroupedRows, ctx: KeyedContext) -> Any:
+        """Process a batch of rows grouped by key (``runtime.grouped_rows``). A key occurs once per
+        call; a key with rows in several input batches may be called in several calls, in order.
+        There is no current key (``ctx.set_current_key`` sets one for per-key state and timers).
+        Return the output as columns (a ``pyarrow.RecordBatch`` or ``Table``, or a dict of column
+        name to array or list), or as rows like the other functions, or None."""
+
+
+#: what a task runs: one call per row, one call per key and batch of rows, or one call per batch
+ProcessFunction = Union[KeyedProcessFunction, KeyedBatchFunction, KeyedVectorFunction]
 
 
 def check_function(function: object) -> None:
-    """A ``ConfigurationError`` unless ``function`` is a ``KeyedProcessFunction`` or a ``KeyedBatchFunction``."""
-    if not isinstance(function, (KeyedProcessFunction, KeyedBatchFunction)):
+    """A ``ConfigurationError`` unless ``function`` is an instance of one of the function kinds."""
+    if not isinstance(function, (KeyedProcessFunction, KeyedBatchFunction, KeyedVectorFunction)):
         kind = "a class: pass an instance" if isinstance(function, type) else f"a {type(function).__name__}"
-        raise ConfigurationError(f"the function must be a KeyedProcessFunction or a KeyedBatchFunction instance, "
-                                 f"got {function!r} ({kind}); subclass one of them and implement process (or "
-                                 f"process_rows)")
+        raise ConfigurationError(f"the function must be a KeyedProcessFunction, KeyedBatchFunction or "
+                                 f"KeyedVectorFunction instance, got {function!r} ({kind}); subclass one of them and "
+                                 f"implement process (or process_rows, or process_groups)")
 
 
 class FunctionInitializationContext:

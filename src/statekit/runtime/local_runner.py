@@ -6,14 +6,15 @@ in-process tests and the conformance suite use.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from statekit.checkpoint.assignment import assign, check_max_parallelism
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.runtime.event_time import LATE_ROWS, MAX_EVENT_TIME, WATERMARK, EventTime, LateRows, event_time_ms
-from statekit.runtime.function import KeyedBatchFunction, ProcessFunction, check_function
+from statekit.runtime.function import KeyedBatchFunction, KeyedVectorFunction, ProcessFunction, check_function
+from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.savepoints import snapshot_as_savepoint
 from statekit.runtime.task import (
     DEFAULT_TTL_SWEEP_SECONDS, PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms,
@@ -194,7 +195,10 @@ class LocalRunner:
             task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds, self._watermark_ms)
             task.open()
             if isinstance(self.function, KeyedBatchFunction):
-                task.process_key_runs(_rows_by_key(records), outputs)
+                task.process_key_runs(_rows_by_key(records).key_runs(), outputs)
+            elif isinstance(self.function, KeyedVectorFunction):
+                produced = task.process_grouped(_rows_by_key(records))
+                outputs.extend(produced if isinstance(produced, list) else produced.to_pylist() if produced is not None else ())
             else:
                 task.process_all(records, outputs)
             task.fire_timers(outputs)
@@ -224,15 +228,14 @@ def _event_time_reader(event_time: Callable[[Any], Any] | str | None) -> Callabl
     raise ConfigurationError(f"event_time must be a function of a record or the name of a field, got {event_time!r}")
 
 
-def _rows_by_key(records: list[tuple[Any, int, Any]]) -> Iterator[tuple[Any, int, Any]]:
-    """A ``KeyedBatchFunction``'s input: each key's rows (dicts) as one Arrow batch, in input order."""
-    import pyarrow as pa
-
+def _rows_by_key(records: list[tuple[Any, int, Any]]) -> GroupedRows:
+    """A ``KeyedBatchFunction``'s or ``KeyedVectorFunction``'s input: the rows (dicts) grouped by key,
+    each key's in input order."""
     groups: dict[Any, tuple[int, list[Any]]] = {}
     for key, key_group, row in records:
         if not isinstance(row, dict):
-            raise ConfigurationError(f"a KeyedBatchFunction gets its rows as Arrow columns: give the local runner "
-                                     f"rows as dicts of column name to value, not {type(row).__name__}")
+            raise ConfigurationError(f"a {type(row).__name__} row: a KeyedBatchFunction or KeyedVectorFunction gets "
+                                     f"its rows as Arrow columns: give the local runner rows as dicts of column name "
+                                     f"to value")
         groups.setdefault(key, (key_group, []))[1].append(row)
-    for key, (key_group, rows) in groups.items():
-        yield key, key_group, pa.RecordBatch.from_pylist(rows)
+    return GroupedRows.of_key_runs((key, key_group, rows) for key, (key_group, rows) in groups.items())

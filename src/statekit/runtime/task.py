@@ -9,12 +9,14 @@ import inspect
 import time
 import types
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from statekit.checkpoint.metadata import SubtaskState
 from statekit.runtime.function import (
-    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext, ProcessFunction,
+    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext, KeyedProcessFunction,
+    ProcessFunction,
 )
+from statekit.runtime.grouped_rows import GroupedRows, output_columns
 from statekit.runtime.timers import domain_of
 from statekit.serializers import resolve
 from statekit.spi.backend import (
@@ -26,6 +28,9 @@ from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.storage import CheckpointStreams
 from statekit.spi.timers import MIN_TIMESTAMP, TimeDomain, Timer, TimerQueue
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 #: what a function usually returns, taken as it is after one type lookup per call; a generator
@@ -168,6 +173,7 @@ class KeyedTask:
     def process_all(self, records: Iterable[tuple[Any, int, Any]], out: list[Any]) -> None:
         """Process (key, key group, row) records; appends the output rows to ``out``."""
         set_key = self.keyed_backend.set_current_key
+        assert isinstance(self.function, KeyedProcessFunction)
         process = self.function.process
         ctx = self.context
         extend, usual, check = out.extend, _ROW_ITERABLES, not inspect.isgeneratorfunction(process)
@@ -192,6 +198,21 @@ class KeyedTask:
                 if check and produced.__class__ not in usual:
                     produced = checked_rows(produced, self.function, "process_rows", key)
                 extend(produced)
+
+    def process_grouped(self, groups: GroupedRows) -> "pa.Table | list[Any] | None":
+        """For a ``KeyedVectorFunction``: one call over a batch grouped by key. Returns its output
+        as columns (a table), as a list of rows, or None (also for a batch without rows)."""
+        if groups.num_keys == 0:
+            return None
+        produced = self.function.process_groups(groups, self.context)  # type: ignore[union-attr]
+        if produced is None:
+            return None
+        columns = output_columns(produced)
+        if columns is not None:
+            return columns
+        if produced.__class__ in _ROW_ITERABLES:
+            return list(produced)
+        return list(checked_rows(produced, self.function, "process_groups", f"<{groups.num_keys} keys>"))
 
     def fire_timers(self, out: list[Any]) -> int:
         """After the epoch's rows: fire every due timer, the function's ``on_timer`` output going to

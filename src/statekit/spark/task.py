@@ -20,7 +20,8 @@ from pyspark import TaskContext
 
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
-from statekit.runtime.function import KeyedBatchFunction, ProcessFunction
+from statekit.runtime.function import KeyedBatchFunction, KeyedProcessFunction, ProcessFunction
+from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.local_recovery import SlotLease, lease_slot
 from statekit.runtime.savepoints import SAVEPOINT
 from statekit.runtime.sink_writer import SubtaskSinkWriter
@@ -62,7 +63,7 @@ class SubtaskSpec:
     restore_metadata: bytes | None
     restore_url: str | None  # an external checkpoint or savepoint; None: this job's own storage
     local_dir: str | None
-    #: a KeyedBatchFunction's input is grouped by key in batches of up to this many bytes
+    #: a KeyedBatchFunction's or KeyedVectorFunction's input is grouped by key in batches of up to this many bytes
     batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
     #: the epoch's processing time (epoch ms; the same on replay) and the TTL sweep budget
     processing_time_ms: int | None = None  # None: the wall clock when the task starts
@@ -101,12 +102,18 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
         if spec.sink is not None:
             writer = SubtaskSinkWriter(spec.sink, _sink_context(spec, subtask_index),
                                        access.streams(spec.checkpoint_id, subtask.name), spec.output_schema)
-        batched = isinstance(spec.function, KeyedBatchFunction)
-        for batch in (_coalesced(batches, spec.batch_max_bytes) if batched else batches):
-            if batched:
-                task.process_key_runs(_key_runs(batch, spec.key_columns), outputs)
-            else:
+        per_row = isinstance(spec.function, KeyedProcessFunction)
+        for batch in (batches if per_row else _coalesced(batches, spec.batch_max_bytes)):
+            if per_row:
                 task.process_all(_records(batch, spec.key_columns), outputs)
+            elif isinstance(spec.function, KeyedBatchFunction):
+                task.process_key_runs(_grouped(batch, spec.key_columns).key_runs(), outputs)
+            else:
+                produced = task.process_grouped(_grouped(batch, spec.key_columns))
+                if isinstance(produced, pa.Table):
+                    yield from _emit_columns(produced, spec.output_schema, writer)
+                elif produced:
+                    outputs.extend(produced)
             while len(outputs) >= OUTPUT_BATCH_ROWS:
                 yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer)
                 del outputs[:OUTPUT_BATCH_ROWS]
@@ -158,7 +165,10 @@ def _sink_context(spec: SubtaskSpec, subtask_index: int) -> SinkContext:
 
 def _emit(rows: list[Any], schema: pa.Schema, writer: SubtaskSinkWriter | None) -> Iterator[pa.RecordBatch]:
     """Output rows as a batch to Spark, or into the sink."""
-    batch = _to_batch(rows, schema)
+    yield from _deliver(_to_batch(rows, schema), writer)
+
+
+def _deliver(batch: pa.RecordBatch, writer: SubtaskSinkWriter | None) -> Iterator[pa.RecordBatch]:
     if writer is None:
         yield batch
     else:
@@ -230,39 +240,26 @@ def _coalesced(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[pa
         yield pa.concat_batches(pending)
 
 
-def _key_runs(batch: pa.RecordBatch, key_columns: Sequence[str]) -> Iterator[tuple[Any, int, pa.RecordBatch]]:
-    """The batch's rows grouped by key: (key, key group, the key's rows in input order), keys in
-    key-group order. Sorting and run detection are Arrow compute; Python sees one item per key."""
+def _grouped(batch: pa.RecordBatch, key_columns: Sequence[str]) -> GroupedRows:
+    """The batch's rows (markers dropped, without the engine's columns) grouped by key."""
     rows = batch.filter(pc.invert(batch.column(MARKER_COLUMN)))
-    if rows.num_rows == 0:
-        return
-    order = pc.sort_indices(rows, sort_keys=[(KEY_GROUP_COLUMN, "ascending")]
-                            + [(c, "ascending") for c in key_columns])  # stable: input order per key
-    rows = rows.take(order)
-    starts = _run_starts([rows.column(c) for c in key_columns], rows.num_rows)
-    key_groups = pc.take(rows.column(KEY_GROUP_COLUMN), starts).to_pylist()
-    key_values = [pc.take(rows.column(c), starts).to_pylist() for c in key_columns]
-    keys = key_values[0] if len(key_columns) == 1 else list(zip(*key_values))
-    user_rows = rows.drop_columns([KEY_GROUP_COLUMN, PARTITION_COLUMN, MARKER_COLUMN])
-    bounds = starts.to_pylist() + [rows.num_rows]
-    for i, key in enumerate(keys):
-        yield key, key_groups[i], user_rows.slice(bounds[i], bounds[i + 1] - bounds[i])
+    return GroupedRows.of_sorted(rows.drop_columns([KEY_GROUP_COLUMN, PARTITION_COLUMN, MARKER_COLUMN]), key_columns,
+                                 rows.column(KEY_GROUP_COLUMN))
 
 
-def _run_starts(columns: Sequence[pa.Array], length: int) -> pa.Array:
-    """Positions where a run of equal keys begins in sorted columns (nulls equal each other)."""
-    changed = None
-    for column in columns:
-        previous, current = column.slice(0, length - 1), column.slice(1)
-        try:
-            differs = pc.fill_null(pc.not_equal(previous, current), True)
-        except pa.ArrowNotImplementedError:  # nested types (struct, list keys): compare in Python
-            differs = pa.array([a != b for a, b in zip(previous.to_pylist(), current.to_pylist())])
-        both_null = pc.and_(pc.is_null(previous), pc.is_null(current))
-        differs = pc.and_(differs, pc.invert(both_null))
-        changed = differs if changed is None else pc.or_(changed, differs)
-    later = pc.add(pc.indices_nonzero(changed), 1) if changed is not None else pa.array([], pa.uint64())
-    return pa.concat_arrays([pa.array([0], pa.uint64()), later.cast(pa.uint64())])
+def _emit_columns(table: pa.Table, schema: pa.Schema, writer: SubtaskSinkWriter | None) -> Iterator[pa.RecordBatch]:
+    """Output columns as batches of the output schema, to Spark or into the sink."""
+    missing = [name for name in schema.names if name not in table.column_names]
+    if missing:
+        raise StatekitError(f"the function returned columns {table.column_names}; the output schema's columns "
+                            f"{missing} are missing (output schema: {schema.names})")
+    try:
+        table = table.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise StatekitError(f"the function's output columns ({table.select(schema.names).schema}) do not convert to "
+                            f"the output schema ({schema}): {exc}") from exc
+    for batch in table.to_batches(max_chunksize=OUTPUT_BATCH_ROWS * 10):
+        yield from _deliver(batch, writer)
 
 
 def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:

@@ -6,6 +6,9 @@ from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, KeyedStateBackend, OperatorBackendParams,
     OperatorStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo,
 )
+from statekit.spi.bulk_state import (
+    BulkAggregatingState, BulkListState, BulkMapState, BulkReducingState, BulkState, BulkValueState, KeyBatch,
+)
 from statekit.spi.descriptors import (
     AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
     ReducingStateDescriptor, StateDescriptor, StateKind, StateTtlConfig, TtlStateVisibility, TtlUpdateType,

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Iterator, Sequence
 
+from statekit.spi.bulk_state import BulkState, per_key_bulk_state
 from statekit.spi.descriptors import StateDescriptor
 from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle, StateHandle
 from statekit.spi.key_groups import KeyGroupRange
@@ -166,6 +167,13 @@ class KeyedStateBackend(ABC):
         Raises ``IncompatibleSerializerError`` if restored state was written by a serializer
         the descriptor's cannot read, and ``StateAccessError`` if the name is taken by a
         different kind."""
+
+    def get_bulk_state(self, descriptor: StateDescriptor,
+                       namespace_serializer: TypeSerializer | None = None) -> BulkState:
+        """The state of ``descriptor`` read and written for many keys per call (``spi.bulk_state``):
+        the same cells as ``get_state``'s. This default loops over the per-key API; a backend
+        overrides it with an implementation of its own."""
+        return per_key_bulk_state(self, self.get_state(descriptor, namespace_serializer))
 
     @abstractmethod
     def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:

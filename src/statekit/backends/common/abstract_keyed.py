@@ -26,6 +26,7 @@ from statekit.backends.common.changelog import (
 from statekit.backends.common.registration import RegisteredState, register
 from statekit.backends.common.ttl import expiry_deadlines, ttl_state
 from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType
+from statekit.spi.bulk_state import BulkState, per_key_bulk_state
 from statekit.spi.descriptors import StateDescriptor, TimerStateDescriptor
 from statekit.spi.errors import RestoreError, StateAccessError
 from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo
@@ -71,6 +72,23 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
         if state is None:
             state = self._states[descriptor.name] = self._create_state(descriptor, registration)
         return state
+
+    def get_bulk_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> BulkState:
+        """The backend's own bulk state (``_create_bulk_state``); for a state with TTL, or a kind
+        the backend has none for, a loop over a per-key state object of its own (so that its
+        namespace is not the per-key state's)."""
+        if descriptor.ttl is not None and self.supports_ttl:
+            return per_key_bulk_state(self, ttl_state(
+                descriptor, lambda inner: self._create_state(inner, self._register(inner, namespace_serializer)),
+                lambda: self.processing_time_ms))
+        self._registered_state(descriptor, namespace_serializer)  # registered, and the kind checked
+        registration = self._registrations[descriptor.name]
+        bulk = self._create_bulk_state(descriptor, registration)
+        return bulk if bulk is not None else per_key_bulk_state(self, self._create_state(descriptor, registration))
+
+    def _create_bulk_state(self, descriptor: StateDescriptor, registration: RegisteredState) -> BulkState | None:
+        """The backend's bulk implementation of a registered state (None: none for this kind)."""
+        return None
 
     def _register(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> RegisteredState:
         registration = register(self._registrations.get(descriptor.name), descriptor, namespace_serializer,

@@ -18,6 +18,9 @@ from statekit.backends.common.key_layout import (
     KEY_GROUP_PREFIX_BYTES, cell_key, decode_list, encode_list, key_group_bounds, key_group_prefix, prefix_upper_bound, split_cell_key,
     varint,
 )
+from statekit.backends.common.kv_bulk import (
+    KVBulkAppendingState, KVBulkListState, KVBulkState, KVBulkValueState,
+)
 from statekit.backends.common.kv_states import (
     KVAggregatingState, KVListState, KVMapState, KVReducingState, KVState, KVValueState,
 )
@@ -95,6 +98,20 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
         if descriptor.kind is StateKind.AGGREGATING:
             return KVAggregatingState(self, table, registration, descriptor.aggregate_function)  # type: ignore[attr-defined]
         return _STATE_CLASSES[descriptor.kind](self, table, registration)
+
+    def _create_bulk_state(self, descriptor: StateDescriptor, registration: RegisteredState) -> KVBulkState | None:
+        table = self._table(descriptor.name)
+        kind = descriptor.kind
+        if kind is StateKind.VALUE:
+            return KVBulkValueState(self, table, registration, default_value(descriptor))
+        if kind is StateKind.LIST:
+            return KVBulkListState(self, table, registration)
+        if kind is StateKind.REDUCING:
+            return KVBulkAppendingState(self, table, registration, reduce_function=descriptor.reduce_function)  # type: ignore[attr-defined]
+        if kind is StateKind.AGGREGATING:
+            return KVBulkAppendingState(self, table, registration,
+                                        aggregate_function=descriptor.aggregate_function)  # type: ignore[attr-defined]
+        return None  # map state: the per-key loop
 
     def _create_timer_queue(self, registration: RegisteredState) -> KVTimerQueue:
         return KVTimerQueue(self, registration)

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 _VOID_NAMESPACE_PART = varint(0)
 
 
-class KVState(State):
+class KVStateAccess:
+    """The table, registration and encoded current namespace of a state, per-key or bulk."""
+
     def __init__(self, backend: "KVKeyedStateBackend", table: "KVTable", registration: RegisteredState) -> None:
         self._backend = backend
         self._table = table
@@ -34,6 +36,8 @@ class KVState(State):
             encoded = encode_namespace(namespace, self._registration.namespace_serializer)
             self._namespace_part = varint(len(encoded)) + encoded
 
+
+class KVState(KVStateAccess, State):
     def _cell(self) -> bytes:
         return self._backend.current_key_prefix() + self._namespace_part
 

@@ -6,7 +6,7 @@ SQLite table, ...). Keys and values are bytes; tables are ordered bytewise.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 
 class KVTable(ABC):
@@ -27,6 +27,21 @@ class KVTable(ABC):
     @abstractmethod
     def delete_range(self, lower: bytes, upper: bytes) -> None:
         """Delete every entry with ``lower <= key < upper``."""
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The value of each key (None where missing); override where the store reads faster in bulk."""
+        get = self.get
+        return [get(key) for key in keys]
+
+    def write_many(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Put each entry in order, deleting where the value is None; override with a batched
+        write where the store has one (later reads must see every entry)."""
+        put, delete = self.put, self.delete
+        for key, value in entries:
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
 
     def put_many(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
         """Bulk load (restore); override with a batched write where the store has one."""

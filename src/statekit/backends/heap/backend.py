@@ -10,6 +10,9 @@ from statekit.backends.common.changelog import OP_DELETE, OP_PUT, ChangelogConfi
 from statekit.backends.common.namespaces import decode_namespace, encode_namespace
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.common.registration import RegisteredState, default_value
+from statekit.backends.heap.bulk import (
+    HeapBulkAppendingState, HeapBulkListState, HeapBulkState, HeapBulkValueState,
+)
 from statekit.backends.heap.copies import UserKeys
 from statekit.backends.heap.options import OPTIONS
 from statekit.backends.heap.state_table import KeyGroupMap, StateTable
@@ -87,6 +90,19 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         if kind is StateKind.REDUCING:
             return HeapReducingState(self, table, descriptor.reduce_function)  # type: ignore[attr-defined]
         return HeapAggregatingState(self, table, descriptor.aggregate_function)  # type: ignore[attr-defined]
+
+    def _create_bulk_state(self, descriptor: StateDescriptor, registration: RegisteredState) -> HeapBulkState | None:
+        table = self._tables[descriptor.name]
+        kind = descriptor.kind
+        if kind is StateKind.VALUE:
+            return HeapBulkValueState(self, table, default_value(descriptor))
+        if kind is StateKind.LIST:
+            return HeapBulkListState(self, table)
+        if kind is StateKind.REDUCING:
+            return HeapBulkAppendingState(self, table, reduce_function=descriptor.reduce_function)  # type: ignore[attr-defined]
+        if kind is StateKind.AGGREGATING:
+            return HeapBulkAppendingState(self, table, aggregate_function=descriptor.aggregate_function)  # type: ignore[attr-defined]
+        return None  # map state: the per-key loop
 
     def _create_timer_queue(self, registration: RegisteredState) -> HeapTimerQueue:
         return HeapTimerQueue(self, self._tables[registration.name])

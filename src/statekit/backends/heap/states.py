@@ -14,7 +14,10 @@ if TYPE_CHECKING:
     from statekit.backends.heap.backend import HeapKeyedStateBackend
     from statekit.backends.heap.state_table import StateTable
 
-class HeapState(State):
+
+class HeapStateAccess:
+    """The table and current namespace of a state, per-key or bulk."""
+
     def __init__(self, backend: "HeapKeyedStateBackend", table: "StateTable") -> None:
         self._backend = backend
         self._table = table
@@ -24,6 +27,8 @@ class HeapState(State):
     def set_current_namespace(self, namespace: Any) -> None:
         self._namespace = namespace
 
+
+class HeapState(HeapStateAccess, State):
     def _get(self) -> Any:
         entries = self._table.groups[self._backend._index].get(self._namespace)
         return None if entries is None else entries.get(self._backend._key)

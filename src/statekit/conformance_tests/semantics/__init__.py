@@ -12,6 +12,7 @@ Every test works on a fresh ``keyed_backend`` that owns all key groups. The suit
 in the wheel, so pytest does not rewrite its asserts: every assert carries its own message.
 """
 from statekit.conformance_tests.semantics.aggregating import AggregatingStateSemantics
+from statekit.conformance_tests.semantics.bulk import BulkStateSemantics
 from statekit.conformance_tests.semantics.copies import MapUserKeyEquality, ValueCopySemantics
 from statekit.conformance_tests.semantics.keys import KeyIterationSemantics
 from statekit.conformance_tests.semantics.list import ListStateSemantics
@@ -23,10 +24,10 @@ from statekit.conformance_tests.semantics.value import ValueStateSemantics
 
 class StateSemantics(ValueStateSemantics, ListStateSemantics, MapStateSemantics,
                      ReducingStateSemantics, AggregatingStateSemantics, KeyIterationSemantics,
-                     ValueCopySemantics, MapUserKeyEquality, TtlSemantics):
+                     ValueCopySemantics, MapUserKeyEquality, TtlSemantics, BulkStateSemantics):
     """Every state-semantics mixin: subclass this one class and override ``state_backend``."""
 
 
-__all__ = ["AggregatingStateSemantics", "KeyIterationSemantics", "ListStateSemantics",
+__all__ = ["AggregatingStateSemantics", "BulkStateSemantics", "KeyIterationSemantics", "ListStateSemantics",
            "MapStateSemantics", "MapUserKeyEquality", "ReducingStateSemantics", "StateSemantics",
            "TtlSemantics", "ValueCopySemantics", "ValueStateSemantics"]

@@ -1,0 +1,142 @@
+"""A batch of rows grouped by key, as a ``KeyedVectorFunction`` receives it: the keys (a
+``KeyBatch``, for bulk state access), and the rows sorted by key group and key, each key's rows
+contiguous and in input order: key ``i``'s rows are ``rows[offsets[i]:offsets[i + 1]]``.
+
+Sorting and run detection are Arrow compute; per-key aggregates of a column (``counts``,
+``first``, ``last``, ``sum``, ``min``, ``max``) are NumPy/Arrow operations over all keys at once,
+so a function can process a batch with no Python call per key or per row.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statekit.spi.bulk_state import KeyBatch
+from statekit.spi.errors import FunctionResultError
+
+_REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
+
+
+class GroupedRows(KeyBatch):
+    def __init__(self, keys: Sequence[Any], key_groups: Sequence[int], rows: pa.RecordBatch,
+                 offsets: np.ndarray) -> None:
+        super().__init__(keys, key_groups)
+        #: the rows (the input's columns), sorted by key group and key, input order within a key
+        self.rows = rows
+        #: ``num_keys + 1`` row positions: key ``i``'s rows are ``rows[offsets[i]:offsets[i + 1]]``
+        self.offsets = offsets
+
+    @property
+    def num_keys(self) -> int:
+        return len(self.keys)
+
+    @property
+    def num_rows(self) -> int:
+        return self.rows.num_rows
+
+    def rows_of(self, i: int) -> pa.RecordBatch:
+        """The rows of key ``i``."""
+        start = int(self.offsets[i])
+        return self.rows.slice(start, int(self.offsets[i + 1]) - start)
+
+    def column(self, name: str) -> pa.Array:
+        """A column of ``rows``."""
+        return self.rows.column(name)
+
+    def counts(self) -> np.ndarray:
+        """The number of rows of each key."""
+        return np.diff(self.offsets)
+
+    def first(self, name: str) -> pa.Array:
+        """Each key's first value of column ``name`` (for a key column: the key's value)."""
+        return self.column(name).take(pa.array(self.offsets[:-1]))
+
+    def last(self, name: str) -> pa.Array:
+        """Each key's last value of column ``name``."""
+        return self.column(name).take(pa.array(self.offsets[1:] - 1))
+
+    def sum(self, name: str) -> np.ndarray:
+        return self._reduce(name, "sum")
+
+    def min(self, name: str) -> np.ndarray:
+        return self._reduce(name, "min")
+
+    def max(self, name: str) -> np.ndarray:
+        return self._reduce(name, "max")
+
+    def _reduce(self, name: str, how: str) -> np.ndarray:
+        column = self.column(name)
+        if column.null_count:
+            raise FunctionResultError(f"GroupedRows.{how}({name!r}): the column has {column.null_count} nulls; fill "
+                                      f"them first (pyarrow.compute.fill_null) or aggregate rows_of(i) yourself")
+        if self.num_keys == 0:
+            return np.zeros(0, dtype=column.type.to_pandas_dtype())
+        return _REDUCERS[how].reduceat(column.to_numpy(zero_copy_only=False), self.offsets[:-1])
+
+    @classmethod
+    def of_sorted(cls, rows: pa.RecordBatch, key_columns: Sequence[str], key_groups: pa.Array) -> "GroupedRows":
+        """``rows`` grouped: sorted here by ``key_groups`` (the key group of each row) and the key
+        columns, stably (input order within a key); runs of equal keys found with Arrow compute."""
+        if rows.num_rows == 0:
+            return cls([], [], rows, np.zeros(1, dtype=np.int64))
+        order = pc.sort_indices(pa.table({"kg": key_groups, **{c: rows.column(c) for c in key_columns}}),
+                                sort_keys=[("kg", "ascending")] + [(c, "ascending") for c in key_columns])
+        rows, key_groups = rows.take(order), key_groups.take(order)
+        starts = _run_starts([rows.column(c) for c in key_columns], rows.num_rows)
+        key_values = [pc.take(rows.column(c), starts).to_pylist() for c in key_columns]
+        keys = key_values[0] if len(key_columns) == 1 else list(zip(*key_values))
+        offsets = np.append(starts.to_numpy(), rows.num_rows).astype(np.int64)
+        return cls(keys, pc.take(key_groups, starts).to_pylist(), rows, offsets)
+
+    @classmethod
+    def of_key_runs(cls, runs: Iterable[tuple[Any, int, list[dict[str, Any]]]]) -> "GroupedRows":
+        """From (key, key group, that key's rows as dicts), ordered here by key group (stably)."""
+        ordered = sorted(runs, key=lambda run: run[1])
+        rows = [row for _, _, key_rows in ordered for row in key_rows]
+        offsets = np.cumsum([0] + [len(key_rows) for _, _, key_rows in ordered]).astype(np.int64)
+        return cls([key for key, _, _ in ordered], [key_group for _, key_group, _ in ordered],
+                   pa.RecordBatch.from_pylist(rows), offsets)
+
+    def key_runs(self) -> Iterator[tuple[Any, int, pa.RecordBatch]]:
+        """(key, key group, the key's rows) of every key, in order."""
+        bounds = self.offsets.tolist()
+        rows = self.rows
+        for i, (key, key_group) in enumerate(zip(self.keys, self.key_groups)):
+            yield key, key_group, rows.slice(bounds[i], bounds[i + 1] - bounds[i])
+
+
+def output_columns(produced: Any) -> pa.Table | None:
+    """A function's output given as columns (a ``RecordBatch``, a ``Table``, or a dict of column
+    name to array, list or NumPy array) as a table; None if it is not columns (but rows)."""
+    if isinstance(produced, pa.Table):
+        return produced
+    if isinstance(produced, pa.RecordBatch):
+        return pa.Table.from_batches([produced])
+    if isinstance(produced, dict):
+        try:
+            return pa.table(produced)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            lengths = {name: len(column) if hasattr(column, "__len__") else None for name, column in produced.items()}
+            raise FunctionResultError(f"process_groups returned columns {lengths} (name: length) that do not make a "
+                                      f"table: {exc}. Give every column the same length, as arrays, lists or NumPy "
+                                      f"arrays") from exc
+    return None
+
+
+def _run_starts(columns: Sequence[pa.Array], length: int) -> pa.Array:
+    """Positions where a run of equal keys begins in sorted columns (nulls equal each other)."""
+    changed = None
+    for column in columns:
+        previous, current = column.slice(0, length - 1), column.slice(1)
+        try:
+            differs = pc.fill_null(pc.not_equal(previous, current), True)
+        except pa.ArrowNotImplementedError:  # nested types (struct, list keys): compare in Python
+            differs = pa.array([a != b for a, b in zip(previous.to_pylist(), current.to_pylist())])
+        both_null = pc.and_(pc.is_null(previous), pc.is_null(current))
+        differs = pc.and_(differs, pc.invert(both_null))
+        changed = differs if changed is None else pc.or_(changed, differs)
+    later = pc.add(pc.indices_nonzero(changed), 1) if changed is not None else pa.array([], pa.uint64())
+    return pa.concat_arrays([pa.array([0], pa.uint64()), later.cast(pa.uint64())])
