@@ -20,4 +20,4 @@ def test_spark_level_on_separate_executor_processes(backend, storage):
                           "--storage", storage, "--level", "spark", "--spark-master", MASTER, "-q",
                           "-p", "no:cacheprovider"], capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0 and "statekit conformance: PASSED" in run.stdout, run.stdout[-5000:] + run.stderr[-3000:]
-    assert "spark              9       0        0" in run.stdout, run.stdout[-3000:]
+    assert "spark             10       0        0" in run.stdout, run.stdout[-3000:]
