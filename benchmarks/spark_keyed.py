@@ -1,9 +1,9 @@
 """End-to-end keyed job under Spark (local[2]): count + last value per key over a stream of one
 or more micro-batches, on the same data in the same run, through statekit (each backend,
-incremental checkpoints) and through Spark's own ``transformWithStateInPandas``, the row-based
-``transformWithState``, ``applyInPandasWithState`` and built-in streaming aggregation (RocksDB state
-store). Reports
-rows/s and statekit's ratio to each peer.
+incremental checkpoints; the per-key ``KeyedBatchFunction`` and the vectorized
+``KeyedVectorFunction`` with bulk state, also on rows pre-aggregated per key) and through Spark's own ``transformWithStateInPandas``,
+the row-based ``transformWithState``, ``applyInPandasWithState`` and built-in streaming
+aggregation (RocksDB state store). Reports rows/s and statekit's ratio to each peer.
 
     python -m benchmarks.spark_keyed [--rows 1000000] [--keys 100000] [--micro-batches 1] [--json FILE]
 """
@@ -34,6 +34,10 @@ PEERS = ("transformWithStateInPandas", "transformWithState", "applyInPandasWithS
 #: statekit's aims against each peer (issue 8): 100x Spark's Python state API, not slower than built-in
 AIMS = {"transformWithStateInPandas": 100.0, "built-in streaming aggregation": 1.0}
 WARM_UP_ROWS = 10_000
+#: statekit's function APIs measured: the record names of the per-key batch API stay as they were
+API_NAMES = {"batch": "KeyedBatchFunction", "vector": "KeyedVectorFunction",
+             "pre-aggregated": "KeyedVectorFunction with pre_aggregate"}
+API_LABELS = {"batch": "", "vector": " vector", "pre-aggregated": " vector pre-aggregated"}
 
 
 class CountAndLast(KeyedBatchFunction):
@@ -66,6 +70,21 @@ class VectorCountAndLast(KeyedVectorFunction):
         return {"k": groups.first("k"), "count": counts, "last": last}
 
 
+class PreAggregatedCountAndLast(KeyedVectorFunction):
+    """The same over rows pre-aggregated per key in Spark SQL (``pre_aggregate``): one row per key
+    and micro-batch, with its rows' count and last value."""
+
+    def open(self, ctx: Any) -> None:
+        self.count, self.last = ctx.get_bulk_state(COUNT), ctx.get_bulk_state(LAST)
+
+    def process_groups(self, groups: Any, ctx: Any) -> dict[str, Any]:
+        counts = np.add(self.count.get_many(groups), groups.sum("count"))
+        last = groups.last("last")
+        self.count.update_many(groups, counts.tolist())
+        self.last.update_many(groups, last.to_pylist())
+        return {"k": groups.first("k"), "count": counts, "last": last}
+
+
 def session() -> Any:
     """The local[2] session every query of the benchmark runs in."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -79,6 +98,9 @@ def session() -> Any:
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+FUNCTIONS = {"batch": CountAndLast, "vector": VectorCountAndLast, "pre-aggregated": PreAggregatedCountAndLast}
 
 
 def write_source(spark: Any, path: str, n_rows: int, keys: int, files: int) -> str:
@@ -134,16 +156,17 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
         return (df.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint(name))
                 .trigger(availableNow=True).start())
 
-    def statekit(backend: str):
+    def statekit(backend: str, api: str):
         def start(source: str, phase: str):
             for name, value in {"backend": backend, "checkpoint.storage": "filesystem", "parallelism": "2",
-                                "checkpoint.dir": f"file://{work}/statekit-{backend}-{phase}",
+                                "checkpoint.dir": f"file://{work}/statekit-{backend}-{api}-{phase}",
                                 "checkpoint.incremental": "true", "local.dir": os.path.join(work, "local")}.items():
                 spark.conf.set(f"spark.statekit.{name}", value)
             return process_keyed_stream(
-                stream(source), "k", CountAndLast(), OUTPUT, lambda out, batch_id: out.count(),
-                job_id=f"bench-{backend}-{phase}", checkpoint_location=checkpoint(f"{backend}-{phase}"),
-                trigger={"availableNow": True})
+                stream(source), "k", FUNCTIONS[api](), OUTPUT, lambda out, batch_id: out.count(),
+                job_id=f"bench-{backend}-{api}-{phase}", checkpoint_location=checkpoint(f"{backend}-{api}-{phase}"),
+                trigger={"availableNow": True},
+                pre_aggregate={"count": F.count("*"), "last": F.last("v")} if api == "pre-aggregated" else None)
         return start
 
     def count_and_last(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
@@ -186,7 +209,7 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
         def close(self) -> None:
             pass
 
-    sides = {f"statekit {backend}": statekit(backend) for backend in backends}
+    sides = {f"statekit {backend} {api}": statekit(backend, api) for backend in backends for api in API_NAMES}
     sides["built-in streaming aggregation"] = lambda source, phase: noop_sink(stream(source).groupBy("k").agg(
         F.count("*").alias("count"), F.last("v").alias("last")), f"builtin-{phase}")
     sides["applyInPandasWithState"] = lambda source, phase: noop_sink(stream(source).groupBy("k").applyInPandasWithState(
@@ -209,11 +232,12 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
         seconds[name] = _timed_query(lambda: start(source, "timed"))
 
     size = f"{_count(rows)} rows/{_count(keys)} keys/{micro_batches} batch{'es' if micro_batches > 1 else ''}"
-    return [record(f"spark {size}: statekit {backend} vs {peer}", rows / seconds[f"statekit {backend}"],
-                   rows / seconds[peer], "rows/s", group="spark", aim=AIMS.get(peer), backend=backend, peer_api=peer,
-                   rows=rows, keys=keys, micro_batches=micro_batches, seconds=seconds[f"statekit {backend}"],
+    return [record(f"spark {size}: statekit {backend}{API_LABELS[api]} vs {peer}",
+                   rows / seconds[f"statekit {backend} {api}"], rows / seconds[peer], "rows/s", group="spark",
+                   aim=AIMS.get(peer), backend=backend, api=API_NAMES[api], peer_api=peer, rows=rows, keys=keys,
+                   micro_batches=micro_batches, seconds=seconds[f"statekit {backend} {api}"],
                    peer_seconds=seconds[peer])
-            for backend in backends for peer in PEERS]
+            for backend in backends for api in API_NAMES for peer in PEERS]
 
 
 def main() -> None:

@@ -217,6 +217,37 @@ def test_random_writes_with_growth_match_a_model(tmp_path, batch):
         backend.dispose()
 
 
+@pytest.mark.parametrize("batch", ["16k", "32m"])
+def test_bulk_writes_with_growth_match_a_model(tmp_path, batch):
+    """``write_many`` runs (puts cut by the write budget, deletes in between) on a tiny map: after
+    every growth and replay the table equals a dict model; a key too long for LMDB stops the run
+    there, with a clear error, as a loop of puts would."""
+    import random
+    rng = random.Random(11)
+    backend = open_keyed_backend(LMDBStateBackend(**{"map-size": "64k", "write-batch-size": batch}),
+                                 str(tmp_path / "local"))
+    try:
+        table, model = backend._table("a"), {}
+        for _ in range(60):
+            entries = [(b"\x00\x01" + b"%05d" % rng.randrange(4000),
+                        None if rng.random() < 0.2 else os.urandom(rng.choice((8, 100, 3000))))
+                       for _ in range(rng.randrange(1, 400))]
+            table.write_many(entries)
+            for key, value in entries:
+                if value is None:
+                    model.pop(key, None)
+                else:
+                    model[key] = value
+        assert backend.store.growths > 3
+        assert backend.store.recoveries > 0 or batch == "16k", "a run larger than the map must have been replayed"
+        assert dict(table.items(b"", b"\xff")) == model
+        with pytest.raises(StateAccessError, match="exceeds LMDB's maximum key size"):
+            table.write_many([(b"\x00\x01before", b"1"), (b"\x00\x01" + b"k" * 600, b"2"), (b"\x00\x01after", b"3")])
+        assert table.get(b"\x00\x01before") == b"1" and table.get(b"\x00\x01after") is None
+    finally:
+        backend.dispose()
+
+
 # --- large iterations
 def test_large_iteration_reads_a_snapshot_and_releases_it(lmdb_backend):
     _write(lmdb_backend, range(5000), 16)

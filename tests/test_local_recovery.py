@@ -20,7 +20,7 @@ from statekit.conformance_tests.workload import (
 )
 from statekit.runtime import local_recovery
 from statekit.spark.conf import StatekitConf
-from statekit.spark.task import KEY_GROUP_COLUMN, MARKER_COLUMN, PARTITION_COLUMN, SubtaskSpec, run_subtask
+from statekit.spark.task import KEY_GROUP_COLUMN, SubtaskSpec, run_subtask
 from statekit.spi import key_group_for_key
 
 JOB, OPERATOR, MAX_PARALLELISM = "local-recovery", "keyed-process", 128
@@ -77,8 +77,7 @@ def _batch(rows) -> pa.RecordBatch:
     keys = [r[0] for r in rows]
     return pa.RecordBatch.from_pydict({
         "key": keys, "category": [r[1] for r in rows], "amount": [r[2] for r in rows],
-        KEY_GROUP_COLUMN: pa.array([key_group_for_key(k, MAX_PARALLELISM) for k in keys], pa.int32()),
-        PARTITION_COLUMN: pa.array([0] * len(rows), pa.int32()), MARKER_COLUMN: [False] * len(rows)})
+        KEY_GROUP_COLUMN: pa.array([key_group_for_key(k, MAX_PARALLELISM) for k in keys], pa.int32())})
 
 
 def _want(*epochs):

@@ -8,7 +8,7 @@ milliseconds. Rows whose event time is null are processed and do not move the wa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,16 +59,16 @@ class SubtaskEventTime:
 class EventTimeTracker:
     """Watches a subtask's batches: the largest event time and the late rows (dropped if asked)."""
 
-    def __init__(self, spec: SubtaskEventTime, marker_column: str) -> None:
+    def __init__(self, spec: SubtaskEventTime, rows_mask: Callable[[pa.RecordBatch], pa.Array]) -> None:
         self._spec = spec
-        self._marker = marker_column
+        self._rows_mask = rows_mask  # true on rows, false on the engine's marker rows
         self.max_event_time_ms = MIN_TIMESTAMP
         self.late_rows = 0
 
     def filtered(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             times = _milliseconds(batch.column(self._spec.column))
-            rows = pc.invert(batch.column(self._marker))
+            rows = self._rows_mask(batch)
             largest = pc.max(pc.filter(times, rows)).as_py()
             if largest is not None and largest > self.max_event_time_ms:
                 self.max_event_time_ms = largest

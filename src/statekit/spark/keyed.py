@@ -8,7 +8,8 @@
 
 Backend, storage, parallelism and restore point come from ``spark.statekit.*`` conf. The key
 group and subtask of every row are computed in Spark SQL (``pmod(xxhash64(keys), maxP)``); each
-subtask's rows reach Python as Arrow batches through ``groupBy(subtask).applyInArrow``. The call
+subtask's rows reach Python as Arrow batches of its own partition (``repartitionById`` and
+``mapInArrow``: no sort before Python). The call
 runs the job eagerly, commits the epoch's checkpoint once every subtask acknowledged, and returns
 the output as a (locally checkpointed) DataFrame. Epoch N restores from the latest completed
 checkpoint with an id below N (``spark.restore_point``). Each call is one run of the job: it takes
@@ -18,13 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.accumulators import AccumulatorParam
-from pyspark.sql import DataFrame, SparkSession, functions as F
+from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -40,11 +41,11 @@ from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import PREFIX, StatekitConf
 from statekit.spark.data_sources import register_data_sources
 from statekit.spark.event_time import EventTimeColumn, recorded_event_time, subtask_event_time
-from statekit.spark.partitioning import partition_tokens
+from statekit.spark.pre_aggregation import PreAggregation
 from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point, epoch_processing_time
-from statekit.spark.task import KEY_GROUP_COLUMN, MARKER_COLUMN, PARTITION_COLUMN, SubtaskSpec, run_subtask
+from statekit.spark.task import KEY_GROUP_COLUMN, SubtaskSpec, rows_mask, run_subtask
 from statekit.spi.errors import ConfigurationError, SnapshotError
-from statekit.spi.key_groups import check_parallelism, default_max_parallelism
+from statekit.spi.key_groups import KeyGroupRange, check_parallelism, default_max_parallelism
 from statekit.spi.names import check_job_id, check_operator_id
 from statekit.spi.sinks import Sink
 from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess
@@ -70,16 +71,20 @@ class _AcknowledgementParam(AccumulatorParam):
 def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFunction,
                   schema: str | StructType, *, operator_id: str = "keyed-process", job_id: str | None = None,
                   conf: StatekitConf | None = None, processing_time_ms: int | None = None,
-                  event_time: str | None = None, watermark_delay: Any = None, late_rows: str = "drop") -> DataFrame:
+                  event_time: str | None = None, watermark_delay: Any = None, late_rows: str = "drop",
+                  pre_aggregate: Mapping[str, Column] | None = None) -> DataFrame:
     """Process a bounded DataFrame as the job's next epoch; returns the output.
     ``processing_time_ms``: the epoch's processing time (what state TTL and processing-time timers
     measure against); default now, or what an earlier run of the same epoch recorded.
     ``event_time`` (a timestamp or epoch-millisecond column) with ``watermark_delay`` (e.g.
     ``"10 minutes"``): the epoch's watermark is derived from the earlier epochs' event times
     (``runtime.event_time``), event-time timers up to it fire at the end of the epoch, and late
-    rows are dropped and counted (``late_rows="process"`` keeps them)."""
+    rows are dropped and counted (``late_rows="process"`` keeps them).
+    ``pre_aggregate`` (output column -> aggregate, e.g. ``{"count": F.count("*")}``): the rows are
+    combined per key in Spark SQL first, and the function gets one row per key with the key columns
+    and these aggregates (``spark.pre_aggregation``)."""
     job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
-                          event_time, watermark_delay, late_rows)
+                          event_time, watermark_delay, late_rows, pre_aggregate=pre_aggregate)
     output = job.run_epoch(df, processing_time_ms=processing_time_ms)
     assert output is not None  # a job without a sink returns its output
     return output
@@ -92,12 +97,13 @@ class KeyedJob:
     def __init__(self, spark: SparkSession, key_columns: tuple[str, ...], function: ProcessFunction,
                  output: StructType, operator_id: str, job_id: str, conf: StatekitConf,
                  event_time: EventTimeColumn | None = None, key_types: tuple[str, ...] = (),
-                 sink: Sink | None = None) -> None:
+                 sink: Sink | None = None, pre_aggregation: PreAggregation | None = None) -> None:
         self.spark, self.key_columns, self.function, self.output = spark, key_columns, function, output
         #: the key columns' Spark SQL types, recorded in each checkpoint for readers of the state
         self.key_types = key_types
         self.operator_id, self.job_id, self.conf = operator_id, job_id, conf
         self.event_time = event_time
+        self.pre_aggregation = pre_aggregation
         self.storage: CheckpointStorage = conf.create_storage()
         self.access: CheckpointStorageAccess = driver_access(self.storage, job_id)
         self._ownership: JobOwnership | None = None
@@ -121,7 +127,8 @@ class KeyedJob:
     def create(cls, spark: SparkSession, input_schema: StructType, keys: str | Sequence[str],
                function: ProcessFunction, schema: str | StructType, operator_id: str, job_id: str | None,
                conf: StatekitConf | None, event_time: str | None = None, watermark_delay: Any = None,
-               late_rows: str = "drop", sink: Sink | None = None) -> "KeyedJob":
+               late_rows: str = "drop", sink: Sink | None = None,
+               pre_aggregate: Mapping[str, Column] | None = None) -> "KeyedJob":
         conf = conf or StatekitConf.from_spark(spark.conf)
         register_data_sources(spark)  # its state can be read back in the same session
         columns = input_schema.names
@@ -142,7 +149,8 @@ class KeyedJob:
         output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
         return cls(spark, key_columns, function, output, operator_id, job_id, conf,
                    EventTimeColumn.of(input_schema, event_time, watermark_delay, late_rows),
-                   tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink)
+                   tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink,
+                   PreAggregation.of(pre_aggregate, key_columns, event_time))
 
     def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None,
                   processing_time_ms: int | None = None) -> DataFrame | None:
@@ -193,6 +201,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                        sink_run=job.sink.run if job.sink is not None else "0")
 
     run = SubtaskRun(spark, spec)
+    if job.pre_aggregation is not None:
+        df = job.pre_aggregation.apply(df)
     try:
         result = run.run(df, output, keep_output=job.sink is None)
     except BaseException:
@@ -247,17 +257,17 @@ class SubtaskRun:
         """Run the stage now; returns its output, locally checkpointed (``keep_output``), or
         None when the subtasks wrote their output to a sink."""
         spec, acknowledgements = self.spec, self._acknowledgements
-        tokens = partition_tokens(spec.parallelism)
 
         def subtask(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             context = TaskContext.get()
             assert context is not None
-            index = context.partitionId()  # partition i holds the rows of token i: subtask i's
-            return run_subtask(spec, index, _of_token(batches, tokens[index]), acknowledgements)
+            index = context.partitionId()  # partition i holds subtask i's rows
+            key_groups = KeyGroupRange.of_subtask(spec.max_parallelism, spec.parallelism, index)
+            return run_subtask(spec, index, _of_subtask(batches, key_groups, index), acknowledgements)
 
         planned = _plan(df, spec.key_columns, spec.parallelism, spec.max_parallelism)
-        # repartition(p, token) is a shuffle by number, which adaptive execution never coalesces, and
-        # mapInArrow keeps its partitions as they are (no sort, no grouping): p subtasks run as p tasks
+        # mapInArrow keeps the p partitions as they are (no sort, no grouping), and runs its function on
+        # an empty partition too: p subtasks run as p tasks
         stage = planned.mapInArrow(subtask, output)
         with _session_conf(df.sparkSession, ARROW_BATCH_ROWS_SETTING, str(ARROW_BATCH_ROWS)):
             if keep_output:
@@ -271,14 +281,18 @@ class SubtaskRun:
         return _subtask_states(self._acknowledgements.value, self.spec.parallelism)
 
 
-def _of_token(batches: Iterator[pa.RecordBatch], token: int) -> Iterator[pa.RecordBatch]:
-    """The batches of one partition, checked to hold only the rows of its subtask's token."""
+def _of_subtask(batches: Iterator[pa.RecordBatch], key_groups: KeyGroupRange, index: int) -> Iterator[pa.RecordBatch]:
+    """The batches of one partition, checked to hold only subtask ``index``'s key groups and marker."""
     for batch in batches:
         if batch.num_rows:
-            bounds = pc.min_max(batch.column(PARTITION_COLUMN)).as_py()
-            if bounds["min"] != token or bounds["max"] != token:
-                raise SnapshotError(f"the partition of token {token} holds rows of tokens {bounds['min']}.."
-                                    f"{bounds['max']}: Spark did not keep statekit's partitioning")
+            column = batch.column(KEY_GROUP_COLUMN)
+            bounds = pc.min_max(pc.filter(column, rows_mask(batch))).as_py()
+            markers = pc.unique(pc.filter(column, pc.less(column, 0))).to_pylist()
+            if (bounds["min"] is not None and (bounds["min"] < key_groups.start or bounds["max"] > key_groups.end)
+                    or markers not in ([], [-index - 1])):
+                raise SnapshotError(f"the partition of subtask {index} (key groups {key_groups.start}.."
+                                    f"{key_groups.end}) holds key groups {bounds['min']}..{bounds['max']} and "
+                                    f"markers {markers}: Spark did not keep statekit's partitioning")
         yield batch
 
 
@@ -297,20 +311,17 @@ def _session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
 
 
 def _plan(df: DataFrame, key_columns: tuple[str, ...], parallelism: int, max_parallelism: int) -> DataFrame:
-    """Key group and subtask in Spark SQL, plus one marker row per subtask; rows are partitioned
-    by the subtask's partition token, so each subtask gets a partition of its own."""
-    tokens = F.array(*[F.lit(t) for t in partition_tokens(parallelism)])
+    """Each row's key group in Spark SQL, plus one marker row per subtask (key group ``-(i + 1)``),
+    partitioned so that partition i holds subtask i's rows and marker: ``repartitionById`` places
+    a row by the number it is given, and one exchange by number is what Spark never coalesces."""
     key_group = F.pmod(F.xxhash64(*key_columns), F.lit(max_parallelism)).cast("int")
-    subtask = F.expr(f"{KEY_GROUP_COLUMN} * {parallelism} div {max_parallelism}")  # Flink's operator index
-    rows = (df.withColumn(KEY_GROUP_COLUMN, key_group)
-            .withColumn(PARTITION_COLUMN, F.element_at(tokens, (subtask + 1).cast("int")))
-            .withColumn(MARKER_COLUMN, F.lit(False)))
-    spark = df.sparkSession
-    markers = spark.range(parallelism).select(
+    rows = df.withColumn(KEY_GROUP_COLUMN, key_group)
+    markers = df.sparkSession.range(parallelism).select(
         *[F.lit(None).cast(df.schema[c].dataType).alias(c) for c in df.columns],
-        F.lit(-1).alias(KEY_GROUP_COLUMN), F.element_at(tokens, (F.col("id") + 1).cast("int")).alias(PARTITION_COLUMN),
-        F.lit(True).alias(MARKER_COLUMN))
-    return rows.unionByName(markers).repartition(parallelism, PARTITION_COLUMN)
+        (-F.col("id") - 1).cast("int").alias(KEY_GROUP_COLUMN))
+    kg = F.col(KEY_GROUP_COLUMN)
+    subtask = F.when(kg < 0, -kg - 1).otherwise(F.expr(f"{KEY_GROUP_COLUMN} * {parallelism} div {max_parallelism}"))
+    return rows.unionByName(markers).repartitionById(parallelism, subtask.cast("int"))  # Flink's operator index
 
 
 def _subtask_states(acknowledgements: list, parallelism: int) -> dict[int, SubtaskAcknowledgement]:

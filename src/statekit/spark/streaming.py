@@ -26,9 +26,9 @@ job id are refused (``checkpoint.ownership``).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import Column, DataFrame, functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
@@ -48,7 +48,8 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
                          checkpoint_location: str, operator_id: str = "keyed-process", job_id: str | None = None,
                          conf: StatekitConf | None = None, trigger: dict[str, Any] | None = None,
                          query_name: str | None = None, event_time: str | None = None, watermark_delay: Any = None,
-                         late_rows: str = "drop", heartbeat: Any = None) -> StreamingQuery:
+                         late_rows: str = "drop", heartbeat: Any = None,
+                         pre_aggregate: Mapping[str, Column] | None = None) -> StreamingQuery:
     """Start the streaming query; ``trigger`` takes ``DataStreamWriter.trigger`` keywords.
 
     ``event_time``, ``watermark_delay``, ``late_rows``: as for ``process_keyed``; micro-batch N's
@@ -57,7 +58,8 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
     then: ``heartbeat`` (e.g. ``"1 minute"``) adds a source that has data every micro-batch and
     triggers one every interval (unless ``trigger`` says otherwise), so processing time, and the
     processing-time timers due by it, keep advancing when the input is quiet. The watermark moves
-    only with event times that arrive, as in Spark and Flink."""
+    only with event times that arrive, as in Spark and Flink. ``pre_aggregate``: as for
+    ``process_keyed``, per micro-batch."""
     if not df.isStreaming:
         raise ConfigurationError("process_keyed_stream needs a streaming DataFrame; use process_keyed for a "
                                  "bounded one")
@@ -66,7 +68,7 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
         raise ConfigurationError(f"sink={sink!r} is neither a sink (statekit.sinks) nor a function (DataFrame, "
                                  f"batch_id)")
     job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
-                          event_time, watermark_delay, late_rows, transactional)
+                          event_time, watermark_delay, late_rows, transactional, pre_aggregate)
     if heartbeat is not None:
         interval_ms = duration_ms(heartbeat, "heartbeat")
         df = with_heartbeat(df)

@@ -35,9 +35,14 @@ from statekit.spi.sinks import Sink, SinkContext
 from statekit.spi.storage import CheckpointStorage, SavepointTarget
 from statekit.spi.timers import MIN_TIMESTAMP
 
+#: each row's key group; ``-(i + 1)`` on subtask i's marker row (null key and values), which makes
+#: every subtask run every epoch, with rows or without
 KEY_GROUP_COLUMN = "__statekit_kg"
-PARTITION_COLUMN = "__statekit_partition"  # the subtask's partition token (``spark.partitioning``)
-MARKER_COLUMN = "__statekit_marker"  # one row per subtask, so every subtask runs every epoch
+
+
+def rows_mask(batch: pa.RecordBatch) -> pa.Array:
+    """True on the batch's rows, false on its marker row."""
+    return pc.greater_equal(batch.column(KEY_GROUP_COLUMN), 0)
 OUTPUT_BATCH_ROWS = 10_000
 #: how a subtask got its state at the start of an epoch (recorded in the checkpoint's properties)
 RECOVERY_FRESH = "fresh"  # no restore point
@@ -91,7 +96,7 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
         raise
     outputs: list[Any] = []
     writer: SubtaskSinkWriter | None = None
-    tracker = EventTimeTracker(spec.event_time, MARKER_COLUMN) if spec.event_time is not None else None
+    tracker = EventTimeTracker(spec.event_time, rows_mask) if spec.event_time is not None else None
     if tracker is not None:
         batches = tracker.filtered(batches)
     try:
@@ -217,10 +222,9 @@ def _records(batch: pa.RecordBatch, key_columns: Sequence[str]) -> Iterator[tupl
     rows = batch.to_pylist()
     single = key_columns[0] if len(key_columns) == 1 else None
     for row in rows:
-        if row.pop(MARKER_COLUMN):
-            continue
         key_group = row.pop(KEY_GROUP_COLUMN)
-        del row[PARTITION_COLUMN]
+        if key_group < 0:
+            continue
         key = row[single] if single is not None else tuple(row[c] for c in key_columns)
         yield key, key_group, row
 
@@ -242,9 +246,8 @@ def _coalesced(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[pa
 
 def _grouped(batch: pa.RecordBatch, key_columns: Sequence[str]) -> GroupedRows:
     """The batch's rows (markers dropped, without the engine's columns) grouped by key."""
-    rows = batch.filter(pc.invert(batch.column(MARKER_COLUMN)))
-    return GroupedRows.of_sorted(rows.drop_columns([KEY_GROUP_COLUMN, PARTITION_COLUMN, MARKER_COLUMN]), key_columns,
-                                 rows.column(KEY_GROUP_COLUMN))
+    rows = batch.filter(rows_mask(batch))
+    return GroupedRows.of_sorted(rows.drop_columns([KEY_GROUP_COLUMN]), key_columns, rows.column(KEY_GROUP_COLUMN))
 
 
 def _emit_columns(table: pa.Table, schema: pa.Schema, writer: SubtaskSinkWriter | None) -> Iterator[pa.RecordBatch]:

@@ -1,7 +1,7 @@
 """One state's named database in the store's write transaction (``KVTable``)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import lmdb
 
@@ -101,10 +101,47 @@ class LMDBTable(KVTable):
         if store.budget < 0:
             store.commit()
 
-    def put_many(self, entries: Any) -> None:
-        put = self.put
+    def put_many(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        self.write_many(entries)
+
+    def write_many(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Runs of puts go to LMDB in one ``putmulti`` call each, cut where the store's write budget
+        runs out (the transaction is committed there, as ``put`` does) and at every delete."""
+        store = self._store
+        run: list[tuple[bytes, bytes]] = []
+        cost = 0
         for key, value in entries:
-            put(key, value)
+            if value is None:
+                self._put_run(run, cost)
+                run, cost = [], 0
+                self.delete(key)
+                continue
+            if len(key) > store.max_key_size:
+                self._put_run(run, cost)
+                raise self._key_error(key)
+            run.append((key, value))
+            cost += len(value) + _ENTRY_OVERHEAD
+            if cost >= store.budget:
+                self._put_run(run, cost)
+                run, cost = [], 0
+        self._put_run(run, cost)
+
+    def _put_run(self, run: list[tuple[bytes, bytes]], cost: int) -> None:
+        if not run:
+            return
+        cursor = self._cursor
+        if cursor is None:
+            cursor = self._open_cursor()
+        store = self._store
+        db = self._db
+        store.log.extend([(db, key, value) for key, value in run])
+        try:
+            cursor.putmulti(run)
+        except lmdb.MapFullError:  # the log holds the whole run: the replay completes it
+            store.recover_from_full()
+        store.budget -= cost
+        if store.budget < 0:
+            store.commit()
 
     def items(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """The range as of this call. Up to ``MATERIALIZE_LIMIT`` entries are read into a list at
