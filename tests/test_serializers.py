@@ -77,6 +77,12 @@ def test_unserializable_value_is_a_clear_error(serializer, value):
         serializer.serialize(value)
 
 
+def test_pickle_bulk_error_names_the_value_type():
+    with pytest.raises(SerializationError, match="cannot pickle a value of type lock"):
+        PickleSerializer().serialize_many(iter([1, threading.Lock()]))
+    assert PickleSerializer().serialize_many(iter([1, "a"])) == [PickleSerializer().serialize(v) for v in (1, "a")]
+
+
 def test_int64_bulk_overflow_is_a_clear_error():
     with pytest.raises(SerializationError, match="64-bit"):
         Int64Serializer().serialize_many([1, 2 ** 64])

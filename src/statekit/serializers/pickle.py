@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pickle
-from typing import Any
+from typing import Any, Iterable
 
 from statekit.spi.errors import ConfigurationError, SerializationError
 from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer, reads_older_versions
@@ -21,6 +21,15 @@ class PickleSerializer(TypeSerializer[Any]):
             raise SerializationError(
                 f"cannot pickle a value of type {type(value).__name__}: {exc}. Store picklable values "
                 f"or give the state descriptor a serializer for this type") from exc
+
+    def serialize_many(self, values: Iterable[Any]) -> list[bytes]:
+        values = values if isinstance(values, list) else list(values)
+        dumps, protocol = pickle.dumps, self.protocol
+        try:
+            return [dumps(value, protocol) for value in values]
+        except Exception:  # the value that failed gets serialize's error message
+            serialize = self.serialize
+            return [serialize(value) for value in values]
 
     def deserialize(self, data: bytes) -> Any:
         try:

@@ -58,14 +58,22 @@ class KVBulkValueState(KVBulkState, BulkValueState):
         self._default_bytes = None if default is None else self._serializer.serialize(default)
 
     def get_many(self, keys: KeyBatch) -> list[Any]:
-        deserialize, default = self._serializer.deserialize, self._default_bytes
-        return [deserialize(data) if data is not None else None if default is None else deserialize(default)
-                for data in self._table.get_many(self._cells(keys))]
+        datas = self._table.get_many(self._cells(keys))
+        default = self._default_bytes
+        if default is not None:
+            datas = [default if data is None else data for data in datas]
+        elif None in datas:
+            deserialize = self._serializer.deserialize
+            return [None if data is None else deserialize(data) for data in datas]
+        return self._serializer.deserialize_many(datas)
 
     def update_many(self, keys: KeyBatch, values: Sequence[Any]) -> None:
         check_aligned(keys, values, "ValueState.update_many")
-        serialize = self._serializer.serialize
-        datas = [None if v is None else serialize(v) for v in values]  # every value serialized before any write
+        serializer = self._serializer  # every value serialized before any write
+        if any(v is None for v in values):
+            datas: list[bytes | None] = [None if v is None else serializer.serialize(v) for v in values]
+        else:
+            datas = list(serializer.serialize_many(values))
         self._write(self._cells(keys), datas)
 
 
