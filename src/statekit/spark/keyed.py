@@ -284,9 +284,10 @@ class SubtaskRun:
 def _of_subtask(batches: Iterator[pa.RecordBatch], key_groups: KeyGroupRange, index: int) -> Iterator[pa.RecordBatch]:
     """The batches of one partition, checked to hold only subtask ``index``'s key groups and marker."""
     for batch in batches:
-        if batch.num_rows:
-            column = batch.column(KEY_GROUP_COLUMN)
-            bounds = pc.min_max(pc.filter(column, rows_mask(batch))).as_py()
+        column = batch.column(KEY_GROUP_COLUMN)
+        bounds = pc.min_max(column).as_py()
+        if bounds["min"] is not None and not key_groups.start <= bounds["min"] <= bounds["max"] <= key_groups.end:
+            bounds = pc.min_max(pc.filter(column, rows_mask(batch))).as_py()  # without the marker
             markers = pc.unique(pc.filter(column, pc.less(column, 0))).to_pylist()
             if (bounds["min"] is not None and (bounds["min"] < key_groups.start or bounds["max"] > key_groups.end)
                     or markers not in ([], [-index - 1])):

@@ -241,12 +241,13 @@ def _coalesced(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[pa
             yield pa.concat_batches(pending)
             pending, size = [], 0
     if pending:
-        yield pa.concat_batches(pending)
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
 def _grouped(batch: pa.RecordBatch, key_columns: Sequence[str]) -> GroupedRows:
     """The batch's rows (markers dropped, without the engine's columns) grouped by key."""
-    rows = batch.filter(rows_mask(batch))
+    lowest = pc.min(batch.column(KEY_GROUP_COLUMN)).as_py()
+    rows = batch.filter(rows_mask(batch)) if lowest is not None and lowest < 0 else batch  # a marker in it
     return GroupedRows.of_sorted(rows.drop_columns([KEY_GROUP_COLUMN]), key_columns, rows.column(KEY_GROUP_COLUMN))
 
 
