@@ -245,7 +245,7 @@ CASES = [
                                             [{"user": "ann"}, {"user": "bob"}]),
         FunctionResultError, ("BatchReturns.process_rows returned RecordBatch", "batch.to_pylist()")),
     Bad("function-is-a-lambda", lambda tmp: LocalRunner(lambda row: row, key_selector=lambda r: r),
-        ConfigurationError, ("KeyedProcessFunction or a KeyedBatchFunction", "process")),
+        ConfigurationError, ("KeyedProcessFunction, KeyedBatchFunction or KeyedVectorFunction", "process_groups")),
     Bad("function-is-a-class", lambda tmp: LocalRunner(Count, key_selector=lambda r: r), ConfigurationError,
         ("pass an instance",)),
     Bad("key-selector-not-callable", lambda tmp: LocalRunner(Count(), key_selector="user"), ConfigurationError,
