@@ -80,3 +80,16 @@ def test_corrupt_key_group_names_it():
     assert len(list(read_key_groups(corrupt, InlineStreams(), KeyGroupRange(0, 5)))) > 0  # others still read
     with pytest.raises(CorruptStateError, match="key group 6.*checksum"):
         list(read_key_groups(corrupt, InlineStreams(), KeyGroupRange(0, 7)))
+
+
+def test_cell_keys_split_at_once_as_one_by_one():
+    """Columnar splitting of stored keys (KV snapshots) agrees with ``split_cell_key``, multi-byte
+    length prefixes (keys and namespaces of 128 bytes and more) included."""
+    from statekit.backends.common.cell_columns import split_cell_keys
+    from statekit.backends.common.key_layout import cell_key, key_group_prefix, split_cell_key
+    stored = [cell_key(key_group_prefix(kg), b"k" * key_len, b"n" * ns_len) + b"u" * user_len
+              for kg, key_len, ns_len, user_len in [(0, 0, 0, 0), (1, 5, 0, 3), (7, 127, 128, 0), (9, 300, 2, 17000),
+                                                    (65535, 20000, 16384, 1)]]
+    keys, namespaces, user_keys = split_cell_keys(pa.array(stored, pa.binary()).slice(1))
+    assert list(zip(keys.to_pylist(), namespaces.to_pylist(), user_keys.to_pylist())) == \
+        [split_cell_key(s)[1:] for s in stored[1:]]

@@ -7,7 +7,10 @@ treats it as an int: ``True`` would silently come back as ``1``.
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, NoReturn
+from typing import Any, Iterable, NoReturn, Sequence
+
+import numpy as np
+import pyarrow as pa
 
 from statekit.spi.errors import SerializationError
 from statekit.spi.serializer import TypeSerializer
@@ -51,6 +54,18 @@ class Int64Serializer(TypeSerializer[int]):
             raise SerializationError(f"Int64Serializer: a value is not a 64-bit integer: {exc}") from exc
 
 
+    def serialize_arrow(self, values: Sequence[int]) -> pa.Array:
+        if _all_of_type(values, int):
+            try:
+                numbers = np.array(values, dtype=np.int64)
+            except OverflowError:
+                return super().serialize_arrow(values)  # names the value out of range
+            data = (numbers.view(np.uint64) ^ np.uint64(_SIGN)).astype(">u8")
+            fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(values), [None, pa.py_buffer(data)])
+            return fixed.cast(pa.binary())
+        return super().serialize_arrow(values)
+
+
 class Float64Serializer(TypeSerializer[float]):
     def serialize(self, value: float) -> bytes:
         if value.__class__ is bool:
@@ -78,6 +93,14 @@ class StringSerializer(TypeSerializer[str]):
     def deserialize(self, data: bytes) -> str:
         return bytes(data).decode("utf-8")
 
+    def serialize_arrow(self, values: Sequence[str]) -> pa.Array:
+        if _all_of_type(values, str):
+            try:
+                return pa.array(values, pa.string()).view(pa.binary())  # Arrow strings are UTF-8
+            except UnicodeEncodeError:
+                pass  # a lone surrogate: ``serialize`` names the value
+        return super().serialize_arrow(values)
+
 
 class BytesSerializer(TypeSerializer[bytes]):
     """Raw bytes, unchanged."""
@@ -89,3 +112,11 @@ class BytesSerializer(TypeSerializer[bytes]):
 
     def deserialize(self, data: bytes) -> bytes:
         return bytes(data)
+
+    def serialize_arrow(self, values: Sequence[bytes]) -> pa.Array:
+        return pa.array(values, pa.binary()) if _all_of_type(values, bytes) else super().serialize_arrow(values)
+
+
+def _all_of_type(values: Sequence[Any], kind: type) -> bool:
+    """Every value is exactly of ``kind`` (Arrow's conversions would take others, or subclasses, too)."""
+    return set(map(type, values)) <= {kind}

@@ -14,6 +14,7 @@ metasync            false      fsync the meta page on every commit
 writemap            false      write through a writable memory map instead of ``pwrite``
 readahead           false      let the OS read ahead on page faults
 local-dir           (temp)     where the environments' instance directories are created
+snapshot-compression  none     compression of full and changelog snapshot files: none, lz4 or zstd
 ==================  =========  ===================================================================
 
 and the changelog options of incremental snapshots (``ChangelogConfig.OPTIONS``).
@@ -23,6 +24,7 @@ from __future__ import annotations
 import mmap
 from dataclasses import dataclass
 
+from statekit.backends.common.canonical import SNAPSHOT_COMPRESSION_OPTION
 from statekit.backends.common.changelog import ChangelogConfig
 from statekit.backends.common.local_dirs import LOCAL_DIR_OPTION
 from statekit.spi.options import Option, OptionSet, boolean, integer, size
@@ -41,6 +43,7 @@ OPTIONS = OptionSet(
     Option("writemap", boolean, False, "write through a writable memory map"),
     Option("readahead", boolean, False, "let the OS read ahead on page faults"),
     LOCAL_DIR_OPTION,
+    SNAPSHOT_COMPRESSION_OPTION,
     *ChangelogConfig.OPTIONS,
 )
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from statekit.backends.lmdb.store import LMDBStore
 
 #: entries read per lock acquisition from a read snapshot
-CHUNK = 1024
+CHUNK = 16 * 1024
 
 
 class SnapshotIterator:

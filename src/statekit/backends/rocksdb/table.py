@@ -10,8 +10,9 @@ from statekit.backends.common.kv_store import KVTable, KVView
 from statekit.spi.errors import StatekitError
 
 
-def bounded_items(source: Any, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """``lower <= key < upper`` of a column family or snapshot.
+def bounded_items(source: Any, lower: bytes, upper: bytes, part: str = "items") -> Iterator[Any]:
+    """``lower <= key < upper`` of a column family or snapshot: its entries, or with ``part``
+    ``"keys"`` or ``"values"`` only those (rocksdict makes no tuple then).
 
     rocksdict's ``items`` starts at the first key despite an iterate lower bound, so the start is
     given as ``from_key``; and its iterator does not keep the ``ReadOptions`` (which own the
@@ -21,7 +22,7 @@ def bounded_items(source: Any, lower: bytes, upper: bytes) -> Iterator[tuple[byt
     options.set_iterate_lower_bound(lower)
     options.set_iterate_upper_bound(upper)
     try:
-        yield from source.items(from_key=lower, read_opt=options)
+        yield from getattr(source, part)(from_key=lower, read_opt=options)
     finally:
         del options
 
@@ -99,15 +100,26 @@ class CheckpointView(KVView):
         self._db: Any = None
         self._column_families: dict[str, Any] = {}
 
-    def items(self, table: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+    def _column_family(self, table: str) -> Any:
         if self._db is None:
             names = Rdict.list_cf(self._directory, self._options)
             self._db = Rdict(self._directory, self._options,
                              column_families={n: self._cf_options for n in names if n != "default"},
                              access_type=AccessType.read_only())
             self._column_families = {n: self._db.get_column_family(n) for n in names if n != "default"}
-        column_family = self._column_families.get(table)
+        return self._column_families.get(table)
+
+    def items(self, table: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        column_family = self._column_family(table)
         return bounded_items(column_family, lower, upper) if column_family is not None else iter(())
+
+    def columns(self, table: str, lower: bytes, upper: bytes) -> tuple[list[bytes], list[bytes]]:
+        """Keys, then values, each in one pass of the (immutable) checkpoint: no tuple per entry."""
+        column_family = self._column_family(table)
+        if column_family is None:
+            return [], []
+        return (list(bounded_items(column_family, lower, upper, "keys")),
+                list(bounded_items(column_family, lower, upper, "values")))
 
     def release(self) -> None:
         if self._db is not None:
