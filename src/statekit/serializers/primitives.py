@@ -55,15 +55,12 @@ class Int64Serializer(TypeSerializer[int]):
 
 
     def serialize_arrow(self, values: Sequence[int]) -> pa.Array:
-        if _all_of_type(values, int):
-            try:
-                numbers = np.array(values, dtype=np.int64)
-            except OverflowError:
-                return super().serialize_arrow(values)  # names the value out of range
-            data = (numbers.view(np.uint64) ^ np.uint64(_SIGN)).astype(">u8")
-            fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(values), [None, pa.py_buffer(data)])
-            return fixed.cast(pa.binary())
-        return super().serialize_arrow(values)
+        numbers = _inferred(values, pa.int64())
+        if numbers is None:
+            return super().serialize_arrow(values)  # names the value that is no 64-bit integer
+        data = (numbers.to_numpy().view(np.uint64) ^ np.uint64(_SIGN)).astype(">u8")
+        fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(values), [None, pa.py_buffer(data)])
+        return fixed.cast(pa.binary())
 
 
 class Float64Serializer(TypeSerializer[float]):
@@ -94,12 +91,9 @@ class StringSerializer(TypeSerializer[str]):
         return bytes(data).decode("utf-8")
 
     def serialize_arrow(self, values: Sequence[str]) -> pa.Array:
-        if _all_of_type(values, str):
-            try:
-                return pa.array(values, pa.string()).view(pa.binary())  # Arrow strings are UTF-8
-            except UnicodeEncodeError:
-                pass  # a lone surrogate: ``serialize`` names the value
-        return super().serialize_arrow(values)
+        text = _inferred(values, pa.string())
+        # Arrow strings are UTF-8; anything else (a lone surrogate, a value no str) ``serialize`` names
+        return text.view(pa.binary()) if text is not None else super().serialize_arrow(values)
 
 
 class BytesSerializer(TypeSerializer[bytes]):
@@ -118,5 +112,15 @@ class BytesSerializer(TypeSerializer[bytes]):
 
 
 def _all_of_type(values: Sequence[Any], kind: type) -> bool:
-    """Every value is exactly of ``kind`` (Arrow's conversions would take others, or subclasses, too)."""
+    """Every value is exactly of ``kind`` (Arrow's conversion to binary takes str too)."""
     return set(map(type, values)) <= {kind}
+
+
+def _inferred(values: Sequence[Any], kind: pa.DataType) -> pa.Array | None:
+    """``values`` as the Arrow array whose type Arrow infers, if that is ``kind`` with no nulls (so
+    every value is of the matching Python type: Arrow infers no other for them); else None."""
+    try:
+        array = pa.array(values)
+    except (pa.ArrowException, OverflowError, UnicodeEncodeError):
+        return None
+    return array if array.type == kind and not array.null_count else None

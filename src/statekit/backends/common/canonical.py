@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from statekit.backends.common.snapshot_sink import HashingSink
+from statekit.backends.common.snapshot_sink import CHUNK_BYTES, HashingSink
 from statekit.backends.common.ttl import TIMESTAMP
 from statekit.spi.descriptors import StateKind
 from statekit.spi.errors import ConfigurationError, CorruptStateError, SnapshotError
@@ -102,10 +102,14 @@ class CanonicalSnapshotWriter:
         self._format = format
         self._schema = SCHEMAS[format]
         self._sink = HashingSink(out)
-        self._writer = pa.ipc.new_file(self._sink, self._schema, options=ipc_write_options(compression))
+        # the IPC writer writes each buffer of a batch on its own: Arrow's buffer gathers them, and
+        # is flushed to the sink where a key group ends
+        self._buffered = pa.BufferedOutputStream(pa.PythonFile(self._sink, mode="w"), CHUNK_BYTES)
+        self._writer = pa.ipc.new_file(self._buffered, self._schema, options=ipc_write_options(compression))
         # the IPC writer emits magic and schema with the first batch: write an empty one now so
         # every later batch's bytes start at a known offset
         self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=self._schema))
+        self._buffered.flush()
         self._sink.cut()
         self._current_kg: int | None = None
         self._kg_start = 0
@@ -122,10 +126,10 @@ class CanonicalSnapshotWriter:
                          _column(values, pa.binary()), None if ops is None else _column(ops, pa.int8()))
 
     def add_columns(self, key_group: int, state: str, keys: pa.Array, namespaces: pa.Array | bytes,
-                    user_keys: pa.Array | None, values: pa.Array, ops: pa.Array | int | None = None) -> None:
-        """Rows of one state in one key group as binary Arrow arrays: ``namespaces`` may be the one
-        namespace of every row, ``user_keys=None`` means no user key, and ``ops`` (only and always
-        in a changelog delta) may be the one operation of every row."""
+                    user_keys: pa.Array | None, values: pa.Array | bytes, ops: pa.Array | int | None = None) -> None:
+        """Rows of one state in one key group as binary Arrow arrays: ``namespaces`` and ``values``
+        may be the one namespace or value of every row, ``user_keys=None`` means no user key, and
+        ``ops`` (only and always in a changelog delta) may be the one operation of every row."""
         if (ops is None) != (self._format == FORMAT):
             raise SnapshotError(f"row operations are {'required' if ops is None else 'not allowed'} "
                                 f"in the {self._format} format")
@@ -139,6 +143,8 @@ class CanonicalSnapshotWriter:
         n = len(keys)
         if isinstance(namespaces, bytes):
             namespaces = _repeated(namespaces, n, pa.binary())
+        if isinstance(values, bytes):
+            values = _repeated(values, n, pa.binary())
         if isinstance(ops, int):
             ops = _repeated(ops, n, pa.int8())
         if not len(namespaces) == len(values) == n or any(c is not None and len(c) != n for c in (user_keys, ops)):
@@ -168,6 +174,7 @@ class CanonicalSnapshotWriter:
 
     def _end_key_group(self) -> None:
         self._flush()
+        self._buffered.flush()
         if self._current_kg is not None:
             end = self._sink.tell()
             if end > self._kg_start:
@@ -179,6 +186,7 @@ class CanonicalSnapshotWriter:
         """Close the file and return its handle, or ``None`` (file discarded) if it holds no rows."""
         self._end_key_group()
         self._writer.close()
+        self._buffered.flush()
         if not self._ranges:
             self.abort()
             return None

@@ -273,19 +273,30 @@ class ChangelogKVSnapshot(PendingSnapshot):
                 for name, cell in self._changed[index]:
                     by_state.setdefault(name, []).append(cell)
                 for name, cells in sorted(by_state.items()):
-                    kind = kinds[name]
-                    for cell in sorted(cells):
-                        entries = list(self._view.items(name, cell, prefix_upper_bound(cell)))
-                        if not entries or kind in _REWRITTEN_WHOLE:  # a PUT replaces a value cell
-                            _, key, namespace, _ = split_cell_key(cell)
-                            writer.add_rows(key_group, name, [key], [namespace], None, [b""], [OP_DELETE])
-                        if entries:
-                            _write_entries(writer, key_group, name, kind, [k for k, _ in entries],
-                                           [v for _, v in entries], OP_PUT)
+                    self._write_cells(writer, key_group, name, kinds[name], sorted(cells))
             return writer.finish(self._key_groups, self._key_serializer.snapshot(), self._metas)
         except BaseException:
             writer.abort()
             raise
+
+    def _write_cells(self, writer: CanonicalSnapshotWriter, key_group: int, name: str, kind: StateKind,
+                     cells: list[bytes]) -> None:
+        """The changed cells of one state in one key group: the DELETEs of the cells gone or rewritten
+        whole, then the PUTs of what they hold now (the cells are distinct, so a cell's DELETE still
+        comes before its PUTs)."""
+        deleted: list[bytes] = []
+        stored: list[bytes] = []
+        values: list[bytes] = []
+        for cell in cells:
+            entries = list(self._view.items(name, cell, prefix_upper_bound(cell)))
+            if not entries or kind in _REWRITTEN_WHOLE:  # a PUT replaces a value cell
+                deleted.append(cell)
+            stored += [key for key, _ in entries]
+            values += [value for _, value in entries]
+        if deleted:
+            keys, namespaces, _ = split_cell_keys(pa.array(deleted, pa.binary()))
+            writer.add_columns(key_group, name, keys, namespaces, None, b"", OP_DELETE)
+        _write_entries(writer, key_group, name, kind, stored, values, OP_PUT)
 
     def release(self) -> None:
         self._full.release()

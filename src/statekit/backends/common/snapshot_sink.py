@@ -35,13 +35,16 @@ class HashingSink(io.RawIOBase):
         self._chunks: queue.Queue[bytearray | None] = queue.Queue(MAX_PENDING_CHUNKS)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._aborted = False
 
     def writable(self) -> bool:
         return True
 
     def write(self, data) -> int:  # type: ignore[no-untyped-def,override]
-        self._hasher.update(data)
         n = memoryview(data).nbytes
+        if self._aborted:  # what a buffered writer still holds when it is dropped
+            return n
+        self._hasher.update(data)
         self._buffer += data
         self._position += n
         if len(self._buffer) >= CHUNK_BYTES:
@@ -90,7 +93,8 @@ class HashingSink(io.RawIOBase):
             self._buffer = bytearray()
 
     def abort(self) -> None:
-        """Stop writing (the caller discards the stream)."""
+        """Stop writing (the caller discards the stream); later writes are dropped."""
+        self._aborted = True
         self._error = self._error or InterruptedError("the snapshot was aborted")
         self._join()
         self._buffer = bytearray()

@@ -317,7 +317,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
             if deleted:
                 writer.add_columns(key_group, name, self._key_serializer.serialize_arrow([k for k, _ in deleted]),
                                    pa.array([encode_namespace(ns, ns_serializer) for _, ns in deleted], pa.binary()),
-                                   None, pa.repeat(pa.scalar(b"", pa.binary()), len(deleted)), OP_DELETE)
+                                   None, b"", OP_DELETE)
             if current:
                 _write_group(writer, key_group, name, registration, self._user_keys[name], current,
                              self._key_serializer, OP_PUT)
@@ -339,6 +339,7 @@ def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, reg
         ns_bytes = encode_namespace(namespace, registration.namespace_serializer)
         keys = key_serializer.serialize_arrow(list(entries))
         user_keys: pa.Array | None = None
+        values: pa.Array | bytes
         if kind is StateKind.VALUE or kind is StateKind.REDUCING or kind is StateKind.AGGREGATING:
             values = value_serializer.serialize_arrow(list(entries.values()))
         else:
@@ -352,5 +353,5 @@ def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, reg
             else:  # timers: one row per timer, the timestamp as user key (the canonical format's)
                 user_keys = pa.array([timestamp_bytes(t) for held in entries.values() for t in sorted(held)],
                                      pa.binary())
-                values = pa.repeat(pa.scalar(b"", pa.binary()), len(keys))
+                values = b""
         writer.add_columns(key_group, name, keys, ns_bytes, user_keys, values, op)

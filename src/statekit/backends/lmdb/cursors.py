@@ -36,6 +36,21 @@ def read_range(cursor: Any, lower: bytes, upper: bytes, limit: int, max_key: int
     return list(itertools.islice(itertools.takewhile(functools.partial(operator.gt, (upper,)), entries), limit))
 
 
+def read_columns(cursor: Any, lower: bytes, upper: bytes, max_key: int) -> tuple[list[bytes], list[bytes]]:
+    """The keys, then the values, with ``lower <= key < upper``: two passes of the cursor's C
+    iterator (keys only, then as many values only), which make no tuple per entry."""
+    if not _seek(cursor, lower, max_key):
+        return [], []
+    found: Iterator[bytes] = cursor.iternext(keys=True, values=False)
+    if len(lower) > max_key:
+        found = itertools.dropwhile(functools.partial(operator.gt, lower), found)
+    keys = list(itertools.takewhile(functools.partial(operator.gt, upper), found))
+    if not keys:
+        return [], []
+    cursor.set_key(keys[0])
+    return keys, list(itertools.islice(cursor.iternext(keys=False, values=True), len(keys)))
+
+
 def delete_range(txn: Any, db: Any, lower: bytes, upper: bytes, max_key: int) -> None:
     cursor = txn.cursor(db)
     try:

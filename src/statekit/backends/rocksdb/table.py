@@ -10,21 +10,32 @@ from statekit.backends.common.kv_store import KVTable, KVView
 from statekit.spi.errors import StatekitError
 
 
-def bounded_items(source: Any, lower: bytes, upper: bytes, part: str = "items") -> Iterator[Any]:
-    """``lower <= key < upper`` of a column family or snapshot: its entries, or with ``part``
-    ``"keys"`` or ``"values"`` only those (rocksdict makes no tuple then).
+def _bounds(lower: bytes, upper: bytes) -> ReadOptions:
+    options = ReadOptions()
+    options.set_iterate_lower_bound(lower)
+    options.set_iterate_upper_bound(upper)
+    return options
+
+
+def bounded_items(source: Any, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """``lower <= key < upper`` of a column family or snapshot.
 
     rocksdict's ``items`` starts at the first key despite an iterate lower bound, so the start is
     given as ``from_key``; and its iterator does not keep the ``ReadOptions`` (which own the
     bounds) alive, so this generator holds them until the iteration ends.
     """
-    options = ReadOptions()
-    options.set_iterate_lower_bound(lower)
-    options.set_iterate_upper_bound(upper)
+    options = _bounds(lower, upper)
     try:
-        yield from getattr(source, part)(from_key=lower, read_opt=options)
+        yield from source.items(from_key=lower, read_opt=options)
     finally:
         del options
+
+
+def bounded_columns(source: Any, lower: bytes, upper: bytes) -> tuple[list[bytes], list[bytes]]:
+    """The keys, then the values, of ``bounded_items``, each listed in one pass by rocksdict's own
+    iterator (no tuple, and no Python frame, per entry). ``source`` must not change meanwhile."""
+    options = _bounds(lower, upper)  # held while the iterators run
+    return list(source.keys(from_key=lower, read_opt=options)), list(source.values(from_key=lower, read_opt=options))
 
 
 class ColumnFamilyTable(KVTable):
@@ -114,12 +125,9 @@ class CheckpointView(KVView):
         return bounded_items(column_family, lower, upper) if column_family is not None else iter(())
 
     def columns(self, table: str, lower: bytes, upper: bytes) -> tuple[list[bytes], list[bytes]]:
-        """Keys, then values, each in one pass of the (immutable) checkpoint: no tuple per entry."""
+        """Keys, then values, each in one pass of the (immutable) checkpoint."""
         column_family = self._column_family(table)
-        if column_family is None:
-            return [], []
-        return (list(bounded_items(column_family, lower, upper, "keys")),
-                list(bounded_items(column_family, lower, upper, "values")))
+        return bounded_columns(column_family, lower, upper) if column_family is not None else ([], [])
 
     def release(self) -> None:
         if self._db is not None:
