@@ -334,22 +334,24 @@ def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, reg
     """The cells of one state in one key group, a column at a time: each key is serialized once,
     and a key's rows (list elements, map entries, timers) repeat its bytes by index."""
     kind = registration.kind
-    value_serializer = registration.value_serializer
+    value_serializer = None if kind is StateKind.TIMERS else registration.value_serializer
     for namespace, entries in group.items():
         ns_bytes = encode_namespace(namespace, registration.namespace_serializer)
         keys = key_serializer.serialize_arrow(list(entries))
         user_keys: pa.Array | None = None
         values: pa.Array | bytes
         if kind is StateKind.VALUE or kind is StateKind.REDUCING or kind is StateKind.AGGREGATING:
-            values = value_serializer.serialize_arrow(list(entries.values()))
+            values = value_serializer.serialize_arrow(list(entries.values()))  # type: ignore[union-attr]
         else:
             keys = keys.take(np.repeat(np.arange(len(keys)), [len(held) for held in entries.values()]))
             if kind is StateKind.LIST:
-                values = value_serializer.serialize_arrow([v for elements in entries.values() for v in elements])
+                values = value_serializer.serialize_arrow(  # type: ignore[union-attr]
+                    [v for elements in entries.values() for v in elements])
             elif kind is StateKind.MAP:
                 user_key_bytes = user_keys_of.to_bytes  # type: ignore[union-attr]
                 user_keys = pa.array([user_key_bytes(k) for mapping in entries.values() for k in mapping], pa.binary())
-                values = value_serializer.serialize_arrow([v for mapping in entries.values() for v in mapping.values()])
+                values = value_serializer.serialize_arrow(  # type: ignore[union-attr]
+                    [v for mapping in entries.values() for v in mapping.values()])
             else:  # timers: one row per timer, the timestamp as user key (the canonical format's)
                 user_keys = pa.array([timestamp_bytes(t) for held in entries.values() for t in sorted(held)],
                                      pa.binary())
