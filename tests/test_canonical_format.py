@@ -80,3 +80,42 @@ def test_corrupt_key_group_names_it():
     assert len(list(read_key_groups(corrupt, InlineStreams(), KeyGroupRange(0, 5)))) > 0  # others still read
     with pytest.raises(CorruptStateError, match="key group 6.*checksum"):
         list(read_key_groups(corrupt, InlineStreams(), KeyGroupRange(0, 7)))
+
+
+def test_cell_keys_split_at_once_as_one_by_one():
+    """Columnar splitting of stored keys (KV snapshots) agrees with ``split_cell_key``, multi-byte
+    length prefixes (keys and namespaces of 128 bytes and more) included."""
+    from statekit.backends.common.cell_columns import split_cell_keys
+    from statekit.backends.common.key_layout import cell_key, key_group_prefix, split_cell_key
+    stored = [cell_key(key_group_prefix(kg), b"k" * key_len, b"n" * ns_len) + b"u" * user_len
+              for kg, key_len, ns_len, user_len in [(0, 0, 0, 0), (1, 5, 0, 3), (7, 127, 128, 0), (9, 300, 2, 17000),
+                                                    (65535, 20000, 16384, 1)]]
+    keys, namespaces, user_keys = split_cell_keys(pa.array(stored, pa.binary()).slice(1))
+    assert list(zip(keys.to_pylist(), namespaces.to_pylist(), user_keys.to_pylist())) == \
+        [split_cell_key(s)[1:] for s in stored[1:]]
+
+
+def test_a_failing_stream_fails_the_snapshot_and_is_discarded():
+    """Chunks are written by a background thread: the stream's error reaches the writer's caller."""
+    from statekit.storage.inline import InlineOutputStream
+
+    class FailingOutput(InlineOutputStream):
+        discarded = False
+
+        def write(self, data):
+            if self.tell() > 0:
+                raise SnapshotError("the disk is full")
+            return super().write(data)
+
+        def discard(self):
+            FailingOutput.discarded = True
+            super().discard()
+
+    writer = CanonicalSnapshotWriter(FailingOutput())
+    keys = [b"key-%07d" % i for i in range(60_000)]
+    with pytest.raises(SnapshotError, match="the disk is full"):
+        for kg in range(8):
+            writer.add_rows(kg, "s", keys, [b""] * len(keys), None, [b"v" * 40] * len(keys))
+        writer.finish(KeyGroupRange(0, 7), PickleSerializer().snapshot(), [])
+    writer.abort()
+    assert FailingOutput.discarded

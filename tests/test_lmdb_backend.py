@@ -114,17 +114,16 @@ def test_growth_while_a_snapshot_is_written_on_another_thread(lmdb_backend, tmp_
     _write(lmdb_backend, range(n), 256)
     pending = lmdb_backend.snapshot(1)
     view = pending._view
-    read_items = view.items
+    read_columns = view.columns
     paused, resume = threading.Event(), threading.Event()
 
-    def items(table, lower, upper):
-        for entry in read_items(table, lower, upper):
-            yield entry
-            if lower >= (64).to_bytes(2, "big") and not paused.is_set():  # half-way: key group 64
-                paused.set()
-                resume.wait(30)
+    def columns(table, lower, upper):
+        if lower >= (64).to_bytes(2, "big") and not paused.is_set():  # half-way: key group 64
+            paused.set()
+            resume.wait(30)
+        return read_columns(table, lower, upper)
 
-    view.items = items
+    view.columns = columns
     streams = InlineStreams()
     result = {}
 

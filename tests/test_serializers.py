@@ -203,3 +203,22 @@ def test_msgpack_unknown_extension_type_is_a_clear_error():
 
     with pytest.raises(SerializationError, match="unknown msgpack extension type 7"):
         MsgpackSerializer().deserialize(msgpack.packb(msgpack.ExtType(7, b"x")))
+
+
+@pytest.mark.parametrize("serializer,values", [
+    (Int64Serializer(), [0, -1, 2**63 - 1, -2**63, 5]), (StringSerializer(), ["a", "héllo", ""]),
+    (BytesSerializer(), [b"", b"xy", bytearray(b"z")]), (PickleSerializer(), [1, "a", None]),
+    (Int64Serializer(), []), (StringSerializer(), [])])
+def test_serialize_arrow_is_serialize_many_as_a_column(serializer, values):
+    import pyarrow as pa
+    column = serializer.serialize_arrow(values)
+    assert column.type == pa.binary() and column.to_pylist() == serializer.serialize_many(values)
+
+
+@pytest.mark.parametrize("serializer,values", [
+    (Int64Serializer(), [1, 2**63]), (Int64Serializer(), [1, True]), (Int64Serializer(), [1, None]),
+    (Int64Serializer(), [1, 1.5]), (StringSerializer(), ["a", "\ud800"]), (StringSerializer(), ["a", b"x"]),
+    (StringSerializer(), ["a", None]), (BytesSerializer(), [b"a", "x"])])
+def test_serialize_arrow_rejects_what_serialize_rejects(serializer, values):
+    with pytest.raises(SerializationError):
+        serializer.serialize_arrow(values)

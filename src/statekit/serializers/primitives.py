@@ -7,7 +7,10 @@ treats it as an int: ``True`` would silently come back as ``1``.
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, NoReturn
+from typing import Any, Iterable, NoReturn, Sequence
+
+import numpy as np
+import pyarrow as pa
 
 from statekit.spi.errors import SerializationError
 from statekit.spi.serializer import TypeSerializer
@@ -51,6 +54,15 @@ class Int64Serializer(TypeSerializer[int]):
             raise SerializationError(f"Int64Serializer: a value is not a 64-bit integer: {exc}") from exc
 
 
+    def serialize_arrow(self, values: Sequence[int]) -> pa.Array:
+        numbers = _inferred(values, pa.int64())
+        if numbers is None:
+            return super().serialize_arrow(values)  # names the value that is no 64-bit integer
+        data = (numbers.to_numpy().view(np.uint64) ^ np.uint64(_SIGN)).astype(">u8")
+        fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(values), [None, pa.py_buffer(data)])
+        return fixed.cast(pa.binary())
+
+
 class Float64Serializer(TypeSerializer[float]):
     def serialize(self, value: float) -> bytes:
         if value.__class__ is bool:
@@ -78,6 +90,11 @@ class StringSerializer(TypeSerializer[str]):
     def deserialize(self, data: bytes) -> str:
         return bytes(data).decode("utf-8")
 
+    def serialize_arrow(self, values: Sequence[str]) -> pa.Array:
+        text = _inferred(values, pa.string())
+        # Arrow strings are UTF-8; anything else (a lone surrogate, a value no str) ``serialize`` names
+        return text.view(pa.binary()) if text is not None else super().serialize_arrow(values)
+
 
 class BytesSerializer(TypeSerializer[bytes]):
     """Raw bytes, unchanged."""
@@ -89,3 +106,21 @@ class BytesSerializer(TypeSerializer[bytes]):
 
     def deserialize(self, data: bytes) -> bytes:
         return bytes(data)
+
+    def serialize_arrow(self, values: Sequence[bytes]) -> pa.Array:
+        return pa.array(values, pa.binary()) if _all_of_type(values, bytes) else super().serialize_arrow(values)
+
+
+def _all_of_type(values: Sequence[Any], kind: type) -> bool:
+    """Every value is exactly of ``kind`` (Arrow's conversion to binary takes str too)."""
+    return set(map(type, values)) <= {kind}
+
+
+def _inferred(values: Sequence[Any], kind: pa.DataType) -> pa.Array | None:
+    """``values`` as the Arrow array whose type Arrow infers, if that is ``kind`` with no nulls (so
+    every value is of the matching Python type: Arrow infers no other for them); else None."""
+    try:
+        array = pa.array(values)
+    except (pa.ArrowException, OverflowError, UnicodeEncodeError):
+        return None
+    return array if array.type == kind and not array.null_count else None

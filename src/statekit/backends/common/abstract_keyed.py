@@ -19,7 +19,7 @@ import time
 from abc import abstractmethod
 from typing import Any, Sequence
 
-from statekit.backends.common.canonical import read_key_groups
+from statekit.backends.common.canonical import DEFAULT_COMPRESSION, read_key_groups
 from statekit.backends.common.changelog import (
     ChangelogConfig, ChangelogStateHandle, ChangelogTracker, restore_chain, split_ops,
 )
@@ -41,8 +41,10 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
     backend_name = "keyed"
 
     def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig(),
-                 supports_ttl: bool = True) -> None:
+                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION) -> None:
         super().__init__(params)
+        #: how the canonical writer compresses full, savepoint and changelog snapshots
+        self.snapshot_compression = snapshot_compression
         #: TTL is implemented for every backend (``common/ttl.py``); honoured when the factory
         #: declares the ``ttl`` capability, which passes it here
         self.supports_ttl = supports_ttl

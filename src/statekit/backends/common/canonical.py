@@ -5,6 +5,9 @@ Record batches are grouped by key group in ascending order; the handle records, 
 the byte range of its batches and that range's checksum. Restoring a key-group range therefore
 reads (and verifies) only the bytes of its key groups, and the file remains a valid Arrow IPC
 file any Arrow tool can open.
+Its record batches may be compressed (Arrow IPC body compression, lz4 or zstd, chosen by the
+backends' ``snapshot-compression`` option); each batch says so itself, so a reader needs no
+setting and files of every choice, and those written before there was a choice, read alike.
 
 Rows per state kind:
   value, reducing, aggregating  one row; ``user_key`` null
@@ -19,18 +22,18 @@ readable by releases that know version 1 only.
 """
 from __future__ import annotations
 
-import io
-from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
-import xxhash
 
-from statekit.backends.common.ttl import timestamp_of
+from statekit.backends.common.snapshot_sink import CHUNK_BYTES, HashingSink
+from statekit.backends.common.ttl import TIMESTAMP
 from statekit.spi.descriptors import StateKind
-from statekit.spi.errors import CorruptStateError, SnapshotError
+from statekit.spi.errors import ConfigurationError, CorruptStateError, SnapshotError
 from statekit.spi.handles import ByteRange, KeyGroupsStateHandle, StateMetaInfo, verify_checksum
 from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.options import Option, choice
 from statekit.spi.serializer import SerializerSnapshot
 from statekit.spi.storage import CheckpointOutputStream, CheckpointStreams
 
@@ -48,62 +51,50 @@ CHANGELOG_SCHEMA = SCHEMA.append(pa.field("op", pa.int8(), nullable=False))
 SCHEMAS = {FORMAT: SCHEMA, CHANGELOG_FORMAT: CHANGELOG_SCHEMA}
 #: rows per record batch; a key group with more rows spans several batches
 MAX_BATCH_ROWS = 64 * 1024
+#: how the record batches' buffers may be compressed (Arrow IPC body compression, per batch)
+COMPRESSIONS = ("none", "lz4", "zstd")
+#: measured fastest on incompressible values, and cheapest to restore (``benchmarks/checkpointing.py``)
+DEFAULT_COMPRESSION = "none"
+#: the backend option that chooses it, ``spark.statekit.backend.<name>.snapshot-compression``
+SNAPSHOT_COMPRESSION_OPTION = Option(
+    "snapshot-compression", choice(*COMPRESSIONS), DEFAULT_COMPRESSION,
+    "compression of full, savepoint and changelog snapshot files (none, lz4 or zstd); read back whatever it was")
 
 
-@dataclass
-class _Columns:
-    state: list[str]
-    key: list[bytes]
-    namespace: list[bytes]
-    user_key: list[bytes | None]
-    value: list[bytes]
-    op: list[int]
-
-    @classmethod
-    def empty(cls) -> "_Columns":
-        return cls([], [], [], [], [], [])
-
-    def __len__(self) -> int:
-        return len(self.key)
+def ipc_write_options(compression: str) -> pa.ipc.IpcWriteOptions:
+    """Arrow IPC options that compress with ``compression`` (one of ``COMPRESSIONS``)."""
+    if compression not in COMPRESSIONS:
+        raise ConfigurationError(f"snapshot compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
+    return pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
 
 
-class HashingSink(io.RawIOBase):
-    """Forwards writes to a checkpoint stream and checksums them in segments (``cut``)."""
+def _column(values: pa.Array | Sequence[Any], type: pa.DataType) -> pa.Array:
+    return values if isinstance(values, pa.Array) else pa.array(values, type)
 
-    def __init__(self, out: CheckpointOutputStream) -> None:
-        self._out = out
-        self._position = out.tell()
-        self._hasher = xxhash.xxh3_64()
 
-    def writable(self) -> bool:
-        return True
+def _repeated(value: Any, n: int, type: pa.DataType) -> pa.Array:
+    return pa.repeat(pa.scalar(value, type), n)
 
-    def write(self, data) -> int:  # type: ignore[no-untyped-def,override]
-        self._out.write(data)
-        self._hasher.update(data)
-        n = memoryview(data).nbytes
-        self._position += n
-        return n
 
-    def tell(self) -> int:
-        return self._position
-
-    def cut(self) -> str:
-        """The checksum of the bytes since the previous cut (same function as ``checksum``)."""
-        digest = self._hasher.hexdigest()
-        self._hasher.reset()
-        return digest
+def _write_times(values: pa.Array) -> np.ndarray:
+    """The write time of each TTL entry of ``values`` (``ttl.timestamp_of`` of each, at once)."""
+    offsets = np.frombuffer(values.buffers()[1], np.int32, len(values), values.offset * 4)
+    data = np.frombuffer(values.buffers()[2], np.uint8)
+    return data[offsets[:, None] + np.arange(TIMESTAMP.size)].copy().view(">i8")[:, 0]
 
 
 class CanonicalSnapshotWriter:
-    """Writes one keyed snapshot; call ``add_rows`` for key groups in ascending order.
+    """Writes one keyed snapshot; call ``add_columns`` (or ``add_rows``) for key groups in
+    ascending order.
 
     ``format=CHANGELOG_FORMAT`` writes a changelog delta: every row then has an ``op``.
     ``expired`` (state name -> deadline, ``ttl.expiry_deadlines``) leaves out the rows of states
-    with TTL written at or before their deadline: full snapshots clean up expired entries."""
+    with TTL written at or before their deadline: full snapshots clean up expired entries.
+    ``compression`` (one of ``COMPRESSIONS``) compresses the record batches' buffers; a reader
+    finds it in each batch, so snapshots of every choice are read alike."""
 
     def __init__(self, out: CheckpointOutputStream, format: str = FORMAT,
-                 expired: Mapping[str, int] | None = None) -> None:
+                 expired: Mapping[str, int] | None = None, compression: str = DEFAULT_COMPRESSION) -> None:
         if expired and format != FORMAT:
             raise SnapshotError("expired entries are left out of full snapshots only")
         self._expired = expired or {}
@@ -111,21 +102,34 @@ class CanonicalSnapshotWriter:
         self._format = format
         self._schema = SCHEMAS[format]
         self._sink = HashingSink(out)
-        self._writer = pa.ipc.new_file(self._sink, self._schema)
+        # the IPC writer writes each buffer of a batch on its own: Arrow's buffer gathers them, and
+        # is flushed to the sink where a key group ends
+        self._buffered = pa.BufferedOutputStream(pa.PythonFile(self._sink, mode="w"), CHUNK_BYTES)
+        self._writer = pa.ipc.new_file(self._buffered, self._schema, options=ipc_write_options(compression))
         # the IPC writer emits magic and schema with the first batch: write an empty one now so
         # every later batch's bytes start at a known offset
         self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=self._schema))
+        self._buffered.flush()
         self._sink.cut()
         self._current_kg: int | None = None
         self._kg_start = 0
-        self._pending = _Columns.empty()
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
         self._ranges: dict[int, ByteRange] = {}
 
     def add_rows(self, key_group: int, state: str, keys: Sequence[bytes], namespaces: Sequence[bytes],
                  user_keys: Sequence[bytes | None] | None, values: Sequence[bytes],
                  ops: Sequence[int] | None = None) -> None:
-        """Rows of one state in one key group (``user_keys=None``: no user key; ``ops`` only
-        and always for a changelog delta)."""
+        """Rows of one state in one key group as Python sequences (``add_columns``)."""
+        self.add_columns(key_group, state, _column(keys, pa.binary()), _column(namespaces, pa.binary()),
+                         None if user_keys is None else _column(user_keys, pa.binary()),
+                         _column(values, pa.binary()), None if ops is None else _column(ops, pa.int8()))
+
+    def add_columns(self, key_group: int, state: str, keys: pa.Array, namespaces: pa.Array | bytes,
+                    user_keys: pa.Array | None, values: pa.Array | bytes, ops: pa.Array | int | None = None) -> None:
+        """Rows of one state in one key group as binary Arrow arrays: ``namespaces`` and ``values``
+        may be the one namespace or value of every row, ``user_keys=None`` means no user key, and
+        ``ops`` (only and always in a changelog delta) may be the one operation of every row."""
         if (ops is None) != (self._format == FORMAT):
             raise SnapshotError(f"row operations are {'required' if ops is None else 'not allowed'} "
                                 f"in the {self._format} format")
@@ -137,42 +141,40 @@ class CanonicalSnapshotWriter:
             self._current_kg = key_group
             self._kg_start = self._sink.tell()
         n = len(keys)
-        if not len(namespaces) == len(values) == n or (user_keys is not None and len(user_keys) != n):
+        if isinstance(namespaces, bytes):
+            namespaces = _repeated(namespaces, n, pa.binary())
+        if isinstance(values, bytes):
+            values = _repeated(values, n, pa.binary())
+        if isinstance(ops, int):
+            ops = _repeated(ops, n, pa.int8())
+        if not len(namespaces) == len(values) == n or any(c is not None and len(c) != n for c in (user_keys, ops)):
             raise SnapshotError(f"state {state!r}: column lengths differ")
+        if not n:
+            return
+        columns = [_repeated(state, n, pa.string()), keys, namespaces,
+                   user_keys if user_keys is not None else pa.nulls(n, pa.binary()), values]
+        if ops is not None:
+            columns.append(ops)
+        batch = pa.RecordBatch.from_arrays(columns, schema=self._schema)
         deadline = self._expired.get(state)
         if deadline is not None:
-            alive = [i for i, value in enumerate(values) if timestamp_of(value) > deadline]
-            if len(alive) < n:
-                keys, namespaces, values = [keys[i] for i in alive], [namespaces[i] for i in alive], \
-                    [values[i] for i in alive]
-                user_keys = None if user_keys is None else [user_keys[i] for i in alive]
-                n = len(alive)
-        p = self._pending
-        p.state.extend([state] * n)
-        p.key.extend(keys)
-        p.namespace.extend(namespaces)
-        p.user_key.extend(user_keys if user_keys is not None else [None] * n)
-        p.value.extend(values)
-        if ops is not None:
-            p.op.extend(ops)
-        if len(p) >= MAX_BATCH_ROWS:
+            batch = batch.filter(pa.array(_write_times(values) > deadline))
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        if self._pending_rows >= MAX_BATCH_ROWS:
             self._flush()
 
     def _flush(self) -> None:
-        p = self._pending
-        if not len(p):
-            return
-        arrays = [pa.array(p.state, pa.string()), pa.array(p.key, pa.binary()),
-                  pa.array(p.namespace, pa.binary()), pa.array(p.user_key, pa.binary()),
-                  pa.array(p.value, pa.binary())]
-        if self._format == CHANGELOG_FORMAT:
-            arrays.append(pa.array(p.op, pa.int8()))
-        batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
-        self._writer.write_batch(batch)
-        self._pending = _Columns.empty()
+        pending, self._pending, self._pending_rows = self._pending, [], 0
+        if len(pending) > 1:
+            pending = pa.Table.from_batches(pending, self._schema).combine_chunks().to_batches()
+        for batch in pending:
+            for start in range(0, batch.num_rows, MAX_BATCH_ROWS):
+                self._writer.write_batch(batch.slice(start, MAX_BATCH_ROWS))
 
     def _end_key_group(self) -> None:
         self._flush()
+        self._buffered.flush()
         if self._current_kg is not None:
             end = self._sink.tell()
             if end > self._kg_start:
@@ -184,15 +186,18 @@ class CanonicalSnapshotWriter:
         """Close the file and return its handle, or ``None`` (file discarded) if it holds no rows."""
         self._end_key_group()
         self._writer.close()
+        self._buffered.flush()
         if not self._ranges:
-            self._out.discard()
+            self.abort()
             return None
+        self._sink.finish()
         stream = self._out.close_and_get_handle()
         version = 2 if any(s.kind == StateKind.TIMERS.value for s in states) else 1
         return KeyGroupsStateHandle(key_group_range, stream, self._ranges,
                                     key_serializer.to_json(), tuple(states), self._format, version)
 
     def abort(self) -> None:
+        self._sink.abort()
         self._out.discard()
 
 

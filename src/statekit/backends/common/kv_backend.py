@@ -10,7 +10,13 @@ from abc import abstractmethod
 from typing import Any, Iterator, Mapping
 
 from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend
-from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, state_runs
+import numpy as np
+import pyarrow as pa
+
+from statekit.backends.common.canonical import (
+    CHANGELOG_FORMAT, DEFAULT_COMPRESSION, MAX_BATCH_ROWS, CanonicalSnapshotWriter, state_runs,
+)
+from statekit.backends.common.cell_columns import split_cell_keys
 from statekit.backends.common.changelog import (
     OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker,
 )
@@ -54,8 +60,8 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
     backend_name = "kv"
 
     def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig(),
-                 supports_ttl: bool = True) -> None:
-        super().__init__(params, changelog, supports_ttl)
+                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION) -> None:
+        super().__init__(params, changelog, supports_ttl, snapshot_compression)
         self._key: Any = None
         self._key_group = -1
         self._prefix: bytes | None = None
@@ -143,12 +149,12 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
     def _full_snapshot(self, checkpoint_id: int) -> PendingSnapshot:
         view, metas = self._view(), self.state_metas()
         return CanonicalKVSnapshot(view, self.key_group_range, self.key_serializer, metas,
-                                   expired=self.expired_now(metas))
+                                   expired=self.expired_now(metas), compression=self.snapshot_compression)
 
     def _changelog_snapshot(self, checkpoint_id: int, changed: list[set[Any]] | None) -> PendingSnapshot:
         view, metas = self._view(), self.state_metas()
         return ChangelogKVSnapshot(view, self.key_group_range, self.key_serializer, metas, checkpoint_id,
-                                   self._changelog, changed, self.expired_now(metas))
+                                   self._changelog, changed, self.expired_now(metas), self.snapshot_compression)
 
     # --- restore
     def _delete_cells(self, key_group: int, batch: Any, rows: list[int]) -> None:
@@ -229,8 +235,11 @@ class ChangelogKVSnapshot(PendingSnapshot):
 
     def __init__(self, view: KVView, key_groups: KeyGroupRange, key_serializer: TypeSerializer,
                  metas: list[StateMetaInfo], checkpoint_id: int, tracker: ChangelogTracker,
-                 changed: list[set[Any]] | None, expired: Mapping[str, int] | None = None) -> None:
-        self._full = CanonicalKVSnapshot(view, key_groups, key_serializer, metas, StateScope.SHARED, expired)
+                 changed: list[set[Any]] | None, expired: Mapping[str, int] | None = None,
+                 compression: str = DEFAULT_COMPRESSION) -> None:
+        self._full = CanonicalKVSnapshot(view, key_groups, key_serializer, metas, StateScope.SHARED, expired,
+                                         compression)
+        self._compression = compression
         self._view = view
         self._key_groups = key_groups
         self._key_serializer = key_serializer
@@ -257,24 +266,37 @@ class ChangelogKVSnapshot(PendingSnapshot):
         assert self._changed is not None
         kinds = {m.name: StateKind(m.kind) for m in self._metas}
         writer = CanonicalSnapshotWriter(streams.create_output(StateScope.SHARED, name="keyed-delta"),
-                                         CHANGELOG_FORMAT)
+                                         CHANGELOG_FORMAT, compression=self._compression)
         try:
             for index, key_group in enumerate(self._key_groups):
                 by_state: dict[str, list[bytes]] = {}
                 for name, cell in self._changed[index]:
                     by_state.setdefault(name, []).append(cell)
                 for name, cells in sorted(by_state.items()):
-                    kind = kinds[name]
-                    for cell in sorted(cells):
-                        entries = list(self._view.items(name, cell, prefix_upper_bound(cell)))
-                        if not entries or kind in _REWRITTEN_WHOLE:  # a PUT replaces a value cell
-                            _, key, namespace, _ = split_cell_key(cell)
-                            writer.add_rows(key_group, name, [key], [namespace], None, [b""], [OP_DELETE])
-                        _write_key_group(writer, key_group, name, kind, iter(entries), OP_PUT)
+                    self._write_cells(writer, key_group, name, kinds[name], sorted(cells))
             return writer.finish(self._key_groups, self._key_serializer.snapshot(), self._metas)
         except BaseException:
             writer.abort()
             raise
+
+    def _write_cells(self, writer: CanonicalSnapshotWriter, key_group: int, name: str, kind: StateKind,
+                     cells: list[bytes]) -> None:
+        """The changed cells of one state in one key group: the DELETEs of the cells gone or rewritten
+        whole, then the PUTs of what they hold now (the cells are distinct, so a cell's DELETE still
+        comes before its PUTs)."""
+        deleted: list[bytes] = []
+        stored: list[bytes] = []
+        values: list[bytes] = []
+        for cell in cells:
+            entries = list(self._view.items(name, cell, prefix_upper_bound(cell)))
+            if not entries or kind in _REWRITTEN_WHOLE:  # a PUT replaces a value cell
+                deleted.append(cell)
+            stored += [key for key, _ in entries]
+            values += [value for _, value in entries]
+        if deleted:
+            keys, namespaces, _ = split_cell_keys(pa.array(deleted, pa.binary()))
+            writer.add_columns(key_group, name, keys, namespaces, None, b"", OP_DELETE)
+        _write_entries(writer, key_group, name, kind, stored, values, OP_PUT)
 
     def release(self) -> None:
         self._full.release()
@@ -285,8 +307,9 @@ class CanonicalKVSnapshot(PendingSnapshot):
 
     def __init__(self, view: KVView, key_groups: KeyGroupRange, key_serializer: TypeSerializer,
                  metas: list[StateMetaInfo], scope: StateScope = StateScope.EXCLUSIVE,
-                 expired: Mapping[str, int] | None = None) -> None:
+                 expired: Mapping[str, int] | None = None, compression: str = DEFAULT_COMPRESSION) -> None:
         self._expired = expired
+        self._compression = compression
         self._view = view
         self._key_groups = key_groups
         self._key_serializer = key_serializer
@@ -298,13 +321,17 @@ class CanonicalKVSnapshot(PendingSnapshot):
             self.release()
             return None
         name = "keyed-base" if self._scope is StateScope.SHARED else "keyed"
-        writer = CanonicalSnapshotWriter(streams.create_output(self._scope, name=name), expired=self._expired)
+        writer = CanonicalSnapshotWriter(streams.create_output(self._scope, name=name), expired=self._expired,
+                                         compression=self._compression)
         kinds = {m.name: StateKind(m.kind) for m in self._metas}
         try:
             for key_group in self._key_groups:
                 lower, upper = key_group_bounds(KeyGroupRange(key_group, key_group))
                 for name, kind in kinds.items():
-                    _write_key_group(writer, key_group, name, kind, self._view.items(name, lower, upper))
+                    stored, values = self._view.columns(name, lower, upper)
+                    for start in range(0, len(stored), MAX_BATCH_ROWS):
+                        _write_entries(writer, key_group, name, kind, stored[start:start + MAX_BATCH_ROWS],
+                                       values[start:start + MAX_BATCH_ROWS])
             return writer.finish(self._key_groups, self._key_serializer.snapshot(), self._metas)
         except BaseException:
             writer.abort()
@@ -318,26 +345,17 @@ class CanonicalKVSnapshot(PendingSnapshot):
             self._view = None  # type: ignore[assignment]
 
 
-def _write_key_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, kind: StateKind,
-                     entries: Iterator[tuple[bytes, bytes]], op: int | None = None) -> None:
-    keys: list[bytes] = []
-    namespaces: list[bytes] = []
-    user_keys: list[bytes | None] = []
-    values: list[bytes] = []
-    for stored, value in entries:
-        _, key, namespace, user_key = split_cell_key(stored)
-        if kind is StateKind.LIST:
-            elements = decode_list(value)
-            keys.extend([key] * len(elements))
-            namespaces.extend([namespace] * len(elements))
-            user_keys.extend([None] * len(elements))
-            values.extend(elements)
-        else:
-            keys.append(key)
-            namespaces.append(namespace)
-            user_keys.append(user_key if kind in _CELLS_OF_ENTRIES else None)
-            values.append(value)
-    if keys:
-        writer.add_rows(key_group, name, keys, namespaces, user_keys, values, None if op is None else [op] * len(keys))
-
-
+def _write_entries(writer: CanonicalSnapshotWriter, key_group: int, name: str, kind: StateKind,
+                   stored: list[bytes], values: list[bytes], op: int | None = None) -> None:
+    """Stored entries of one state in one key group as canonical rows (a list cell: one row per element)."""
+    if not stored:
+        return
+    keys, namespaces, user_keys = split_cell_keys(pa.array(stored, pa.binary()))
+    if kind is StateKind.LIST:
+        elements = [decode_list(value) for value in values]
+        rows = np.repeat(np.arange(len(elements)), [len(e) for e in elements])
+        writer.add_columns(key_group, name, keys.take(rows), namespaces.take(rows), None,
+                           pa.array([e for cell in elements for e in cell], pa.binary()), op)
+    else:
+        writer.add_columns(key_group, name, keys, namespaces, user_keys if kind in _CELLS_OF_ENTRIES else None,
+                           pa.array(values, pa.binary()), op)

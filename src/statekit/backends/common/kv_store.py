@@ -55,5 +55,11 @@ class KVView(ABC):
     @abstractmethod
     def items(self, table: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]: ...
 
+    def columns(self, table: str, lower: bytes, upper: bytes) -> tuple[list[bytes], list[bytes]]:
+        """The keys and the values of ``items``, as two lists (snapshot writers read a key group
+        at once); override where the store lists them faster."""
+        entries = list(self.items(table, lower, upper))
+        return [key for key, _ in entries], [value for _, value in entries]
+
     def release(self) -> None:
         """Free the view's resources; called once the snapshot is written or dropped."""

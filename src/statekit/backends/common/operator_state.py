@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
-from statekit.backends.common.canonical import HashingSink
+from statekit.backends.common.snapshot_sink import HashingSink
 from statekit.backends.common.registration import checked_list_elements
 from statekit.serializers import resolve
 from statekit.spi.backend import OperatorBackendParams, OperatorStateBackend, PendingSnapshot
@@ -138,8 +138,8 @@ class _OperatorPendingSnapshot(PendingSnapshot):
         if not self._copies:
             return None
         out = streams.create_output(name="operator")
+        sink = HashingSink(out)
         try:
-            sink = HashingSink(out)
             writer = pa.ipc.new_file(sink, SCHEMA)
             writer.write_batch(pa.RecordBatch.from_pylist([], schema=SCHEMA))
             sink.cut()
@@ -155,8 +155,10 @@ class _OperatorPendingSnapshot(PendingSnapshot):
                     [pa.array(user_keys, pa.binary()), pa.array(values, pa.binary())], schema=SCHEMA))
                 ranges[name] = (mode, ByteRange(start, sink.tell() - start, sink.cut()))
             writer.close()
+            sink.finish()
             stream = out.close_and_get_handle()
         except BaseException:
+            sink.abort()
             out.discard()
             raise
         serializer_json = {name: {role: s.snapshot().to_json() for role, s in serializers.items()}

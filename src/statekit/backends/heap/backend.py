@@ -3,8 +3,13 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import numpy as np
+import pyarrow as pa
+
 from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend
-from statekit.backends.common.canonical import CHANGELOG_FORMAT, CanonicalSnapshotWriter, state_runs
+from statekit.backends.common.canonical import (
+    CHANGELOG_FORMAT, DEFAULT_COMPRESSION, CanonicalSnapshotWriter, state_runs,
+)
 from statekit.backends.common.key_layout import timestamp_bytes, timestamp_of_bytes
 from statekit.backends.common.changelog import OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle
 from statekit.backends.common.namespaces import decode_namespace, encode_namespace
@@ -26,6 +31,7 @@ from statekit.spi.backend import (
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle
+from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
 
@@ -39,10 +45,13 @@ class HeapStateBackend(StateBackend):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.changelog = OPTIONS.parse(options).build(ChangelogConfig, "changelog.")
+        values = OPTIONS.parse(options)
+        self.changelog = values.build(ChangelogConfig, "changelog.")
+        self.snapshot_compression: str = values["snapshot-compression"]
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "HeapKeyedStateBackend":
-        return HeapKeyedStateBackend(params, self.changelog, supports_ttl=self.capabilities.ttl)
+        return HeapKeyedStateBackend(params, self.changelog, supports_ttl=self.capabilities.ttl,
+                                     snapshot_compression=self.snapshot_compression)
 
     def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
         return DefaultOperatorStateBackend(params)
@@ -52,8 +61,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
     backend_name = "heap"
 
     def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig(),
-                 supports_ttl: bool = True) -> None:
-        super().__init__(params, changelog, supports_ttl)
+                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION) -> None:
+        super().__init__(params, changelog, supports_ttl, snapshot_compression)
         self._tables: dict[str, StateTable] = {}
         self._key: Any = None
         self._key_group = -1
@@ -236,6 +245,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
         self._chain = self._changelog.chain
         self._changed = changed  # None: write a full snapshot (a new base when incremental)
         self._incremental = incremental
+        self._compression = backend.snapshot_compression
 
     def write(self, streams: CheckpointStreams) -> StateHandle | None:
         try:
@@ -256,16 +266,14 @@ class _HeapPendingSnapshot(PendingSnapshot):
             return None
         scope = StateScope.SHARED if incremental_base else StateScope.EXCLUSIVE
         writer = CanonicalSnapshotWriter(streams.create_output(scope, name="keyed-base" if incremental_base else "keyed"),
-                                         expired=self._expired)
+                                         expired=self._expired, compression=self._compression)
         try:
-            serialize_key = self._key_serializer.serialize
             for index, key_group in enumerate(self._key_group_range):
-                key_cache: dict[Any, bytes] = {}
                 for name, (_, view, _) in self._shared.items():
                     group = view[index]
                     if group:
                         _write_group(writer, key_group, name, self._registrations[name], self._user_keys[name],
-                                     group, key_cache, serialize_key)
+                                     group, self._key_serializer)
             return writer.finish(self._key_group_range, self._key_serializer.snapshot(), self._metas)
         except BaseException:
             writer.abort()
@@ -274,48 +282,45 @@ class _HeapPendingSnapshot(PendingSnapshot):
     def _write_delta(self, streams: CheckpointStreams) -> KeyGroupsStateHandle | None:
         assert self._changed is not None
         writer = CanonicalSnapshotWriter(streams.create_output(StateScope.SHARED, name="keyed-delta"),
-                                         CHANGELOG_FORMAT)
+                                         CHANGELOG_FORMAT, compression=self._compression)
         try:
-            serialize_key = self._key_serializer.serialize
             for index, key_group in enumerate(self._key_group_range):
                 cells = self._changed[index]
                 if cells:
-                    self._write_changed_cells(writer, index, key_group, cells, serialize_key)
+                    self._write_changed_cells(writer, index, key_group, cells)
             return writer.finish(self._key_group_range, self._key_serializer.snapshot(), self._metas)
         except BaseException:
             writer.abort()
             raise
 
     def _write_changed_cells(self, writer: CanonicalSnapshotWriter, index: int, key_group: int,
-                             cells: set[Any], serialize_key: Any) -> None:
+                             cells: set[Any]) -> None:
         by_state: dict[str, list[tuple[Any, Any]]] = {}
         for name, key, namespace in cells:
             by_state.setdefault(name, []).append((key, namespace))
-        key_cache: dict[Any, bytes] = {}
         for name, changed in sorted(by_state.items()):
             registration = self._registrations[name]
             view = self._shared[name][1][index]
             ns_serializer = registration.namespace_serializer
-            keys = [_key_bytes(k, key_cache, serialize_key) for k, _ in changed]
-            namespaces = [encode_namespace(ns, ns_serializer) for _, ns in changed]
             # a PUT replaces a value cell; list and map cells, and cells now gone, are deleted first
             replaced_by_put = registration.kind not in (StateKind.LIST, StateKind.MAP, StateKind.TIMERS)
             current: KeyGroupMap = {}
-            deleted = [False] * len(changed)
-            for i, (key, namespace) in enumerate(changed):
+            deleted: list[tuple[Any, Any]] = []
+            for key, namespace in changed:
                 entries = view.get(namespace)
                 if entries is not None and key in entries:
                     current.setdefault(namespace, {})[key] = entries[key]
-                    deleted[i] = not replaced_by_put
+                    if not replaced_by_put:
+                        deleted.append((key, namespace))
                 else:
-                    deleted[i] = True
-            rows = [i for i, d in enumerate(deleted) if d]
-            if rows:
-                writer.add_rows(key_group, name, [keys[i] for i in rows], [namespaces[i] for i in rows], None,
-                                [b""] * len(rows), [OP_DELETE] * len(rows))
+                    deleted.append((key, namespace))
+            if deleted:
+                writer.add_columns(key_group, name, self._key_serializer.serialize_arrow([k for k, _ in deleted]),
+                                   pa.array([encode_namespace(ns, ns_serializer) for _, ns in deleted], pa.binary()),
+                                   None, b"", OP_DELETE)
             if current:
-                _write_group(writer, key_group, name, registration, self._user_keys[name], current, key_cache,
-                             serialize_key, OP_PUT)
+                _write_group(writer, key_group, name, registration, self._user_keys[name], current,
+                             self._key_serializer, OP_PUT)
 
     def release(self) -> None:
         for table, view, owned in self._shared.values():
@@ -324,54 +329,31 @@ class _HeapPendingSnapshot(PendingSnapshot):
 
 
 def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, registration: RegisteredState,
-                 user_keys_of: UserKeys | None, group: KeyGroupMap, key_cache: dict[Any, bytes],
-                 serialize_key: Any, op: int | None = None) -> None:
+                 user_keys_of: UserKeys | None, group: KeyGroupMap, key_serializer: TypeSerializer,
+                 op: int | None = None) -> None:
+    """The cells of one state in one key group, a column at a time: each key is serialized once,
+    and a key's rows (list elements, map entries, timers) repeat its bytes by index."""
     kind = registration.kind
-    if kind is StateKind.TIMERS:
-        _write_timers(writer, key_group, name, registration, group, key_cache, serialize_key, op)
-        return
-    value_serializer = registration.value_serializer
+    value_serializer = None if kind is StateKind.TIMERS else registration.value_serializer
     for namespace, entries in group.items():
         ns_bytes = encode_namespace(namespace, registration.namespace_serializer)
-        keys: list[bytes] = []
-        user_keys: list[bytes] | None = None
-        if kind is StateKind.LIST:
-            values = []
-            for key, elements in entries.items():
-                key_bytes = _key_bytes(key, key_cache, serialize_key)
-                keys.extend([key_bytes] * len(elements))
-                values.extend(value_serializer.serialize_many(elements))
-        elif kind is StateKind.MAP:
-            user_keys, values = [], []
-            user_key_bytes = user_keys_of.to_bytes  # type: ignore[union-attr]
-            for key, mapping in entries.items():
-                key_bytes = _key_bytes(key, key_cache, serialize_key)
-                keys.extend([key_bytes] * len(mapping))
-                user_keys.extend([user_key_bytes(k) for k in mapping])
-                values.extend(value_serializer.serialize_many(mapping.values()))
+        keys = key_serializer.serialize_arrow(list(entries))
+        user_keys: pa.Array | None = None
+        values: pa.Array | bytes
+        if kind is StateKind.VALUE or kind is StateKind.REDUCING or kind is StateKind.AGGREGATING:
+            values = value_serializer.serialize_arrow(list(entries.values()))  # type: ignore[union-attr]
         else:
-            keys = [_key_bytes(k, key_cache, serialize_key) for k in entries]
-            values = value_serializer.serialize_many(entries.values())
-        writer.add_rows(key_group, name, keys, [ns_bytes] * len(keys), user_keys, values,
-                        None if op is None else [op] * len(keys))
-
-
-def _write_timers(writer: CanonicalSnapshotWriter, key_group: int, name: str, registration: RegisteredState,
-                  group: KeyGroupMap, key_cache: dict[Any, bytes], serialize_key: Any, op: int | None) -> None:
-    """Timers as the canonical format has them: one row per timer, the timestamp as user key."""
-    for namespace, entries in group.items():
-        ns_bytes = encode_namespace(namespace, registration.namespace_serializer)
-        keys: list[bytes] = []
-        timestamps: list[bytes] = []
-        for key, held in entries.items():
-            keys.extend([_key_bytes(key, key_cache, serialize_key)] * len(held))
-            timestamps.extend(timestamp_bytes(t) for t in sorted(held))
-        writer.add_rows(key_group, name, keys, [ns_bytes] * len(keys), timestamps, [b""] * len(keys),
-                        None if op is None else [op] * len(keys))
-
-
-def _key_bytes(key: Any, cache: dict[Any, bytes], serialize_key: Any) -> bytes:
-    data = cache.get(key)
-    if data is None:
-        data = cache[key] = serialize_key(key)
-    return data
+            keys = keys.take(np.repeat(np.arange(len(keys)), [len(held) for held in entries.values()]))
+            if kind is StateKind.LIST:
+                values = value_serializer.serialize_arrow(  # type: ignore[union-attr]
+                    [v for elements in entries.values() for v in elements])
+            elif kind is StateKind.MAP:
+                user_key_bytes = user_keys_of.to_bytes  # type: ignore[union-attr]
+                user_keys = pa.array([user_key_bytes(k) for mapping in entries.values() for k in mapping], pa.binary())
+                values = value_serializer.serialize_arrow(  # type: ignore[union-attr]
+                    [v for mapping in entries.values() for v in mapping.values()])
+            else:  # timers: one row per timer, the timestamp as user key (the canonical format's)
+                user_keys = pa.array([timestamp_bytes(t) for held in entries.values() for t in sorted(held)],
+                                     pa.binary())
+                values = b""
+        writer.add_columns(key_group, name, keys, ns_bytes, user_keys, values, op)

@@ -70,6 +70,7 @@ import shutil
 import uuid
 from typing import Any
 
+from statekit.backends.common.canonical import DEFAULT_COMPRESSION
 from statekit.backends.common.changelog import ChangelogConfig, ChangelogStateHandle
 from statekit.backends.common.kv_backend import KVKeyedStateBackend
 from statekit.backends.common.local_dirs import instance_path
@@ -100,10 +101,11 @@ class LMDBStateBackend(StateBackend):
         self.lmdb_options = values.build(LMDBOptions)
         self.changelog = values.build(ChangelogConfig, "changelog.")
         self.local_dir: str | None = values["local-dir"]
+        self.snapshot_compression: str = values["snapshot-compression"]
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "LMDBKeyedStateBackend":
         return LMDBKeyedStateBackend(params, self.lmdb_options, self.local_dir, self.changelog,
-                                     supports_ttl=self.capabilities.ttl)
+                                     supports_ttl=self.capabilities.ttl, snapshot_compression=self.snapshot_compression)
 
     def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
         return DefaultOperatorStateBackend(params)
@@ -114,8 +116,8 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
 
     def __init__(self, params: KeyedBackendParams, options: LMDBOptions | None = None,
                  local_dir: str | None = None, changelog: ChangelogConfig = ChangelogConfig(),
-                 supports_ttl: bool = True) -> None:
-        super().__init__(params, changelog, supports_ttl)
+                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION) -> None:
+        super().__init__(params, changelog, supports_ttl, snapshot_compression)
         unknown = [h for h in params.restore_handles
                    if not isinstance(h, (KeyGroupsStateHandle, ChangelogStateHandle))]
         if unknown:

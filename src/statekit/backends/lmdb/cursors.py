@@ -1,7 +1,10 @@
 """Range reads and deletes with an LMDB cursor, bounded by the environment's largest key."""
 from __future__ import annotations
 
-from typing import Any
+import functools
+import itertools
+import operator
+from typing import Any, Iterator
 
 
 class RangeEnd:
@@ -22,21 +25,30 @@ def _seek(cursor: Any, lower: bytes, max_key: int) -> bool:
 
 
 def read_range(cursor: Any, lower: bytes, upper: bytes, limit: int, max_key: int) -> list[tuple[bytes, bytes]]:
-    """Up to ``limit`` entries with ``lower <= key < upper``, in key order."""
-    out: list[tuple[bytes, bytes]] = []
+    """Up to ``limit`` entries with ``lower <= key < upper``, in key order. The cursor's C iterator
+    is bounded by C predicates (``(bound,)`` sorts before every ``(key, value)`` with ``key >=
+    bound``), so no Python code runs per entry."""
     if not _seek(cursor, lower, max_key):
-        return out
-    append = out.append
-    long_lower = len(lower) > max_key
-    for key, value in cursor.iternext():
-        if key >= upper:
-            break
-        if long_lower and key < lower:
-            continue
-        append((key, value))
-        if len(out) >= limit:
-            break
-    return out
+        return []
+    entries: Iterator[tuple[bytes, bytes]] = cursor.iternext()
+    if len(lower) > max_key:  # the cursor may stand on the one key that is lower's truncation
+        entries = itertools.dropwhile(functools.partial(operator.gt, (lower,)), entries)
+    return list(itertools.islice(itertools.takewhile(functools.partial(operator.gt, (upper,)), entries), limit))
+
+
+def read_columns(cursor: Any, lower: bytes, upper: bytes, max_key: int) -> tuple[list[bytes], list[bytes]]:
+    """The keys, then the values, with ``lower <= key < upper``: two passes of the cursor's C
+    iterator (keys only, then as many values only), which make no tuple per entry."""
+    if not _seek(cursor, lower, max_key):
+        return [], []
+    found: Iterator[bytes] = cursor.iternext(keys=True, values=False)
+    if len(lower) > max_key:
+        found = itertools.dropwhile(functools.partial(operator.gt, lower), found)
+    keys = list(itertools.takewhile(functools.partial(operator.gt, upper), found))
+    if not keys:
+        return [], []
+    cursor.set_key(keys[0])
+    return keys, list(itertools.islice(cursor.iternext(keys=False, values=True), len(keys)))
 
 
 def delete_range(txn: Any, db: Any, lower: bytes, upper: bytes, max_key: int) -> None:

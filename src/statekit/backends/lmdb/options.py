@@ -1,20 +1,21 @@
 """Options of the ``lmdb`` backend, parsed from ``spark.statekit.backend.lmdb.*``.
 
-==================  =========  ===================================================================
-option              default    meaning
-==================  =========  ===================================================================
-map-size            64m        initial size of the memory map; it doubles automatically when full
-max-dbs             256        named databases per environment: at most this many states
-max-readers         126        concurrent read transactions (pending snapshots, large iterations)
-write-batch-size    32m        the open write transaction is committed once the writes it holds
-                               reach about this many bytes (they are kept to be replayed if the
-                               map has to grow)
-sync                false      fsync the data file on every commit
-metasync            false      fsync the meta page on every commit
-writemap            false      write through a writable memory map instead of ``pwrite``
-readahead           false      let the OS read ahead on page faults
-local-dir           (temp)     where the environments' instance directories are created
-==================  =========  ===================================================================
+====================  =========  ===================================================================
+option                default    meaning
+====================  =========  ===================================================================
+map-size              64m        initial size of the memory map; it doubles automatically when full
+max-dbs               256        named databases per environment: at most this many states
+max-readers           126        concurrent read transactions (pending snapshots, large iterations)
+write-batch-size      32m        the open write transaction is committed once the writes it holds
+                                 reach about this many bytes (they are kept to be replayed if the
+                                 map has to grow)
+sync                  false      fsync the data file on every commit
+metasync              false      fsync the meta page on every commit
+writemap              false      write through a writable memory map instead of ``pwrite``
+readahead             false      let the OS read ahead on page faults
+local-dir             (temp)     where the environments' instance directories are created
+snapshot-compression  none       compression of full and changelog snapshot files: none, lz4, zstd
+====================  =========  ===================================================================
 
 and the changelog options of incremental snapshots (``ChangelogConfig.OPTIONS``).
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import mmap
 from dataclasses import dataclass
 
+from statekit.backends.common.canonical import SNAPSHOT_COMPRESSION_OPTION
 from statekit.backends.common.changelog import ChangelogConfig
 from statekit.backends.common.local_dirs import LOCAL_DIR_OPTION
 from statekit.spi.options import Option, OptionSet, boolean, integer, size
@@ -41,6 +43,7 @@ OPTIONS = OptionSet(
     Option("writemap", boolean, False, "write through a writable memory map"),
     Option("readahead", boolean, False, "let the OS read ahead on page faults"),
     LOCAL_DIR_OPTION,
+    SNAPSHOT_COMPRESSION_OPTION,
     *ChangelogConfig.OPTIONS,
 )
 

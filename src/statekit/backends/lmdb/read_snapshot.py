@@ -6,17 +6,18 @@ import os
 import shutil
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 import lmdb
 
 from statekit.backends.common.kv_store import KVView
-from statekit.backends.lmdb.cursors import read_range
+from statekit.backends.lmdb.cursors import read_columns, read_range
 from statekit.spi.errors import SnapshotError
 
 if TYPE_CHECKING:
     from statekit.backends.lmdb.store import LMDBStore
 
+T = TypeVar("T")
 #: entries read per lock acquisition from a read snapshot
 CHUNK = 1024
 
@@ -78,18 +79,26 @@ class ReadSnapshot:
     def spilled(self) -> bool:
         return self._env is not None
 
-    def _read(self, name: str, lower: bytes, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+    def _with_cursor(self, name: str, read: Callable[[Any], T], empty: T) -> T:
+        """``read(cursor)`` on table ``name`` under the lock (``empty`` when there is no such table)."""
         with self._lock:
             if self._closed:
                 raise SnapshotError("the LMDB snapshot was released (or its backend disposed) while it was read")
             db = self._dbs.get(name)
             if db is None:
-                return []
+                return empty
             cursor = self._txn.cursor(db)
             try:
-                return read_range(cursor, lower, upper, limit, self._max_key)
+                return read(cursor)
             finally:
                 cursor.close()
+
+    def _read(self, name: str, lower: bytes, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        return self._with_cursor(name, lambda cursor: read_range(cursor, lower, upper, limit, self._max_key), [])
+
+    def columns(self, name: str, lower: bytes, upper: bytes) -> tuple[list[bytes], list[bytes]]:
+        """The keys and the values of ``items``, read at once (``cursors.read_columns``)."""
+        return self._with_cursor(name, lambda cursor: read_columns(cursor, lower, upper, self._max_key), ([], []))
 
     def items(self, name: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """``lower <= key < upper`` of table ``name`` at the snapshot's point in time."""
@@ -155,6 +164,9 @@ class LMDBView(KVView):
 
     def items(self, table: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         return self.snapshot.items(table, lower, upper)
+
+    def columns(self, table: str, lower: bytes, upper: bytes) -> tuple[list[bytes], list[bytes]]:
+        return self.snapshot.columns(table, lower, upper)
 
     def release(self) -> None:
         self.snapshot.release()

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from rocksdict import Checkpoint, Rdict, SstFileWriter
 
+from statekit.backends.common.canonical import DEFAULT_COMPRESSION
 from statekit.backends.common.changelog import ChangelogStateHandle
 from statekit.backends.common.key_layout import key_group_bounds
 from statekit.backends.common.kv_backend import KVKeyedStateBackend
@@ -51,10 +52,11 @@ class RocksDBStateBackend(StateBackend):
         values = OPTIONS.parse(options)
         self.rocksdb_options = values.build(RocksDBOptions)
         self.local_dir: str | None = values["local-dir"]
+        self.snapshot_compression: str = values["snapshot-compression"]
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "RocksDBKeyedStateBackend":
-        return RocksDBKeyedStateBackend(params, self.rocksdb_options, self.local_dir,
-                                        supports_ttl=self.capabilities.ttl)
+        return RocksDBKeyedStateBackend(params, self.rocksdb_options, self.local_dir, supports_ttl=self.capabilities.ttl,
+                                        snapshot_compression=self.snapshot_compression)
 
     def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
         return DefaultOperatorStateBackend(params)
@@ -64,8 +66,8 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
     backend_name = "rocksdb"
 
     def __init__(self, params: KeyedBackendParams, options: RocksDBOptions, local_dir: str | None = None,
-                 supports_ttl: bool = True) -> None:
-        super().__init__(params, supports_ttl=supports_ttl)
+                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION) -> None:
+        super().__init__(params, supports_ttl=supports_ttl, snapshot_compression=snapshot_compression)
         self._options = options
         self.backend_id = uuid.uuid4().hex
         #: a working directory given for local recovery outlives this instance

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, WriteOptions
 
+from statekit.backends.common.canonical import SNAPSHOT_COMPRESSION_OPTION
 from statekit.backends.common.local_dirs import LOCAL_DIR_OPTION
 from statekit.spi.options import Option, OptionSet, choice, integer, size
 
@@ -25,6 +26,7 @@ OPTIONS = OptionSet(
     Option("bloom-filter-bits", integer(minimum=0, maximum=64), 10, "bloom filter bits per key (0: none)"),
     Option("block-size", size(minimum=1 << 10, maximum=1 << 30), 16 << 10, "data block size"),
     LOCAL_DIR_OPTION,
+    SNAPSHOT_COMPRESSION_OPTION,
 )
 _caches: dict[int, Cache] = {}
 _caches_lock = threading.Lock()
