@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 
-from benchmarks import checkpointing, memory, operations, sinks, spark_keyed, state_reading, timers, ttl
+from benchmarks import checkpointing, memory, operations, rescale, sinks, spark_keyed, state_reading, timers, ttl
 from benchmarks.chart import save_chart
 from benchmarks.report import SCHEMA_VERSION, report
 
@@ -36,18 +36,19 @@ class Sizes:
     session_rows: int
     reading_keys: int  # keys of state read back as a DataFrame
     sink: tuple[int, int, int]  # (rows, keys, micro-batches) written to Parquet through the sinks
+    rescale_keys: int  # keys of state rescaled 4 -> 8 by statekit and by Spark's repartition
 
 
 SIZES = {
     "tiny": Sizes(((20_000, 2_000, 2),), 2_000, 5_000, 1, 5_000, 5_000, 1, 2_000, 200, 2_000, 10_000, 10_000,
-                  (20_000, 2_000, 2)),
+                  (20_000, 2_000, 2), 2_000),
     "quick": Sizes(((1_000_000, 100_000, 1),), 50_000, 200_000, 3, 500_000, 1_000_000, 32, 200_000, 5_000,
-                   20_000, 200_000, 1_000_000, (1_000_000, 100_000, 5)),
+                   20_000, 200_000, 1_000_000, (1_000_000, 100_000, 5), 200_000),
     "full": Sizes(((1_000_000, 100_000, 1), (1_000_000, 100_000, 10), (5_000_000, 1_000_000, 1),
                    (5_000_000, 1_000_000, 10)), 200_000, 1_000_000, 5, 5_000_000, 4_000_000, 64, 1_000_000, 20_000,
-                  200_000, 1_000_000, 1_000_000, (5_000_000, 1_000_000, 5)),
+                  200_000, 1_000_000, 1_000_000, (5_000_000, 1_000_000, 5), 1_000_000),
 }
-SECTIONS = ("operations", "ttl", "checkpoint", "memory", "spark", "timers", "reading", "sinks")
+SECTIONS = ("operations", "ttl", "checkpoint", "memory", "spark", "timers", "reading", "sinks", "rescale")
 
 
 def _spark(sizes: Sizes) -> list[dict]:
@@ -70,6 +71,7 @@ def run_sections(sizes: Sizes, sections: tuple[str, ...]) -> list[dict]:
         "timers": lambda: timers.run(n_timers=sizes.timers, session_rows=sizes.session_rows),
         "reading": lambda: state_reading.run(keys=sizes.reading_keys),
         "sinks": lambda: sinks.run(*sizes.sink),
+        "rescale": lambda: rescale.run(keys=sizes.rescale_keys),
     }
     results: list[dict] = []
     for section in SECTIONS:

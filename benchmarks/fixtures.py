@@ -2,14 +2,18 @@
 key groups of synthetic keys, peak memory and directory sizes."""
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 from array import array
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+from benchmarks.report import report
 
 from statekit.registry import backend_class
 from statekit.serializers import StringSerializer
 from statekit.spi import KeyedBackendParams, KeyedStateBackend, SubtaskInfo, key_group_for_key
+from statekit.spi.serializer import TypeSerializer
 from statekit.spi.storage import CheckpointStreams
 
 MAX_P = 128
@@ -19,14 +23,16 @@ _RANDOM = os.urandom(1 << 20)
 
 def keyed_backend(name: str, local_dir: str, *, subtask: int = 0, parallelism: int = 1,
                   restore: Sequence[Any] = (), streams: CheckpointStreams | None = None,
+                  key_serializer: TypeSerializer | None = None, max_parallelism: int = MAX_P,
                   **options: str) -> KeyedStateBackend:
-    """A keyed backend of ``name`` (string keys) for one subtask, restored from ``restore``."""
+    """A keyed backend of ``name`` (string keys unless ``key_serializer`` says otherwise) for one
+    subtask, restored from ``restore``."""
     if name != "heap":
         options = {"local-dir": local_dir, **options}
     factory = backend_class(name)(**options)
     return factory.create_keyed_backend(KeyedBackendParams(
-        SubtaskInfo("bench", "op", subtask, parallelism, MAX_P), StringSerializer(), restore_handles=tuple(restore),
-        restore_streams=streams, local_dir=local_dir))
+        SubtaskInfo("bench", "op", subtask, parallelism, max_parallelism), key_serializer or StringSerializer(),
+        restore_handles=tuple(restore), restore_streams=streams, local_dir=local_dir))
 
 
 def flush(backend: KeyedStateBackend) -> None:
@@ -73,3 +79,14 @@ def memory_status() -> dict[str, int]:
                     if k in ("VmHWM", "VmRSS", "RssAnon", "RssFile")}
     except OSError:
         return {"VmHWM": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def keys_command(description: str, run: Callable[[int, tuple[str, ...]], list[dict]]) -> None:
+    """The command line of a section over ``--keys`` keys and ``--backends``: prints
+    ``run(keys, backends)``'s records (and writes them to ``--json``)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--json", help="write the result records to this file")
+    args = parser.parse_args()
+    report(run(args.keys, tuple(args.backends.split(","))), args.json)

@@ -107,12 +107,14 @@ def session() -> Any:
 FUNCTIONS = {"batch": CountAndLast, "vector": VectorCountAndLast, "pre-aggregated": PreAggregatedCountAndLast}
 
 
-def write_source(spark: Any, path: str, n_rows: int, keys: int, files: int) -> str:
-    """``n_rows`` rows ``(k, v)`` of ``keys`` keys in ``files`` Parquet files (one per
-    micro-batch), each a contiguous range of ids."""
+def write_source(spark: Any, path: str, n_rows: int, keys: int, files: int, first_id: int = 0) -> str:
+    """``n_rows`` rows ``(k, v)`` of ``keys`` keys (``k = v % keys``, ``v`` the ids from
+    ``first_id`` on) in ``files`` Parquet files (one per micro-batch), each a contiguous range of
+    ids; added to the files already at ``path``."""
     from pyspark.sql import functions as F
 
-    spark.range(0, n_rows, 1, files).select((F.col("id") % keys).alias("k"), F.col("id").alias("v")).write.parquet(path)
+    (spark.range(first_id, first_id + n_rows, 1, files).select((F.col("id") % keys).alias("k"), F.col("id").alias("v"))
+     .write.mode("append").parquet(path))
     return path
 
 
@@ -122,7 +124,7 @@ def _timed_query(start_query: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
-def _count(n: int) -> str:
+def count_label(n: int) -> str:
     for size, suffix in ((1_000_000, "M"), (1_000, "k")):
         if n >= size and n % size == 0:
             return f"{n // size}{suffix}"
@@ -242,7 +244,7 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
         for name in close:
             seconds[name] = min(seconds[name], _timed_query(lambda: sides[name](source, f"timed-{round_}")))
 
-    size = f"{_count(rows)} rows/{_count(keys)} keys/{micro_batches} batch{'es' if micro_batches > 1 else ''}"
+    size = f"{count_label(rows)} rows/{count_label(keys)} keys/{micro_batches} batch{'es' if micro_batches > 1 else ''}"
     return [record(f"spark {size}: statekit {backend}{API_LABELS[api]} vs {peer}",
                    rows / seconds[f"statekit {backend} {api}"], rows / seconds[peer], "rows/s", group="spark",
                    aim=AIMS.get(peer), backend=backend, api=API_NAMES[api], peer_api=peer, rows=rows, keys=keys,

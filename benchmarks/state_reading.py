@@ -14,7 +14,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -22,8 +21,8 @@ import tempfile
 import time
 from typing import Any
 
-from benchmarks.fixtures import BACKENDS
-from benchmarks.report import record, report
+from benchmarks.fixtures import BACKENDS, keys_command
+from benchmarks.report import record
 from benchmarks.spark_keyed import OUTPUT, SCHEMA, CountAndLast, session, write_source
 
 LOOKUPS = 5
@@ -107,12 +106,7 @@ def _run(spark: Any, work: str, keys: int, backends: tuple[str, ...]) -> list[di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keys", type=int, default=1_000_000)
-    parser.add_argument("--backends", default=",".join(BACKENDS))
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    report(run(args.keys, tuple(args.backends.split(","))), args.json)
+    keys_command(__doc__.splitlines()[0], run)
 
 
 if __name__ == "__main__":

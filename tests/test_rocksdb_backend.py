@@ -203,3 +203,75 @@ def test_no_claim_restore_makes_the_first_checkpoint_independent(tmp_path):
     assert target_handles and not source_paths & {getattr(h, 'path', None) for h in target_handles}
     assert all(os.path.exists(os.path.join(target.storage.job_root, h.path)) for h in target_handles
                if hasattr(h, "path"))
+
+
+def _file_digests(root):
+    """Every file under ``root`` and a digest of its bytes."""
+    import hashlib
+    found = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            with open(os.path.join(directory, name), "rb") as f:
+                found[os.path.join(directory, name)] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+def test_rescale_links_sst_files_and_never_changes_the_checkpoint(tmp_path):
+    """5 -> 2: each new subtask takes the old subtask overlapping it most as its base (its SST files
+    hard-linked from the checkpoint directory), clips it, and ingests the ranges of two others;
+    the old checkpoints are incremental (the second reuses the first's SST files). Every key reads
+    back, and after writes, a checkpoint, a full compaction and dispose, no stored file changed."""
+    from statekit.checkpoint.assignment import assign
+    from statekit.spi import KeyGroupRange, key_group_for_key
+
+    # no stream inline: every file of the checkpoints, private ones too, is a file that could be linked
+    storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), **{"memory-threshold": "0"})
+    access = storage.create_access("job")
+    backend = RocksDBStateBackend(**{"local-dir": str(tmp_path / "local")})
+    expected, handles = {}, []
+    for index in range(5):
+        old = open_keyed_backend(backend, str(tmp_path / "old"), subtask_index=index, parallelism=5)
+        state = old.get_state(VALUE)
+        keys = [k for k in (f"key-{i:06d}" for i in range(6000))
+                if key_group_for_key(k, 128) in KeyGroupRange.of_subtask(128, 5, index)]
+        for version, chosen in ((1, keys), (2, keys[::7])):
+            for key in chosen:
+                set_key(old, key)
+                expected[key] = b"%d:%s" % (version, key.encode())
+                state.update(expected[key])
+            handle = old.snapshot(version, INCREMENTAL).write(access.streams(version, f"op-{index}"))
+            old.notify_checkpoint_complete(version)
+        assert set(handle.shared.values()) & set(handles[-1].shared.values() if handles else ()) == set()
+        handles.append(handle)
+        old.dispose()
+    reused = [h for h in handles if len(h.shared) > 1]
+    assert reused, "the second checkpoints must reference the first ones' SST files as well as their own"
+    operator = OperatorState("op", 5, 128, tuple(SubtaskState((h,)) for h in handles))
+    stored = _file_digests(access.job_root)
+    for index in range(2):
+        restore = assign(operator, index, 2).keyed
+        assert len(restore) == 3, "each new subtask overlaps three old ones: one base, two ingested"
+        new = open_keyed_backend(backend, str(tmp_path / "new"), subtask_index=index, parallelism=2,
+                                 restore_handles=restore, restore_streams=access.restore_streams())
+        try:
+            base = max(restore, key=lambda h: len(h.key_group_range.intersection(new.key_group_range)))
+            linked = [name for name, h in base.shared.items()
+                      if os.path.samefile(os.path.join(new.db_dir, name), os.path.join(access.job_root, h.path))]
+            assert linked, "the base's SST files must be hard links to the checkpoint's files"
+            state = new.get_state(VALUE)
+            got = {}
+            for key in new.keys("value"):
+                set_key(new, key)
+                got[key] = state.value()
+            assert got == {k: v for k, v in expected.items()
+                           if key_group_for_key(k, 128) in new.key_group_range}
+            for key in list(got)[::3]:
+                set_key(new, key)
+                state.update(b"changed")
+            new.snapshot(10, INCREMENTAL).write(access.streams(10, f"new-{index}"))
+            for column_family in new._column_families.values():
+                column_family.compact_range(None, None)
+        finally:
+            new.dispose()
+    after = _file_digests(access.job_root)
+    assert {path: after.get(path) for path in stored} == stored, "a file of the old checkpoints changed"

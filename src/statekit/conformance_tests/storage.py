@@ -293,6 +293,15 @@ class StorageCommitTests(StorageTestBase):
         access.restore_streams().copy_to(handle, target)
         assert target.getvalue() == data, f"copy_to wrote {len(target.getvalue())} other bytes"
 
+    def test_link_to_gives_the_verified_bytes_or_declines(self, access, tmp_path):
+        data = payload(self.large_payload_size, seed=5)
+        handle = json_round_trip(write_stream(access.streams(1, SUBTASK), data))
+        target = tmp_path / "linked"
+        if access.restore_streams().link_to(handle, str(target)):
+            assert target.read_bytes() == data, f"link_to linked a file of {target.stat().st_size} other bytes"
+        else:
+            assert not target.exists(), "link_to declined (returned False) but left a file behind"
+
     def test_read_range(self, access):
         data = payload(self.large_payload_size, seed=2)
         handle = write_stream(access.streams(1, SUBTASK), data)
@@ -667,7 +676,7 @@ class StorageRetentionTests(StorageTestBase):
 class StorageCorruptionTests(StorageTestBase):
     """Damaged files are clear errors naming the file, never silently wrong state."""
 
-    def test_flipped_byte_is_a_checksum_error_naming_the_file(self, access):
+    def test_flipped_byte_is_a_checksum_error_naming_the_file(self, access, tmp_path):
         handle, _ = self.write_file(access, 1)
         access.commit(1, make_metadata(1, [handle]).to_bytes())
         path = self.corrupt(handle)
@@ -678,6 +687,13 @@ class StorageCorruptionTests(StorageTestBase):
         assert _names_file(message, path), f"the error does not name the corrupt file {path}: {message}"
         with expect_error(CorruptStateError, "copy_to of a stream with one flipped byte must fail its checksum"):
             access.restore_streams().copy_to(handle, io.BytesIO())
+        target = tmp_path / "linked"
+        try:
+            linked = access.restore_streams().link_to(handle, str(target))
+        except CorruptStateError:
+            assert not target.exists(), "link_to of a stream with one flipped byte failed but left the link behind"
+        else:
+            assert not linked, "link_to of a stream with one flipped byte linked it instead of failing its checksum"
 
     def test_flipped_byte_fails_a_whole_restore(self, checkpoint_storage, tmp_path):
         """A keyed snapshot written by the heap backend through this storage, one byte flipped in

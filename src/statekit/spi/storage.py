@@ -60,6 +60,14 @@ class CheckpointStreams(ABC):
         it; the default reads the stream whole, a storage of large files copies in chunks."""
         target.write(self.read(handle))
 
+    def link_to(self, handle: StreamStateHandle, path: str) -> bool:
+        """Make ``path`` (a new local file) a hard link to the stream's stored file, verified like
+        ``copy_to``, and return True; or do nothing and return False where the stream is no file
+        on this machine's file system (or that file system refuses the link), and the caller
+        copies. For files nobody writes to afterwards (RocksDB's SST files): the link shares the
+        stored bytes. The default declines."""
+        return False
+
 
 @dataclass(frozen=True)
 class CompletedCheckpointPointer:

@@ -14,7 +14,7 @@ import shutil
 import uuid
 from typing import Any, Iterator
 
-from rocksdict import Checkpoint, Rdict, SstFileWriter
+from rocksdict import AccessType, Checkpoint, Rdict, SstFileWriter
 
 from statekit.backends.common.canonical import DEFAULT_COMPRESSION
 from statekit.backends.common.changelog import ChangelogStateHandle
@@ -230,7 +230,8 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
             names = Rdict.list_cf(temporary, self._options.db_options())
             source = Rdict(temporary, self._options.db_options(),
                            column_families={n: self._options.column_family_options() for n in names
-                                            if n != DEFAULT_COLUMN_FAMILY})
+                                            if n != DEFAULT_COLUMN_FAMILY},
+                           access_type=AccessType.read_only(False))  # only read: no new manifest, no compaction
             try:
                 lower, upper = key_group_bounds(overlap)
                 for name in names:
