@@ -40,3 +40,25 @@ def save_chart(results: list[dict], path: str) -> bool:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Redraw the chart of a results file, e.g. only the comparisons that have an aim (the README's)."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.chart", description=main.__doc__)
+    parser.add_argument("results", help="a JSON file written by python -m benchmarks")
+    parser.add_argument("png")
+    parser.add_argument("--aims", action="store_true", help="only the comparisons that have an aim")
+    args = parser.parse_args(argv)
+    with open(args.results) as f:
+        records = json.load(f)["records"]
+    if args.aims:
+        records = [r for r in records if r.get("aim") is not None]
+    if not save_chart(records, args.png):
+        parser.exit(1, "no chart: matplotlib is not installed (pip install 'statekit[bench]')\n")
+
+
+if __name__ == "__main__":
+    main()
