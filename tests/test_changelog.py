@@ -98,3 +98,61 @@ def test_bad_changelog_options_name_the_setting():
         HeapStateBackend(**{"changelog.max-chain-length": "-1"})
     with pytest.raises(ConfigurationError, match="spark.statekit.backend.heap.nope"):
         HeapStateBackend(nope="1")
+
+
+@pytest.mark.parametrize("changed_keys", [2, 60], ids=["few-cells-read-one-by-one", "many-cells-one-scan"])
+def test_a_delta_holds_exactly_the_changed_cells(tmp_path, changed_keys):
+    """A delta reads a changed cell's entries either by a range read per cell or from one scan of
+    its key group (when the key group holds few entries per changed cell); either way restoring
+    base + delta gives the state: map entries changed, removed and added, maps cleared, new keys."""
+    from statekit.backends.lmdb import LMDBStateBackend
+    from statekit.conformance_tests.base import open_keyed_backend, set_key
+    from statekit.serializers import Int64Serializer, StringSerializer
+    from statekit.spi import MapStateDescriptor, SnapshotOptions
+    from statekit.storage.inline import InlineStreams
+
+    tags = MapStateDescriptor("tags", StringSerializer(), Int64Serializer())
+    streams, model = InlineStreams(), {}
+    backend = open_keyed_backend(LMDBStateBackend(), str(tmp_path / "a"), max_parallelism=4)
+
+    def put(key, entries):
+        set_key(backend, key)
+        state = backend.get_state(tags)
+        for user_key, value in entries.items():
+            state.put(user_key, value)
+        model.setdefault(key, {}).update(entries)
+
+    def checkpoint(checkpoint_id):
+        handle = backend.snapshot(checkpoint_id, SnapshotOptions(incremental=True)).write(streams)
+        backend.notify_checkpoint_complete(checkpoint_id)
+        return handle
+
+    try:
+        for k in range(80):
+            put(f"key-{k}", {f"t{i}": i for i in range(10)})
+        checkpoint(1)
+        for k in range(changed_keys):
+            put(f"key-{k}", {"t3": -1, "new": k})
+            set_key(backend, f"key-{k}")
+            backend.get_state(tags).remove("t5")
+            del model[f"key-{k}"]["t5"]
+        set_key(backend, "key-79")
+        backend.get_state(tags).clear()
+        del model["key-79"]
+        put("fresh", {"a": 1})
+        handle = checkpoint(2)
+        assert isinstance(handle, ChangelogStateHandle) and handle.delta_bytes > 0
+    finally:
+        backend.dispose()
+    restored = open_keyed_backend(LMDBStateBackend(), str(tmp_path / "b"), max_parallelism=4,
+                                  restore_handles=[handle], restore_streams=streams)
+    try:
+        held = {}
+        for key in list(model) + ["key-79"]:
+            set_key(restored, key)
+            entries = dict(restored.get_state(tags).items())
+            if entries:
+                held[key] = entries
+        assert held == model
+    finally:
+        restored.dispose()

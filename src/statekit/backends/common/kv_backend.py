@@ -7,12 +7,13 @@ The RocksDB and LMDB backends are built on it, and so can a plugin's.
 from __future__ import annotations
 
 from abc import abstractmethod
+from itertools import islice
 from typing import Any, Iterator, Mapping
 
-from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend
 import numpy as np
 import pyarrow as pa
 
+from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend
 from statekit.backends.common.canonical import (
     CHANGELOG_FORMAT, DEFAULT_COMPRESSION, MAX_BATCH_ROWS, CanonicalSnapshotWriter, state_runs,
 )
@@ -21,8 +22,8 @@ from statekit.backends.common.changelog import (
     OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker,
 )
 from statekit.backends.common.key_layout import (
-    KEY_GROUP_PREFIX_BYTES, cell_key, decode_list, encode_list, key_group_bounds, key_group_prefix, prefix_upper_bound, split_cell_key,
-    varint,
+    KEY_GROUP_PREFIX_BYTES, cell_key, decode_list, encode_list, key_group_bounds, key_group_prefix, prefix_upper_bound,
+    split_cell_key, varint,
 )
 from statekit.backends.common.kv_bulk import (
     KVBulkAppendingState, KVBulkListState, KVBulkState, KVBulkValueState,
@@ -48,6 +49,8 @@ from statekit.spi.storage import CheckpointStreams, StateScope
 _CELLS_OF_ENTRIES = (StateKind.MAP, StateKind.TIMERS)
 #: state kinds whose changed cells a delta writes as DELETE of the cell, then PUT of what it holds
 _REWRITTEN_WHOLE = (StateKind.LIST, *_CELLS_OF_ENTRIES)
+#: a changelog delta scans a key group when it holds at most this many entries per changed cell
+DELTA_SCAN_FACTOR = 16
 _STATE_CLASSES = {StateKind.VALUE: KVValueState, StateKind.LIST: KVListState, StateKind.MAP: KVMapState,
                   StateKind.REDUCING: KVReducingState, StateKind.AGGREGATING: KVAggregatingState}
 
@@ -287,8 +290,7 @@ class ChangelogKVSnapshot(PendingSnapshot):
         deleted: list[bytes] = []
         stored: list[bytes] = []
         values: list[bytes] = []
-        for cell in cells:
-            entries = list(self._view.items(name, cell, prefix_upper_bound(cell)))
+        for cell, entries in zip(cells, self._entries_of(name, key_group, cells)):
             if not entries or kind in _REWRITTEN_WHOLE:  # a PUT replaces a value cell
                 deleted.append(cell)
             stored += [key for key, _ in entries]
@@ -297,6 +299,28 @@ class ChangelogKVSnapshot(PendingSnapshot):
             keys, namespaces, _ = split_cell_keys(pa.array(deleted, pa.binary()))
             writer.add_columns(key_group, name, keys, namespaces, None, b"", OP_DELETE)
         _write_entries(writer, key_group, name, kind, stored, values, OP_PUT)
+
+    def _entries_of(self, name: str, key_group: int, cells: list[bytes]) -> list[list[tuple[bytes, bytes]]]:
+        """The entries of each of ``cells`` (sorted, distinct): from one scan of the key group when it
+        holds at most ``DELTA_SCAN_FACTOR`` entries per changed cell, else a range read per cell
+        (a read costs about as much as scanning that many entries)."""
+        lower, upper = key_group_bounds(KeyGroupRange(key_group, key_group))
+        limit = DELTA_SCAN_FACTOR * len(cells)
+        scanned = list(islice(self._view.items(name, lower, upper), limit + 1))
+        if len(scanned) > limit:
+            return [list(self._view.items(name, cell, prefix_upper_bound(cell))) for cell in cells]
+        # both sorted; no cell is a prefix of another (its parts are length-prefixed), so a cell's
+        # entries are the keys from the cell up to its prefix's upper bound, contiguous
+        entries: list[list[tuple[bytes, bytes]]] = [[] for _ in cells]
+        index, count = 0, len(cells)
+        for key, value in scanned:
+            while index < count and cells[index] < key and not key.startswith(cells[index]):
+                index += 1
+            if index == count:
+                break
+            if key.startswith(cells[index]):
+                entries[index].append((key, value))
+        return entries
 
     def release(self) -> None:
         self._full.release()
