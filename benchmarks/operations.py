@@ -14,7 +14,9 @@ supplies it) and then the operation. The raw side is the floor a hand-written lo
   (as the backend keeps one open) and a cursor's ``get``/``put``/``set_range``.
 
 Operations: Value get+update; List add (4 per key) and get; Map put, get and iterate (10
-entries per key; iterate counts entries). Each round builds fresh stores for both sides,
+entries per key; iterate counts entries); Reducing add (a sum) and get; Aggregating add (a sum
+through an ``AggregateFunction``) and get. The raw side of the last two calls the same reduce and
+aggregate functions over its store: get, combine, put. Each round builds fresh stores for both sides,
 interleaved, and each phase keeps its best round.
 
     python -m benchmarks.operations [--backends heap,rocksdb,lmdb] [--keys N] [--ops N] [--rounds N] [--json FILE]
@@ -34,15 +36,42 @@ from benchmarks.fixtures import BACKENDS, MAX_P, keyed_backend
 from benchmarks.report import record, report
 from statekit.backends.common.key_layout import cell_key, key_group_prefix
 from statekit.serializers import Int64Serializer
-from statekit.spi import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor, key_group_for_key
+from statekit.spi import (
+    AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
+    ValueStateDescriptor, key_group_for_key,
+)
 
 PHASES = {"value": "ValueState get+update", "list_add": "ListState add", "list_get": "ListState get",
-          "map_put": "MapState put", "map_get": "MapState get", "map_iterate": "MapState iterate"}
+          "map_put": "MapState put", "map_get": "MapState get", "map_iterate": "MapState iterate",
+          "reducing_add": "ReducingState add", "reducing_get": "ReducingState get",
+          "aggregating_add": "AggregatingState add", "aggregating_get": "AggregatingState get"}
 RAW_NAMES = {"heap": "dict", "rocksdb": "rocksdict", "lmdb": "py-lmdb"}
 LIST_LENGTH = 4
 MAP_SIZE = 10
 _INT = struct.Struct(">Q")  # Int64Serializer's width; the raw side skips its sign flip
 _LIST_ELEMENT_PREFIX = b"\x08"  # varint(8): the backend's length prefix of an 8-byte element
+STATES = ("value", "list", "map", "reducing", "aggregating")
+
+
+def add(a: int, b: int) -> int:
+    """The reduce function of both sides."""
+    return a + b
+
+
+class Sum(AggregateFunction[int, int, int]):
+    """The aggregate function of both sides."""
+
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, value: int, accumulator: int) -> int:
+        return accumulator + value
+
+    def get_result(self, accumulator: int) -> int:
+        return accumulator
+
+
+SUM = Sum()
 
 
 @dataclass(frozen=True)
@@ -65,8 +94,10 @@ class Workload:
         return range(max(1, len(self.keys) // MAP_SIZE))
 
     def ops(self, phase: str) -> int:
-        return {"value": self.n_ops, "list_add": len(self.keys) * LIST_LENGTH, "list_get": len(self.keys)}.get(
-            phase, len(self.map_keys) * MAP_SIZE)
+        if phase.startswith("map_"):
+            return len(self.map_keys) * MAP_SIZE
+        return {"list_add": len(self.keys) * LIST_LENGTH, "list_get": len(self.keys), "reducing_get": len(self.keys),
+                "aggregating_get": len(self.keys)}.get(phase, self.n_ops)
 
     def stored_keys(self) -> list[bytes]:
         """The backend's stored key of every key's cell (void namespace)."""
@@ -88,6 +119,8 @@ def _statekit(backend_name: str, work: str, w: Workload) -> dict[str, float]:
         value = backend.get_state(ValueStateDescriptor("value", Int64Serializer(), default=0))
         lst = backend.get_state(ListStateDescriptor("list", Int64Serializer()))
         mapping = backend.get_state(MapStateDescriptor("map", Int64Serializer(), Int64Serializer()))
+        reducing = backend.get_state(ReducingStateDescriptor("reducing", add, Int64Serializer()))
+        aggregating = backend.get_state(AggregatingStateDescriptor("aggregating", SUM, Int64Serializer()))
         set_key, keys, groups, order = backend.set_current_key, w.keys, w.groups, w.order
         # LMDB's open write transaction is committed at the end of a writing phase, as on the raw side
         commit = backend.store.commit if backend_name == "lmdb" else (lambda: None)
@@ -129,8 +162,25 @@ def _statekit(backend_name: str, work: str, w: Workload) -> dict[str, float]:
                 for _ in mapping.items():
                     pass
 
+        def adds(state: Any) -> Callable[[], None]:
+            def phase() -> None:
+                for i in order:
+                    set_key(keys[i], groups[i])
+                    state.add(i)
+                commit()
+            return phase
+
+        def gets(state: Any) -> Callable[[], None]:
+            def phase() -> None:
+                for i in range(len(keys)):
+                    set_key(keys[i], groups[i])
+                    state.get()
+            return phase
+
         return _timed({"value": value_phase, "list_add": list_add, "list_get": list_get, "map_put": map_put,
-                       "map_get": map_get, "map_iterate": map_iterate})
+                       "map_get": map_get, "map_iterate": map_iterate, "reducing_add": adds(reducing),
+                       "reducing_get": gets(reducing), "aggregating_add": adds(aggregating),
+                       "aggregating_get": gets(aggregating)})
     finally:
         backend.dispose()
 
@@ -181,8 +231,38 @@ def _raw_dict(w: Workload) -> dict[str, float]:
             for _ in maps[keys[i]].items():
                 pass
 
+    reduced: dict[str, int] = {}
+    aggregated: dict[str, int] = {}
+
+    def reducing_add() -> None:
+        get = reduced.get
+        for i in order:
+            key = keys[i]
+            current = get(key)
+            reduced[key] = i if current is None else add(current, i)
+
+    def reducing_get() -> None:
+        get = reduced.get
+        for key in keys:
+            get(key)
+
+    def aggregating_add() -> None:
+        get = aggregated.get
+        for i in order:
+            key = keys[i]
+            accumulator = get(key)
+            aggregated[key] = SUM.add(i, SUM.create_accumulator() if accumulator is None else accumulator)
+
+    def aggregating_get() -> None:
+        get = aggregated.get
+        for key in keys:
+            accumulator = get(key)
+            None if accumulator is None else SUM.get_result(accumulator)
+
     return _timed({"value": value_phase, "list_add": list_add, "list_get": list_get, "map_put": map_put,
-                   "map_get": map_get, "map_iterate": map_iterate})
+                   "map_get": map_get, "map_iterate": map_iterate, "reducing_add": reducing_add,
+                   "reducing_get": reducing_get, "aggregating_add": aggregating_add,
+                   "aggregating_get": aggregating_get})
 
 
 class _RawStore:
@@ -239,8 +319,8 @@ class _Lmdb(_RawStore):
     def __init__(self, path: str) -> None:
         import lmdb
 
-        self._env = lmdb.open(path, map_size=1 << 30, max_dbs=4, sync=False, metasync=False, readahead=False)
-        self._dbs = {name: self._env.open_db(name.encode()) for name in ("value", "list", "map")}
+        self._env = lmdb.open(path, map_size=1 << 30, max_dbs=len(STATES), sync=False, metasync=False, readahead=False)
+        self._dbs = {name: self._env.open_db(name.encode()) for name in STATES}
         self._txn = self._env.begin(write=True)
 
     def use(self, table: str) -> None:
@@ -323,8 +403,40 @@ def _raw_bytes(store: _RawStore, w: Workload) -> dict[str, float]:
             for key, value in scan(stored[i]):
                 unpack_from(key, start), unpack(value)
 
+    def reducing_add() -> None:
+        store.use("reducing")
+        get, put = store.get, store.put
+        for i in order:
+            key = stored[i]
+            data = get(key)
+            put(key, pack(i if data is None else add(unpack(data)[0], i)))
+        store.commit()
+
+    def aggregating_add() -> None:
+        store.use("aggregating")
+        get, put, create, aggregate = store.get, store.put, SUM.create_accumulator, SUM.add
+        for i in order:
+            data = get(stored[i])
+            accumulator = create() if data is None else unpack(data)[0]
+            put(stored[i], pack(aggregate(i, accumulator)))
+        store.commit()
+
+    def reducing_get() -> None:
+        get = store.get
+        for key in stored:
+            data = get(key)
+            None if data is None else unpack(data)[0]
+
+    def aggregating_get() -> None:
+        get, result = store.get, SUM.get_result
+        for key in stored:
+            data = get(key)
+            None if data is None else result(unpack(data)[0])
+
     return _timed({"value": value_phase, "list_add": list_add, "list_get": list_get, "map_put": map_put,
-                   "map_get": map_get, "map_iterate": map_iterate})
+                   "map_get": map_get, "map_iterate": map_iterate, "reducing_add": reducing_add,
+                   "reducing_get": reducing_get, "aggregating_add": aggregating_add,
+                   "aggregating_get": aggregating_get})
 
 
 def _raw(backend_name: str, work: str, w: Workload) -> dict[str, float]:
