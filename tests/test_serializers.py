@@ -197,3 +197,11 @@ def test_msgpack_unknown_extension_type_is_a_clear_error():
 
     with pytest.raises(SerializationError, match="unknown msgpack extension type 7"):
         MsgpackSerializer().deserialize(msgpack.packb(msgpack.ExtType(7, b"x")))
+
+
+def test_int64_bulk_decode_matches_single_and_rejects_a_wrong_width():
+    s = Int64Serializer()
+    values = [0, -1, 2 ** 63 - 1, -(2 ** 63)]
+    assert s.deserialize_many(s.serialize_many(values)) == values
+    with pytest.raises(SerializationError, match="8 bytes"):
+        s.deserialize_many([s.serialize(1), b"123"])

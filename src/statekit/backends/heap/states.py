@@ -228,7 +228,9 @@ class HeapReducingState(HeapState, ReducingState):
         self._reduce = reduce_function
 
     def get(self) -> Any:
-        value = self._get()
+        backend = self._backend
+        entries = self._groups[backend._index].get(self._namespace)
+        value = None if entries is None else entries.get(backend._key)
         return value if type(value) in ATOMIC else detached(value)
 
     def add(self, value: Any) -> None:
@@ -236,10 +238,12 @@ class HeapReducingState(HeapState, ReducingState):
             raise StateAccessError("ReducingState.add(None): reducing state cannot add None")
         if type(value) not in ATOMIC:
             value = detached(value)  # the reduce function may keep it: the state owns what it holds
-        current = self._get()
+        backend = self._backend
+        entries = self._groups[backend._index].get(self._namespace)
+        current = None if entries is None else entries.get(backend._key)
         if current is not None:
             value = self._reduce(current if type(current) in ATOMIC else self._private(current), value)
-        self._put(value)
+        self._entries_for_write()[backend._key] = value
 
 
 class HeapAggregatingState(HeapState, AggregatingState):
@@ -248,17 +252,20 @@ class HeapAggregatingState(HeapState, AggregatingState):
         self._fn = aggregate_function
 
     def get(self) -> Any:
-        accumulator = self._get()
-        if accumulator is None:
+        backend = self._backend
+        entries = self._groups[backend._index].get(self._namespace)
+        if entries is None or (accumulator := entries.get(backend._key)) is None:
             return None
         result = self._fn.get_result(accumulator)
         return result if type(result) in ATOMIC else detached(result)
 
     def add(self, value: Any) -> None:
-        accumulator = self._get()
-        fn = self._fn
+        backend, fn = self._backend, self._fn
+        entries = self._groups[backend._index].get(self._namespace)
+        accumulator = None if entries is None else entries.get(backend._key)
         if accumulator is None:
             accumulator = fn.create_accumulator()
         elif type(accumulator) not in ATOMIC:
             accumulator = self._private(accumulator)
-        self._put(fn.add(value if type(value) in ATOMIC else detached(value), accumulator))
+        self._entries_for_write()[backend._key] = fn.add(value if type(value) in ATOMIC else detached(value),
+                                                         accumulator)
