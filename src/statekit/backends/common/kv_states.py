@@ -163,15 +163,15 @@ class KVMapState(KVState, MapState):
         return self._table.get(self._cell() + self._user_key_serializer.serialize(user_key)) is not None
 
     def items(self) -> Iterator[tuple[Any, Any]]:
-        """Entries read from the table as of this call, deserialized in bulk, ``ITEMS_CHUNK`` at a time."""
+        """The first ``ITEMS_CHUNK`` entries are read and decoded by this call (a small map, typically:
+        no generator in between), any further ones ``ITEMS_CHUNK`` at a time."""
         cell = self._cell()
         entries = iter(self._table.items(cell, prefix_upper_bound(cell)))
-        decode = _entry_decoder(len(cell), self._user_key_serializer.deserialize_many,
-                                self._serializer.deserialize_many)
-        first = list(islice(entries, ITEMS_CHUNK))
+        decode = _entry_decoder(len(cell), self._user_key_serializer.deserialize, self._serializer.deserialize)
+        first = decode(entries)
         if len(first) < ITEMS_CHUNK:
-            return decode(first)
-        return chain(decode(first), _decoded_chunks(entries, decode))
+            return iter(first)
+        return chain(first, _decoded_chunks(entries, decode))
 
     def is_empty(self) -> bool:
         cell = self._cell()
@@ -228,18 +228,17 @@ class KVAggregatingState(KVState, AggregatingState):
         table.put(cell, serializer.serialize(fn.add(value, accumulator)))
 
 
-def _entry_decoder(start: int, keys_of: Callable[[list[bytes]], list[Any]],
-                   values_of: Callable[[list[bytes]], list[Any]]) -> Callable[[list[tuple[bytes, bytes]]], Iterator]:
-    """Decodes a chunk of a map's stored entries (user keys start at ``start``) into (user key, value) pairs."""
-    def decode(chunk: list[tuple[bytes, bytes]]) -> Iterator[tuple[Any, Any]]:
-        return zip(keys_of([k[start:] for k, _ in chunk]), values_of([v for _, v in chunk]))
+_Decoder = Callable[[Iterator[tuple[bytes, bytes]]], list[tuple[Any, Any]]]
+
+
+def _entry_decoder(start: int, user_key_of: Callable[[bytes], Any], value_of: Callable[[bytes], Any]) -> _Decoder:
+    """Reads and decodes the next ``ITEMS_CHUNK`` of a map's stored entries (user keys start at
+    ``start``) into (user key, value) pairs."""
+    def decode(entries: Iterator[tuple[bytes, bytes]]) -> list[tuple[Any, Any]]:
+        return [(user_key_of(k[start:]), value_of(v)) for k, v in islice(entries, ITEMS_CHUNK)]
     return decode
 
 
-def _decoded_chunks(entries: Iterator[tuple[bytes, bytes]],
-                    decode: Callable[[list[tuple[bytes, bytes]]], Iterator]) -> Iterator[tuple[Any, Any]]:
-    while True:
-        chunk = list(islice(entries, ITEMS_CHUNK))
-        if not chunk:
-            return
-        yield from decode(chunk)
+def _decoded_chunks(entries: Iterator[tuple[bytes, bytes]], decode: _Decoder) -> Iterator[tuple[Any, Any]]:
+    while chunk := decode(entries):
+        yield from chunk
