@@ -313,6 +313,9 @@ class _Rocksdict(_RawStore):
 
         options = ReadOptions()
         options.set_iterate_upper_bound(prefix[:-1] + bytes([prefix[-1] + 1]))
+        # rocksdict's iterator does not keep its ReadOptions (which own the bound) alive: freed, the
+        # bound is garbage and the scan stopped after one entry of ten
+        self._scan_options = options
         return self._table.items(from_key=prefix, read_opt=options)
 
     def close(self) -> None:
@@ -439,10 +442,15 @@ def _raw_bytes(store: _RawStore, w: Workload) -> dict[str, float]:
             data = get(key)
             None if data is None else result(unpack(data)[0])
 
-    return _timed({"value": value_phase, "list_add": list_add, "list_get": list_get, "map_put": map_put,
-                   "map_get": map_get, "map_iterate": map_iterate, "reducing_add": reducing_add,
-                   "reducing_get": reducing_get, "aggregating_add": aggregating_add,
-                   "aggregating_get": aggregating_get})
+    seconds = _timed({"value": value_phase, "list_add": list_add, "list_get": list_get, "map_put": map_put,
+                      "map_get": map_get, "map_iterate": map_iterate, "reducing_add": reducing_add,
+                      "reducing_get": reducing_get, "aggregating_add": aggregating_add,
+                      "aggregating_get": aggregating_get})
+    store.use("map")
+    scanned = sum(1 for i in w.map_keys for _ in store.scan(stored[i]))
+    if scanned != w.ops("map_iterate"):
+        raise RuntimeError(f"the raw map scan read {scanned} entries, not {w.ops('map_iterate')}: its timing is void")
+    return seconds
 
 
 def _raw(backend_name: str, work: str, w: Workload) -> dict[str, float]:
