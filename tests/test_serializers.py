@@ -222,3 +222,11 @@ def test_serialize_arrow_is_serialize_many_as_a_column(serializer, values):
 def test_serialize_arrow_rejects_what_serialize_rejects(serializer, values):
     with pytest.raises(SerializationError):
         serializer.serialize_arrow(values)
+
+
+def test_int64_bulk_decode_matches_single_and_rejects_a_wrong_width():
+    s = Int64Serializer()
+    values = [0, -1, 2 ** 63 - 1, -(2 ** 63)]
+    assert s.deserialize_many(s.serialize_many(values)) == values
+    with pytest.raises(SerializationError, match="8 bytes"):
+        s.deserialize_many([s.serialize(1), b"123"])

@@ -24,6 +24,10 @@ def _bad(kind: str, value: Any, exc: Exception) -> SerializationError:
     return SerializationError(f"{kind} cannot encode {value!r} ({type(value).__name__}): {exc}")
 
 
+def _wrong_width(kind: str, data: bytes) -> SerializationError:
+    return SerializationError(f"{kind} expects 8 bytes, got {len(data)}")
+
+
 def _reject_bool(kind: str, value: bool) -> NoReturn:
     raise SerializationError(
         f"{kind} cannot encode {value!r} (bool): it would be restored as {int(value)}. Store int({value!r}) "
@@ -41,9 +45,18 @@ class Int64Serializer(TypeSerializer[int]):
             raise _bad("Int64Serializer", value, exc) from exc
 
     def deserialize(self, data: bytes) -> int:
-        if len(data) != 8:
-            raise SerializationError(f"Int64Serializer expects 8 bytes, got {len(data)}")
-        return _I64.unpack(data)[0] - _SIGN
+        try:
+            return _I64.unpack(data)[0] - _SIGN
+        except struct.error:  # not 8 bytes
+            raise _wrong_width("Int64Serializer", data) from None
+
+    def deserialize_many(self, datas: Iterable[bytes]) -> list[int]:
+        unpack = _I64.unpack
+        try:
+            return [unpack(data)[0] - _SIGN for data in datas]
+        except struct.error:
+            raise SerializationError("Int64Serializer expects 8 bytes per value, got a value of another length") \
+                from None
 
     def serialize_many(self, values: Iterable[int]) -> list[bytes]:
         pack = _I64.pack
@@ -73,9 +86,10 @@ class Float64Serializer(TypeSerializer[float]):
             raise _bad("Float64Serializer", value, exc) from exc
 
     def deserialize(self, data: bytes) -> float:
-        if len(data) != 8:
-            raise SerializationError(f"Float64Serializer expects 8 bytes, got {len(data)}")
-        return _F64.unpack(data)[0]
+        try:
+            return _F64.unpack(data)[0]
+        except struct.error:  # not 8 bytes
+            raise _wrong_width("Float64Serializer", data) from None
 
 
 class StringSerializer(TypeSerializer[str]):

@@ -54,6 +54,8 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
         self._states: dict[str, State] = {}
         self._timer_queues: dict[str, TimerQueue] = {}
         self._num_key_groups = len(self.key_group_range)
+        #: the first key group of the range: ``set_current_key`` subtracts it (the hot path)
+        self._kg_start = self.key_group_range.start
         self._sweep_position = 0
 
     def _key_outside_range(self, key: Any, key_group: int) -> StateAccessError:

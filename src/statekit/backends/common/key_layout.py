@@ -23,13 +23,14 @@ from statekit.spi.errors import ConfigurationError
 from statekit.spi.key_groups import KeyGroupRange
 
 KEY_GROUP_PREFIX_BYTES = 2
-_VARINT_CACHE = [bytes([n]) for n in range(128)]
+#: ``bytes([n])`` for every byte value; for n < 128 also ``varint(n)``, which hot paths inline
+SINGLE_BYTES = [bytes([n]) for n in range(256)]
 
 
 def varint(n: int) -> bytes:
     """Unsigned LEB128."""
     if n < 128:
-        return _VARINT_CACHE[n]
+        return SINGLE_BYTES[n]
     out = bytearray()
     while n >= 128:
         out.append((n & 0x7F) | 0x80)
@@ -69,6 +70,8 @@ def key_group_bounds(key_groups: KeyGroupRange) -> tuple[bytes, bytes]:
 
 def prefix_upper_bound(prefix: bytes) -> bytes:
     """The smallest byte string greater than every string that starts with ``prefix``."""
+    if prefix and prefix[-1] < 255:  # the common case: the last byte is incremented
+        return prefix[:-1] + SINGLE_BYTES[prefix[-1] + 1]
     trimmed = prefix.rstrip(b"\xff")
     if not trimmed:
         return b"\xff" * (len(prefix) + 1)
@@ -96,10 +99,15 @@ def encode_list(elements: list[bytes]) -> bytes:
 
 def decode_list(data: bytes) -> list[bytes]:
     out = []
+    append = out.append
     pos, end = 0, len(data)
     while pos < end:
-        n, pos = read_varint(data, pos)
-        out.append(data[pos:pos + n])
+        n = data[pos]
+        if n < 128:  # a one-byte length, read inline
+            pos += 1
+        else:
+            n, pos = read_varint(data, pos)
+        append(data[pos:pos + n])
         pos += n
     return out
 

@@ -22,8 +22,8 @@ from statekit.backends.common.changelog import (
     OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker,
 )
 from statekit.backends.common.key_layout import (
-    KEY_GROUP_PREFIX_BYTES, cell_key, decode_list, encode_list, key_group_bounds, key_group_prefix, prefix_upper_bound,
-    split_cell_key, varint,
+    KEY_GROUP_PREFIX_BYTES, SINGLE_BYTES, cell_key, decode_list, encode_list, key_group_bounds, key_group_prefix,
+    prefix_upper_bound, split_cell_key, varint,
 )
 from statekit.backends.common.kv_bulk import (
     KVBulkAppendingState, KVBulkListState, KVBulkState, KVBulkValueState,
@@ -67,9 +67,11 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
         super().__init__(params, changelog, supports_ttl, snapshot_compression)
         self._key: Any = None
         self._key_group = -1
+        #: the current key's stored-key prefix, built by ``set_current_key`` (None before the first
+        #: key, or if the key failed to serialize: ``current_key_prefix`` raises then); the states
+        #: read it directly and call ``current_key_prefix`` only when it is None
         self._prefix: bytes | None = None
-        start = self.key_group_range.start
-        self._kg_prefixes = [key_group_prefix(start + i) for i in range(self._num_key_groups)]
+        self._kg_prefixes = [key_group_prefix(self._kg_start + i) for i in range(self._num_key_groups)]
 
     # --- the store, provided by subclasses
     @abstractmethod
@@ -82,19 +84,29 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
 
     # --- current key
     def set_current_key(self, key: Any, key_group: int) -> None:
-        if not 0 <= key_group - self.key_group_range.start < self._num_key_groups:
+        index = key_group - self._kg_start
+        if not 0 <= index < self._num_key_groups:
             raise self._key_outside_range(key, key_group)
-        self._key, self._key_group, self._prefix = key, key_group, None
+        self._key, self._key_group = key, key_group
+        try:
+            key_bytes = self.key_serializer.serialize(key)
+        except Exception:  # noqa: BLE001 - raised again by the first state access, as before the key is used
+            self._prefix = None
+            return
+        size = len(key_bytes)
+        self._prefix = self._kg_prefixes[index] + (SINGLE_BYTES[size] if size < 128 else varint(size)) + key_bytes
 
     def current_key_prefix(self) -> bytes:
-        """The stored-key prefix of the current key, serialized once per key change."""
+        """The stored-key prefix of the current key (raises if there is none, or the key does not serialize)."""
         prefix = self._prefix
         if prefix is None:
             if self._key_group < 0:
                 raise StateAccessError("keyed state was accessed with no current key; call set_current_key first")
-            key_bytes = self.key_serializer.serialize(self._key)
-            prefix = self._prefix = (self._kg_prefixes[self._key_group - self.key_group_range.start]
-                                     + varint(len(key_bytes)) + key_bytes)
+            self.key_serializer.serialize(self._key)  # raises what kept set_current_key from building it
+            self.set_current_key(self._key, self._key_group)
+            prefix = self._prefix
+            if prefix is None:
+                raise StateAccessError(f"the current key {self._key!r} does not serialize with {self.key_serializer!r}")
         return prefix
 
     # --- states

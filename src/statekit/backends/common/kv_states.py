@@ -1,9 +1,15 @@
-"""The five keyed state kinds over a ``KVTable``, laid out as in ``key_layout``."""
+"""The five keyed state kinds over a ``KVTable``, laid out as in ``key_layout``.
+
+The per-key operations are the hot path of every keyed function: they read the backend's cached
+key prefix directly (``KVKeyedStateBackend._prefix``, built by ``current_key_prefix`` once per
+key) and call the table's methods with no layer between (RocksDB's and LMDB's ``get`` are the
+native methods)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from itertools import chain, islice
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-from statekit.backends.common.key_layout import decode_list, encode_list, prefix_upper_bound, varint
+from statekit.backends.common.key_layout import SINGLE_BYTES, decode_list, encode_list, prefix_upper_bound, varint
 from statekit.backends.common.namespaces import encode_namespace
 from statekit.backends.common.registration import RegisteredState, checked_list_elements
 from statekit.spi.errors import StateAccessError
@@ -37,17 +43,27 @@ class KVStateAccess:
             self._namespace_part = varint(len(encoded)) + encoded
 
 
+#: map entries decoded at once by ``items`` (a larger map continues chunk by chunk)
+ITEMS_CHUNK = 256
+
+
 class KVState(KVStateAccess, State):
     def _cell(self) -> bytes:
-        return self._backend.current_key_prefix() + self._namespace_part
+        backend = self._backend
+        return (backend._prefix or backend.current_key_prefix()) + self._namespace_part
 
     def _write_cell(self) -> bytes:
         """The current cell, recorded as written for changelog snapshots."""
-        cell = self._backend.current_key_prefix() + self._namespace_part
-        changelog = self._backend._changelog
-        if changelog.enabled:
-            changelog.dirty[self._backend._key_group - self._backend.key_group_range.start].add((self._name, cell))
+        backend = self._backend
+        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        if backend._changelog.enabled:
+            self._written(cell)
         return cell
+
+    def _written(self, cell: bytes) -> None:
+        """Record ``cell`` of the current key as written, for changelog snapshots."""
+        backend = self._backend
+        backend._changelog.dirty[backend._key_group - backend._kg_start].add((self._name, cell))
 
     def clear(self) -> None:
         self._table.delete(self._write_cell())
@@ -61,7 +77,8 @@ class KVValueState(KVState, ValueState):
         self._default_bytes = None if default is None else self._serializer.serialize(default)
 
     def value(self) -> Any:
-        data = self._table.get(self._cell())
+        backend = self._backend
+        data = self._table.get((backend._prefix or backend.current_key_prefix()) + self._namespace_part)
         if data is None:  # a fresh copy of the default each time, as Flink does
             return None if self._default_bytes is None else self._serializer.deserialize(self._default_bytes)
         return self._serializer.deserialize(data)
@@ -69,24 +86,34 @@ class KVValueState(KVState, ValueState):
     def update(self, value: Any) -> None:
         if value is None:
             self.clear()
-        else:
-            self._table.put(self._write_cell(), self._serializer.serialize(value))
+            return
+        backend = self._backend
+        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        if backend._changelog.enabled:
+            self._written(cell)
+        self._table.put(cell, self._serializer.serialize(value))
 
 
 class KVListState(KVState, ListState):
     """One value per list, elements length-prefixed: ``add`` is read-append-write."""
 
     def get(self) -> list[Any]:
-        data = self._table.get(self._cell())
+        backend = self._backend
+        data = self._table.get((backend._prefix or backend.current_key_prefix()) + self._namespace_part)
         return self._serializer.deserialize_many(decode_list(data)) if data else []
 
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ListState.add(None): list state elements cannot be None")
-        cell = self._write_cell()
+        backend = self._backend
+        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        if backend._changelog.enabled:
+            self._written(cell)
         element = self._serializer.serialize(value)
-        existing = self._table.get(cell)
-        self._table.put(cell, (existing or b"") + varint(len(element)) + element)
+        size = len(element)
+        table = self._table
+        existing = table.get(cell)
+        table.put(cell, (existing or b"") + (SINGLE_BYTES[size] if size < 128 else varint(size)) + element)
 
     def add_all(self, values: Iterable[Any]) -> None:
         new = checked_list_elements(values)
@@ -111,12 +138,17 @@ class KVMapState(KVState, MapState):
         self._user_key_serializer = registration.user_key_serializer
 
     def get(self, user_key: Any) -> Any:
-        data = self._table.get(self._cell() + self._user_key_serializer.serialize(user_key))
+        backend = self._backend
+        data = self._table.get((backend._prefix or backend.current_key_prefix()) + self._namespace_part
+                               + self._user_key_serializer.serialize(user_key))
         return None if data is None else self._serializer.deserialize(data)
 
     def put(self, user_key: Any, value: Any) -> None:
-        self._table.put(self._write_cell() + self._user_key_serializer.serialize(user_key),
-                        self._serializer.serialize(value))
+        backend = self._backend
+        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        if backend._changelog.enabled:
+            self._written(cell)
+        self._table.put(cell + self._user_key_serializer.serialize(user_key), self._serializer.serialize(value))
 
     def put_all(self, entries: Mapping[Any, Any]) -> None:
         cell = self._write_cell()
@@ -131,10 +163,15 @@ class KVMapState(KVState, MapState):
         return self._table.get(self._cell() + self._user_key_serializer.serialize(user_key)) is not None
 
     def items(self) -> Iterator[tuple[Any, Any]]:
+        """The first ``ITEMS_CHUNK`` entries are read and decoded by this call (a small map, typically:
+        no generator in between), any further ones ``ITEMS_CHUNK`` at a time."""
         cell = self._cell()
-        start = len(cell)
-        uk, val = self._user_key_serializer.deserialize, self._serializer.deserialize
-        return ((uk(k[start:]), val(v)) for k, v in self._table.items(cell, prefix_upper_bound(cell)))
+        entries = iter(self._table.items(cell, prefix_upper_bound(cell)))
+        decode = _entry_decoder(len(cell), self._user_key_serializer.deserialize, self._serializer.deserialize)
+        first = decode(entries)
+        if len(first) < ITEMS_CHUNK:
+            return iter(first)
+        return chain(first, _decoded_chunks(entries, decode))
 
     def is_empty(self) -> bool:
         cell = self._cell()
@@ -152,16 +189,21 @@ class KVReducingState(KVState, ReducingState):
         self._reduce = reduce_function
 
     def get(self) -> Any:
-        data = self._table.get(self._cell())
+        backend = self._backend
+        data = self._table.get((backend._prefix or backend.current_key_prefix()) + self._namespace_part)
         return None if data is None else self._serializer.deserialize(data)
 
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ReducingState.add(None): reducing state cannot add None")
-        cell = self._write_cell()
-        data = self._table.get(cell)
-        result = value if data is None else self._reduce(self._serializer.deserialize(data), value)
-        self._table.put(cell, self._serializer.serialize(result))
+        backend = self._backend
+        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        if backend._changelog.enabled:
+            self._written(cell)
+        table, serializer = self._table, self._serializer
+        data = table.get(cell)
+        result = value if data is None else self._reduce(serializer.deserialize(data), value)
+        table.put(cell, serializer.serialize(result))
 
 
 class KVAggregatingState(KVState, AggregatingState):
@@ -171,11 +213,32 @@ class KVAggregatingState(KVState, AggregatingState):
         self._fn = aggregate_function
 
     def get(self) -> Any:
-        data = self._table.get(self._cell())
+        backend = self._backend
+        data = self._table.get((backend._prefix or backend.current_key_prefix()) + self._namespace_part)
         return None if data is None else self._fn.get_result(self._serializer.deserialize(data))
 
     def add(self, value: Any) -> None:
-        cell = self._write_cell()
-        data = self._table.get(cell)
-        accumulator = self._fn.create_accumulator() if data is None else self._serializer.deserialize(data)
-        self._table.put(cell, self._serializer.serialize(self._fn.add(value, accumulator)))
+        backend = self._backend
+        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        if backend._changelog.enabled:
+            self._written(cell)
+        table, serializer, fn = self._table, self._serializer, self._fn
+        data = table.get(cell)
+        accumulator = fn.create_accumulator() if data is None else serializer.deserialize(data)
+        table.put(cell, serializer.serialize(fn.add(value, accumulator)))
+
+
+_Decoder = Callable[[Iterator[tuple[bytes, bytes]]], list[tuple[Any, Any]]]
+
+
+def _entry_decoder(start: int, user_key_of: Callable[[bytes], Any], value_of: Callable[[bytes], Any]) -> _Decoder:
+    """Reads and decodes the next ``ITEMS_CHUNK`` of a map's stored entries (user keys start at
+    ``start``) into (user key, value) pairs."""
+    def decode(entries: Iterator[tuple[bytes, bytes]]) -> list[tuple[Any, Any]]:
+        return [(user_key_of(k[start:]), value_of(v)) for k, v in islice(entries, ITEMS_CHUNK)]
+    return decode
+
+
+def _decoded_chunks(entries: Iterator[tuple[bytes, bytes]], decode: _Decoder) -> Iterator[tuple[Any, Any]]:
+    while chunk := decode(entries):
+        yield from chunk

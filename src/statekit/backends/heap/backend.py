@@ -74,7 +74,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
 
     # --- current key
     def set_current_key(self, key: Any, key_group: int) -> None:
-        index = key_group - self.key_group_range.start
+        index = key_group - self._kg_start
         if not 0 <= index < self._num_key_groups:
             raise self._key_outside_range(key, key_group)
         self._key, self._key_group, self._index = key, key_group, index

@@ -33,13 +33,13 @@ def detached(value: Any) -> Any:
     kind = type(value)
     if kind in ATOMIC:
         return value
+    # ``ATOMIC.issuperset(map(type, ...))``: whether every element is atomic, in one C-level pass
     if kind is tuple or kind is frozenset:
-        return value if all(type(v) in ATOMIC for v in value) else _deep_copy(value)
+        return value if ATOMIC.issuperset(map(type, value)) else _deep_copy(value)
     if kind is list:
-        return list(value) if all(type(v) in ATOMIC for v in value) else _deep_copy(value)
-    if kind is dict:
-        if all(type(k) in ATOMIC and type(v) in ATOMIC for k, v in value.items()):
-            return dict(value)
+        return list(value) if ATOMIC.issuperset(map(type, value)) else _deep_copy(value)
+    if kind is dict and ATOMIC.issuperset(map(type, value)) and ATOMIC.issuperset(map(type, value.values())):
+        return dict(value)
     return _deep_copy(value)
 
 
@@ -53,7 +53,7 @@ def _deep_copy(value: Any) -> Any:
 
 def detached_list(values: list[Any]) -> list[Any]:
     """A new list of detached elements."""
-    if all(type(v) in ATOMIC for v in values):
+    if ATOMIC.issuperset(map(type, values)):
         return list(values)
     return [detached(v) for v in values]
 

@@ -1,4 +1,9 @@
-"""The five keyed state kinds on a heap ``StateTable``."""
+"""The five keyed state kinds on a heap ``StateTable``.
+
+The per-key operations are the hot path of every keyed function: they read the key group's map
+from the table's ``groups`` list directly (the list object is the table's for good; copy-on-write
+replaces its items) and test ``type(value) in ATOMIC`` before calling ``detached``, so that the
+common case costs no call beyond the dict operations."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
@@ -21,6 +26,7 @@ class HeapStateAccess:
     def __init__(self, backend: "HeapKeyedStateBackend", table: "StateTable") -> None:
         self._backend = backend
         self._table = table
+        self._groups = table.groups
         self._name = table.registration.name
         self._namespace: Any = VOID_NAMESPACE
 
@@ -30,18 +36,20 @@ class HeapStateAccess:
 
 class HeapState(HeapStateAccess, State):
     def _get(self) -> Any:
-        entries = self._table.groups[self._backend._index].get(self._namespace)
-        return None if entries is None else entries.get(self._backend._key)
+        backend = self._backend
+        entries = self._groups[backend._index].get(self._namespace)
+        return None if entries is None else entries.get(backend._key)
 
     def _entries_for_write(self) -> dict[Any, Any]:
-        backend = self._backend
-        group = self._table.writable(backend._index)
-        entries = group.get(self._namespace)  # fails first when there is no current key
+        backend, table, namespace = self._backend, self._table, self._namespace
+        index = backend._index
+        group = self._groups[index] if table.owned[index] else table.writable(index)
+        entries = group.get(namespace)  # fails first when there is no current key
         if entries is None:
-            entries = group[self._namespace] = {}
+            entries = group[namespace] = {}
         changelog = backend._changelog
         if changelog.enabled:
-            changelog.dirty[backend._index].add((self._name, backend._key, self._namespace))
+            changelog.dirty[index].add((self._name, backend._key, namespace))
         return entries
 
     def _private(self, value: Any) -> Any:
@@ -74,12 +82,14 @@ class HeapValueState(HeapState, ValueState):
         self._default = default
 
     def value(self) -> Any:
-        entries = self._table.groups[self._backend._index].get(self._namespace)
+        backend = self._backend
+        entries = self._groups[backend._index].get(self._namespace)
         if entries is not None:
-            value = entries.get(self._backend._key, entries)
+            value = entries.get(backend._key, entries)
             if value is not entries:
                 return value if type(value) in ATOMIC else detached(value)
-        return detached(self._default)
+        default = self._default
+        return default if type(default) in ATOMIC else detached(default)
 
     def update(self, value: Any) -> None:
         if value is None:
@@ -87,7 +97,7 @@ class HeapValueState(HeapState, ValueState):
             return
         backend, table = self._backend, self._table
         index = backend._index
-        group = table.groups[index] if table.owned[index] else table.writable(index)
+        group = self._groups[index] if table.owned[index] else table.writable(index)
         entries = group.get(self._namespace)
         if entries is None:
             entries = group[self._namespace] = {}
@@ -99,13 +109,18 @@ class HeapValueState(HeapState, ValueState):
 
 class HeapListState(HeapState, ListState):
     def get(self) -> list[Any]:
-        values = self._get()
-        return detached_list(values) if values else []
+        backend = self._backend
+        entries = self._groups[backend._index].get(self._namespace)
+        values = None if entries is None else entries.get(backend._key)
+        if not values:
+            return []
+        return list(values) if ATOMIC.issuperset(map(type, values)) else detached_list(values)
 
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ListState.add(None): list state elements cannot be None")
-        value = detached(value)
+        if type(value) not in ATOMIC:
+            value = detached(value)
         entries = self._entries_for_write()
         key = self._backend._key
         values = entries.get(key)
@@ -154,7 +169,9 @@ class HeapMapState(HeapState, MapState):
         return mapping
 
     def get(self, user_key: Any) -> Any:
-        mapping = self._map()
+        backend = self._backend
+        entries = self._groups[backend._index].get(self._namespace)
+        mapping = None if entries is None else entries.get(backend._key)
         if mapping is None:
             return None
         value = mapping.get(user_key if type(user_key) in self._plain else self._keys.held(user_key))
@@ -162,7 +179,15 @@ class HeapMapState(HeapState, MapState):
 
     def put(self, user_key: Any, value: Any) -> None:
         held = user_key if type(user_key) in self._plain else self._keys.held(user_key)
-        self._map_for_write()[held] = value if type(value) in ATOMIC else detached(value)
+        if type(value) not in ATOMIC:
+            value = detached(value)
+        entries = self._entries_for_write()
+        key = self._backend._key
+        mapping = entries.get(key)
+        if mapping is None:
+            entries[key] = {held: value}
+        else:
+            mapping[held] = value
 
     def put_all(self, entries: Mapping[Any, Any]) -> None:
         if entries:
@@ -188,6 +213,8 @@ class HeapMapState(HeapState, MapState):
         mapping = self._map()
         if not mapping:
             return iter(())
+        if self._plain.issuperset(map(type, mapping)) and ATOMIC.issuperset(map(type, mapping.values())):
+            return iter(list(mapping.items()))  # keys held as themselves, values immutable: nothing to convert
         user_key = self._keys.user_key
         return iter([(user_key(k), detached(v)) for k, v in mapping.items()])
 
@@ -201,14 +228,22 @@ class HeapReducingState(HeapState, ReducingState):
         self._reduce = reduce_function
 
     def get(self) -> Any:
-        return detached(self._get())
+        backend = self._backend
+        entries = self._groups[backend._index].get(self._namespace)
+        value = None if entries is None else entries.get(backend._key)
+        return value if type(value) in ATOMIC else detached(value)
 
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ReducingState.add(None): reducing state cannot add None")
-        value = detached(value)  # the reduce function may keep it: the state owns what it holds
-        current = self._private(self._get())
-        self._put(value if current is None else self._reduce(current, value))
+        if type(value) not in ATOMIC:
+            value = detached(value)  # the reduce function may keep it: the state owns what it holds
+        backend = self._backend
+        entries = self._groups[backend._index].get(self._namespace)
+        current = None if entries is None else entries.get(backend._key)
+        if current is not None:
+            value = self._reduce(current if type(current) in ATOMIC else self._private(current), value)
+        self._entries_for_write()[backend._key] = value
 
 
 class HeapAggregatingState(HeapState, AggregatingState):
@@ -217,11 +252,20 @@ class HeapAggregatingState(HeapState, AggregatingState):
         self._fn = aggregate_function
 
     def get(self) -> Any:
-        accumulator = self._get()
-        return None if accumulator is None else detached(self._fn.get_result(accumulator))
+        backend = self._backend
+        entries = self._groups[backend._index].get(self._namespace)
+        if entries is None or (accumulator := entries.get(backend._key)) is None:
+            return None
+        result = self._fn.get_result(accumulator)
+        return result if type(result) in ATOMIC else detached(result)
 
     def add(self, value: Any) -> None:
-        accumulator = self._private(self._get())
+        backend, fn = self._backend, self._fn
+        entries = self._groups[backend._index].get(self._namespace)
+        accumulator = None if entries is None else entries.get(backend._key)
         if accumulator is None:
-            accumulator = self._fn.create_accumulator()
-        self._put(self._fn.add(detached(value), accumulator))
+            accumulator = fn.create_accumulator()
+        elif type(accumulator) not in ATOMIC:
+            accumulator = self._private(accumulator)
+        self._entries_for_write()[backend._key] = fn.add(value if type(value) in ATOMIC else detached(value),
+                                                         accumulator)

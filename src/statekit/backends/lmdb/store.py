@@ -105,7 +105,7 @@ class LMDBStore:
         """Forget the write transaction (and the tables' cursors of it); return it."""
         txn, self.txn = self.txn, None
         for table in self._tables.values():
-            table._cursor = None
+            table.drop_cursor()
         return txn
 
     # --- the write transaction

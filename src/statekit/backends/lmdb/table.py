@@ -23,7 +23,10 @@ _ENTRY_OVERHEAD = 96
 class LMDBTable(KVTable):
     """A named database, read and written through a cursor of the store's open write transaction
     (py-lmdb's ``Cursor.get``/``put`` are markedly faster than ``Transaction.get``/``put`` with a
-    ``db`` argument). The cursor is dropped whenever the transaction ends."""
+    ``db`` argument). The cursor is dropped whenever the transaction ends (``drop_cursor``).
+
+    While a cursor is open, ``get`` is the cursor's own method (an instance attribute, as in
+    ``ColumnFamilyTable``): the per-key states call it with no Python frame between."""
 
     def __init__(self, store: LMDBStore, name: str, db: Any) -> None:
         self._store = store
@@ -37,7 +40,13 @@ class LMDBTable(KVTable):
         if txn is None:
             txn = store.begin()
         cursor = self._cursor = txn.cursor(self._db)
+        self.get = cursor.get  # type: ignore[method-assign]  # a key too long to store is simply not found
         return cursor
+
+    def drop_cursor(self) -> None:
+        """The write transaction ended: its cursor is gone, ``get`` opens the next one."""
+        self._cursor = None
+        self.__dict__.pop("get", None)
 
     def _key_error(self, key: bytes) -> StateAccessError:
         limit = self._store.max_key_size
@@ -46,11 +55,8 @@ class LMDBTable(KVTable):
             f"bytes (2-byte key group + length-prefixed key and namespace [+ map user key]); use smaller keys, "
             f"namespaces or map keys, or a key serializer that hashes long keys")
 
-    def get(self, key: bytes) -> bytes | None:
-        cursor = self._cursor
-        if cursor is None:
-            cursor = self._open_cursor()
-        return cursor.get(key)  # a key too long to store is simply not found
+    def get(self, key: bytes) -> bytes | None:  # while no cursor is open (see the class)
+        return self._open_cursor().get(key)
 
     def put(self, key: bytes, value: bytes) -> None:
         cursor = self._cursor
@@ -148,14 +154,10 @@ class LMDBTable(KVTable):
         once (a map of one key, typically); a larger range continues from a read snapshot, so
         writes during the iteration cannot reach it and memory stays bounded."""
         store = self._store
-        txn = store.txn
-        if txn is None:
-            txn = store.begin()
-        cursor = txn.cursor(self._db)
-        try:
-            first = read_range(cursor, lower, upper, MATERIALIZE_LIMIT, store.max_key_size)
-        finally:
-            cursor.close()
+        cursor = self._cursor  # the table's cursor: ``get`` and ``put`` do not depend on its position
+        if cursor is None:
+            cursor = self._open_cursor()
+        first = read_range(cursor, lower, upper, MATERIALIZE_LIMIT, store.max_key_size)
         if len(first) < MATERIALIZE_LIMIT:
             return iter(first)
         # nothing was written since ``first`` was read: the snapshot continues it exactly

@@ -1,14 +1,18 @@
-"""State semantics: ``KeyedStateBackend.keys()``."""
+"""State semantics of keys: ``KeyedStateBackend.keys()``, and keys that do not serialize."""
 from __future__ import annotations
 
 import operator
+import threading
+
+import pytest
 
 from statekit.conformance_tests.base import BackendTestBase, set_key
 from statekit.conformance_tests.semantics.common import (
     mixed_keys, assert_keys, value_state, list_state, map_state, reducing_state,
 )
 from statekit.spi import (
-    KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, ValueStateDescriptor,
+    KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, SerializationError,
+    ValueStateDescriptor,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -57,3 +61,25 @@ class KeyIterationSemantics(BackendTestBase):
         assert_keys(keyed_backend, "b", [])
         for w in range(3):
             assert_keys(keyed_backend, "b", [i for i in range(0, 100, 5) if i % 3 == w], ("window", w))
+
+    def test_key_that_does_not_serialize_is_a_clear_error_and_leaves_other_keys(
+            self, keyed_backend: KeyedStateBackend) -> None:
+        """A key the key serializer rejects fails with SerializationError when it is made current or,
+        at the latest, when its state is read or written (a backend may serialize keys lazily, or
+        never, as the heap backend until a snapshot); the next key works as before."""
+        state = value_state(keyed_backend, ValueStateDescriptor("v"))
+        set_key(keyed_backend, "good")
+        state.update(1)
+        try:
+            keyed_backend.set_current_key(threading.Lock(), keyed_backend.key_group_range.start)
+            state.update(2)
+            state.value()
+        except SerializationError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - the point is the error type
+            pytest.fail(f"a key that does not serialize raised {type(exc).__name__}: {exc}; expected statekit's "
+                        f"SerializationError")
+        set_key(keyed_backend, "good")
+        assert state.value() == 1, f"after a key that does not serialize, key 'good' reads {state.value()!r}"
+        state.update(3)
+        assert state.value() == 3, f"after a key that does not serialize, key 'good' reads {state.value()!r} after 3"
