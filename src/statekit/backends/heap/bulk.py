@@ -1,8 +1,11 @@
-"""Bulk access (``spi.bulk_state``) on the heap's state tables: one pass over the keys, each
-reaching its key group's ``namespace -> key -> value`` dict directly, with the same copies,
-copy-on-write and changelog bookkeeping as the per-key states (``states``)."""
+"""Bulk access (``spi.bulk_state``) on the heap's state tables: a batch's keys in runs of one key
+group, each run read and written on its ``namespace -> key -> value`` dict in C (``map``,
+``dict.update``), with the same copies, copy-on-write and changelog bookkeeping as the per-key
+states (``states``)."""
 from __future__ import annotations
 
+from itertools import groupby, repeat
+from operator import is_
 from typing import TYPE_CHECKING, Any, Sequence
 
 from statekit.backends.heap.copies import ATOMIC, detached, detached_list
@@ -21,25 +24,37 @@ _UNCHANGED = object()  # for ``_write``: leave the key as it is
 
 
 class HeapBulkState(HeapStateAccess, BulkState):
-    def _indices(self, keys: KeyBatch) -> list[int]:
-        """The key-group index of every key, all checked to be in this backend's range."""
-        start = self._backend.key_group_range.start
-        indices = [key_group - start for key_group in keys.key_groups]
-        if indices and (min(indices) < 0 or max(indices) >= self._table.size):
-            bad = next(i for i, index in enumerate(indices) if not 0 <= index < self._table.size)
-            raise self._backend._key_outside_range(keys.keys[bad], keys.key_groups[bad])
-        return indices
+    def _runs(self, keys: KeyBatch) -> list[tuple[int, int, int]]:
+        """(key-group index, first, end) of each run of keys in one key group, every key group
+        checked to be in this backend's range (shared by the batch's states)."""
+        return keys.derived(("heap-runs", id(self._backend)), lambda: self._key_group_runs(keys))
 
-    def _held(self, keys: KeyBatch, indices: list[int]) -> list[Any]:
-        """What each key holds in the current namespace (``_MISSING`` where nothing)."""
-        groups, namespace, missing = self._table.groups, self._namespace, _MISSING
+    def _key_group_runs(self, keys: KeyBatch) -> list[tuple[int, int, int]]:
+        start, size = self._backend.key_group_range.start, self._table.size
+        runs, first = [], 0
+        for key_group, members in groupby(keys.key_groups):
+            end = first + sum(1 for _ in members)
+            if not 0 <= key_group - start < size:
+                raise self._backend._key_outside_range(keys.keys[first], key_group)
+            runs.append((key_group - start, first, end))
+            first = end
+        return runs
+
+    def _indices(self, keys: KeyBatch) -> list[int]:
+        """The key-group index of every key."""
+        return [index for index, first, end in self._runs(keys) for _ in range(end - first)]
+
+    def _held(self, keys: KeyBatch, absent: Any = _MISSING) -> list[Any]:
+        """What each key holds in the current namespace (``absent`` where nothing): one dict
+        lookup per key in C (``map``), one namespace lookup per run."""
+        groups, namespace, keys_ = self._table.groups, self._namespace, keys.keys
         held: list[Any] = []
-        append = held.append
-        previous, entries = -1, None
-        for key, index in zip(keys.keys, indices):
-            if index != previous:  # keys come grouped by key group, typically
-                previous, entries = index, groups[index].get(namespace)
-            append(missing if entries is None else entries.get(key, missing))
+        for index, first, end in self._runs(keys):
+            entries = groups[index].get(namespace)
+            if entries is None:
+                held.extend(repeat(absent, end - first))
+            else:
+                held.extend(map(entries.get, keys_[first:end], repeat(absent)))
         return held
 
     def _write(self, keys: KeyBatch, values: Sequence[Any]) -> None:
@@ -48,26 +63,41 @@ class HeapBulkState(HeapStateAccess, BulkState):
         groups, owned = table.groups, table.owned
         changelog = self._backend._changelog
         dirty = changelog.dirty if changelog.enabled else None
-        for key, index, value in zip(keys.keys, self._indices(keys), values):
-            if value is _UNCHANGED:
-                continue
+        keys_ = keys.keys
+        for index, first, end in self._runs(keys):
             group = groups[index] if owned[index] else table.writable(index)
+            run_keys, run_values = keys_[first:end], values[first:end]
             entries = group.get(namespace)
-            if value is None:
-                if entries is None or key not in entries:
-                    continue
-                del entries[key]
-                if not entries:
-                    del group[namespace]
-            elif entries is None:
-                group[namespace] = {key: value}
-            else:
-                entries[key] = value
+            if any(map(is_, run_values, repeat(None))) or any(map(is_, run_values, repeat(_UNCHANGED))):
+                entries = _write_each(group, namespace, entries, run_keys, run_values)
+            else:  # the common case, in C: later duplicates win, as in a loop
+                if entries is None:
+                    entries = group[namespace] = {}
+                entries.update(zip(run_keys, run_values))
             if dirty is not None:
-                dirty[index].add((name, key, namespace))
+                dirty[index].update(zip(repeat(name), run_keys, repeat(namespace)))
 
     def clear_many(self, keys: KeyBatch) -> None:
         self._write(keys, [None] * len(keys.keys))
+
+
+def _write_each(group: dict[Any, Any], namespace: Any, entries: dict[Any, Any] | None, keys: Sequence[Any],
+                values: Sequence[Any]) -> dict[Any, Any] | None:
+    """``_write`` of one run with removals or keys left unchanged, key by key."""
+    for key, value in zip(keys, values):
+        if value is _UNCHANGED:
+            continue
+        if value is None:
+            if entries is not None and key in entries:
+                del entries[key]
+                if not entries:
+                    del group[namespace]
+                    entries = None
+        elif entries is None:
+            entries = group[namespace] = {key: value}
+        else:
+            entries[key] = value
+    return entries
 
 
 class HeapBulkValueState(HeapBulkState, BulkValueState):
@@ -76,10 +106,15 @@ class HeapBulkValueState(HeapBulkState, BulkValueState):
         self._default = default
 
     def get_many(self, keys: KeyBatch) -> list[Any]:
-        default = self._default
-        missing, atomic = _MISSING, ATOMIC
+        default, atomic = self._default, ATOMIC
+        if type(default) in atomic:  # keys without a value read the default itself
+            held = self._held(keys, default)
+            if atomic.issuperset(map(type, held)):  # nothing to copy (one pass in C)
+                return held
+            return [value if type(value) in atomic else detached(value) for value in held]
+        missing = _MISSING
         return [(detached(default) if value is missing else value if type(value) in atomic else detached(value))
-                for value in self._held(keys, self._indices(keys))]
+                for value in self._held(keys)]
 
     def update_many(self, keys: KeyBatch, values: Sequence[Any]) -> None:
         check_aligned(keys, values, "ValueState.update_many")
@@ -88,7 +123,7 @@ class HeapBulkValueState(HeapBulkState, BulkValueState):
 
 class HeapBulkListState(HeapBulkState, BulkListState):
     def get_many(self, keys: KeyBatch) -> list[list[Any]]:
-        return [detached_list(values) if values is not _MISSING else [] for values in self._held(keys, self._indices(keys))]
+        return [detached_list(values) if values is not _MISSING else [] for values in self._held(keys)]
 
     def add_many(self, keys: KeyBatch, elements: Sequence[Any]) -> None:
         check_aligned(keys, elements, "ListState.add_many")
@@ -96,7 +131,7 @@ class HeapBulkListState(HeapBulkState, BulkListState):
         current: dict[tuple[int, Any], list[Any]] = {}  # a key met twice appends to its own new list
         merged = []
         indices = self._indices(keys)
-        for i, (key, index, held) in enumerate(zip(keys.keys, indices, self._held(keys, indices))):
+        for i, (key, index, held) in enumerate(zip(keys.keys, indices, self._held(keys))):
             if not new[i]:
                 merged.append(_UNCHANGED)
                 continue
@@ -125,7 +160,7 @@ class HeapBulkAppendingState(HeapBulkState, BulkReducingState, BulkAggregatingSt
     def get_many(self, keys: KeyBatch) -> list[Any]:
         result = self._fn.get_result if self._fn is not None else None
         return [None if held is _MISSING else detached(result(held) if result else held)
-                for held in self._held(keys, self._indices(keys))]
+                for held in self._held(keys)]
 
     def add_many(self, keys: KeyBatch, values: Sequence[Any]) -> None:
         check_aligned(keys, values, "add_many")
@@ -135,7 +170,7 @@ class HeapBulkAppendingState(HeapBulkState, BulkReducingState, BulkAggregatingSt
         current: dict[tuple[int, Any], Any] = {}  # a key met twice adds to what it was given the first time
         results = []
         indices = self._indices(keys)
-        for i, (key, index, held) in enumerate(zip(keys.keys, indices, self._held(keys, indices))):
+        for i, (key, index, held) in enumerate(zip(keys.keys, indices, self._held(keys))):
             at = current.get((index, key), _MISSING)
             if at is _MISSING:  # the state's own copy: the functions may change it in place
                 at = held if held is _MISSING or type(held) in ATOMIC else detached(held)
