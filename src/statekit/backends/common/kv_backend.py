@@ -7,7 +7,7 @@ The RocksDB and LMDB backends are built on it, and so can a plugin's.
 from __future__ import annotations
 
 from abc import abstractmethod
-from itertools import islice
+from bisect import bisect_left
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -317,21 +317,17 @@ class ChangelogKVSnapshot(PendingSnapshot):
         holds at most ``DELTA_SCAN_FACTOR`` entries per changed cell, else a range read per cell
         (a read costs about as much as scanning that many entries)."""
         lower, upper = key_group_bounds(KeyGroupRange(key_group, key_group))
-        limit = DELTA_SCAN_FACTOR * len(cells)
-        scanned = list(islice(self._view.items(name, lower, upper), limit + 1))
-        if len(scanned) > limit:
+        columns = self._view.columns_upto(name, lower, upper, DELTA_SCAN_FACTOR * len(cells))
+        if columns is None:
             return [list(self._view.items(name, cell, prefix_upper_bound(cell))) for cell in cells]
-        # both sorted; no cell is a prefix of another (its parts are length-prefixed), so a cell's
-        # entries are the keys from the cell up to its prefix's upper bound, contiguous
-        entries: list[list[tuple[bytes, bytes]]] = [[] for _ in cells]
-        index, count = 0, len(cells)
-        for key, value in scanned:
-            while index < count and cells[index] < key and not key.startswith(cells[index]):
-                index += 1
-            if index == count:
-                break
-            if key.startswith(cells[index]):
-                entries[index].append((key, value))
+        # a cell's entries are the keys from the cell up to its prefix's upper bound (no cell is a
+        # prefix of another: its parts are length-prefixed)
+        keys, values = columns
+        entries: list[list[tuple[bytes, bytes]]] = []
+        for cell in cells:
+            first = bisect_left(keys, cell)
+            end = bisect_left(keys, prefix_upper_bound(cell), first)
+            entries.append(list(zip(keys[first:end], values[first:end])))
         return entries
 
     def release(self) -> None:

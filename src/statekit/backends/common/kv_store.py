@@ -6,6 +6,7 @@ SQLite table, ...). Keys and values are bytes; tables are ordered bytewise.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from itertools import islice
 from typing import Iterable, Iterator, Sequence
 
 
@@ -59,6 +60,15 @@ class KVView(ABC):
         """The keys and the values of ``items``, as two lists (snapshot writers read a key group
         at once); override where the store lists them faster."""
         entries = list(self.items(table, lower, upper))
+        return [key for key, _ in entries], [value for _, value in entries]
+
+    def columns_upto(self, table: str, lower: bytes, upper: bytes,
+                     limit: int) -> tuple[list[bytes], list[bytes]] | None:
+        """``columns`` if the range holds at most ``limit`` entries, else None, having read no more
+        than ``limit + 1`` of them; override where the store counts keys faster."""
+        entries = list(islice(self.items(table, lower, upper), limit + 1))
+        if len(entries) > limit:
+            return None
         return [key for key, _ in entries], [value for _, value in entries]
 
     def release(self) -> None:

@@ -36,15 +36,20 @@ def read_range(cursor: Any, lower: bytes, upper: bytes, limit: int, max_key: int
     return list(itertools.islice(itertools.takewhile(functools.partial(operator.gt, (upper,)), entries), limit))
 
 
-def read_columns(cursor: Any, lower: bytes, upper: bytes, max_key: int) -> tuple[list[bytes], list[bytes]]:
+def read_columns(cursor: Any, lower: bytes, upper: bytes, max_key: int,
+                 limit: int | None = None) -> tuple[list[bytes], list[bytes]] | None:
     """The keys, then the values, with ``lower <= key < upper``: two passes of the cursor's C
-    iterator (keys only, then as many values only), which make no tuple per entry."""
+    iterator (keys only, then as many values only), which make no tuple per entry. With ``limit``:
+    None if the range holds more entries (no more than ``limit + 1`` keys read)."""
     if not _seek(cursor, lower, max_key):
         return [], []
     found: Iterator[bytes] = cursor.iternext(keys=True, values=False)
     if len(lower) > max_key:
         found = itertools.dropwhile(functools.partial(operator.gt, lower), found)
-    keys = list(itertools.takewhile(functools.partial(operator.gt, upper), found))
+    in_range = itertools.takewhile(functools.partial(operator.gt, upper), found)
+    keys = list(in_range if limit is None else itertools.islice(in_range, limit + 1))
+    if limit is not None and len(keys) > limit:
+        return None
     if not keys:
         return [], []
     cursor.set_key(keys[0])

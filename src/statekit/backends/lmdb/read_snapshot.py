@@ -96,9 +96,12 @@ class ReadSnapshot:
     def _read(self, name: str, lower: bytes, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         return self._with_cursor(name, lambda cursor: read_range(cursor, lower, upper, limit, self._max_key), [])
 
-    def columns(self, name: str, lower: bytes, upper: bytes) -> tuple[list[bytes], list[bytes]]:
-        """The keys and the values of ``items``, read at once (``cursors.read_columns``)."""
-        return self._with_cursor(name, lambda cursor: read_columns(cursor, lower, upper, self._max_key), ([], []))
+    def columns(self, name: str, lower: bytes, upper: bytes,
+                limit: int | None = None) -> tuple[list[bytes], list[bytes]] | None:
+        """The keys and the values of ``items``, read at once (``cursors.read_columns``); with
+        ``limit``, None if the range holds more entries."""
+        empty: tuple[list[bytes], list[bytes]] | None = ([], [])
+        return self._with_cursor(name, lambda cursor: read_columns(cursor, lower, upper, self._max_key, limit), empty)
 
     def items(self, name: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """``lower <= key < upper`` of table ``name`` at the snapshot's point in time."""
@@ -166,7 +169,13 @@ class LMDBView(KVView):
         return self.snapshot.items(table, lower, upper)
 
     def columns(self, table: str, lower: bytes, upper: bytes) -> tuple[list[bytes], list[bytes]]:
-        return self.snapshot.columns(table, lower, upper)
+        columns = self.snapshot.columns(table, lower, upper)
+        assert columns is not None  # no limit
+        return columns
+
+    def columns_upto(self, table: str, lower: bytes, upper: bytes,
+                     limit: int) -> tuple[list[bytes], list[bytes]] | None:
+        return self.snapshot.columns(table, lower, upper, limit)
 
     def release(self) -> None:
         self.snapshot.release()
