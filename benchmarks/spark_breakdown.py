@@ -1,0 +1,122 @@
+"""Where a statekit micro-batch's time goes under Spark: the job of ``spark_keyed`` (heap, one
+micro-batch, ``KeyedVectorFunction``) next to queries that each do one part less, in one session,
+interleaved, best of ``rounds``:
+
+* a ``foreachBatch`` doing nothing: starting and ending the query and listing its source;
+* a ``foreachBatch`` running statekit's plan (key groups, markers, ``repartitionById``) into a
+  ``mapInArrow`` that drops every batch: the shuffle and the transfer of every row to Python;
+* statekit with a function that does nothing: the engine (restore, snapshot, checkpoint, the
+  stage's output kept for the sink and the sink's ``count``);
+* statekit with count + last value per key in bulk state, with and without ``pre_aggregate``.
+
+Each is a record of its seconds against Spark's built-in streaming aggregation of the same job
+(lower is better); the differences between consecutive sides are the parts' costs.
+
+    python -m benchmarks.spark_breakdown [--rows 1000000] [--keys 100000] [--rounds 3] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Callable
+
+from benchmarks.report import record, report
+from benchmarks.spark_keyed import (
+    BUILT_IN, OUTPUT, SCHEMA, PreAggregatedCountAndLast, VectorCountAndLast, count_label, session, write_source,
+)
+from statekit.runtime import KeyedVectorFunction
+
+WARM_UP_ROWS = 10_000
+
+
+class DoNothing(KeyedVectorFunction):
+    """No state, no output."""
+
+    def process_groups(self, groups: Any, ctx: Any) -> None:
+        return None
+
+
+def run(rows: int = 1_000_000, keys: int = 100_000, rounds: int = 3) -> list[dict]:
+    from pyspark.sql import functions as F
+
+    from statekit.spark import process_keyed_stream
+    from statekit.spark.keyed import _plan
+
+    spark = session()
+    work = tempfile.mkdtemp(prefix="statekit-bench-breakdown-")
+    queries = iter(range(1_000_000))
+
+    def stream(source: str) -> Any:
+        return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
+
+    def checkpoint() -> str:
+        return os.path.join(work, "queries", str(next(queries)))
+
+    def each_batch(function: Callable[[Any, int], None]) -> Callable[[str], Any]:
+        return lambda source: (stream(source).writeStream.foreachBatch(function)
+                               .option("checkpointLocation", checkpoint()).trigger(availableNow=True).start())
+
+    def dropped(df: Any, batch_id: int) -> None:
+        _plan(df, ("k",), 2, 128).mapInArrow(lambda batches: iter(()), "k long").write.format("noop") \
+            .mode("overwrite").save()
+
+    def statekit(function: type, pre_aggregate: dict[str, Any] | None = None) -> Callable[[str], Any]:
+        def start(source: str) -> Any:
+            location = checkpoint()
+            for name, value in {"backend": "heap", "checkpoint.storage": "filesystem", "parallelism": "2",
+                                "checkpoint.dir": f"file://{location}-statekit", "checkpoint.incremental": "true",
+                                "local.dir": os.path.join(work, "local")}.items():
+                spark.conf.set(f"spark.statekit.{name}", value)
+            return process_keyed_stream(stream(source), "k", function(), OUTPUT, lambda out, batch_id: out.count(),
+                                        job_id=f"breakdown-{os.path.basename(location)}", checkpoint_location=location,
+                                        trigger={"availableNow": True}, pre_aggregate=pre_aggregate)
+        return start
+
+    def built_in(source: str) -> Any:
+        counted = stream(source).groupBy("k").agg(F.count("*").alias("count"), F.last("v").alias("last"))
+        return (counted.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint())
+                .trigger(availableNow=True).start())
+
+    sides: dict[str, Callable[[str], Any]] = {
+        BUILT_IN: built_in,
+        "a foreachBatch doing nothing": each_batch(lambda df, batch_id: None),
+        "statekit's plan into a mapInArrow dropping the rows": each_batch(dropped),
+        "statekit, a function doing nothing": statekit(DoNothing),
+        "statekit, count + last in bulk state": statekit(VectorCountAndLast),
+        "statekit, count + last pre-aggregated": statekit(PreAggregatedCountAndLast,
+                                                          {"count": F.count("*"), "last": F.last("v")}),
+    }
+    try:
+        warm_up = write_source(spark, os.path.join(work, "warm-up"), min(rows, WARM_UP_ROWS), keys, 1)
+        source = write_source(spark, os.path.join(work, "source"), rows, keys, 1)
+        best: dict[str, float] = {}
+        for round_ in range(rounds):
+            for name, start in sides.items():
+                if round_ == 0:
+                    start(warm_up).awaitTermination()
+                started = time.perf_counter()
+                start(source).awaitTermination()
+                best[name] = min(best.get(name, float("inf")), time.perf_counter() - started)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    size = f"{count_label(rows)} rows/{count_label(keys)} keys"
+    return [record(f"breakdown {size}: {name} vs {BUILT_IN}", best[name], best[BUILT_IN], "s", group="spark",
+                   rows=rows, keys=keys, rounds=rounds) for name in sides if name != BUILT_IN]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    report(run(args.rows, args.keys, args.rounds), args.json)
+
+
+if __name__ == "__main__":
+    main()
