@@ -16,7 +16,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Iterable, TypeVar, Union, overload
 
-from statekit.runtime.grouped_rows import GroupedRows
 from statekit.spi.backend import KeyedStateBackend, OperatorStateBackend, SubtaskInfo
 from statekit.spi.bulk_state import BulkState
 from statekit.spi.descriptors import (
@@ -31,6 +30,8 @@ from statekit.spi.timers import TimeDomain, Timer
 
 if TYPE_CHECKING:
     import pyarrow
+
+    from statekit.runtime.grouped_rows import GroupedRows
 
 K = TypeVar("K")
 V = TypeVar("V")

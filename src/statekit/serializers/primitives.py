@@ -7,13 +7,15 @@ treats it as an int: ``True`` would silently come back as ``1``.
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, NoReturn, Sequence
 
 import numpy as np
-import pyarrow as pa
 
 from statekit.spi.errors import SerializationError
 from statekit.spi.serializer import TypeSerializer
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # imported where used: the serializers load no pyarrow until a snapshot
 
 _I64 = struct.Struct(">Q")
 _F64 = struct.Struct(">d")
@@ -68,6 +70,8 @@ class Int64Serializer(TypeSerializer[int]):
 
 
     def serialize_arrow(self, values: Sequence[int]) -> pa.Array:
+        import pyarrow as pa
+
         numbers = _inferred(values, pa.int64())
         if numbers is None:
             return super().serialize_arrow(values)  # names the value that is no 64-bit integer
@@ -105,6 +109,8 @@ class StringSerializer(TypeSerializer[str]):
         return bytes(data).decode("utf-8")
 
     def serialize_arrow(self, values: Sequence[str]) -> pa.Array:
+        import pyarrow as pa
+
         text = _inferred(values, pa.string())
         # Arrow strings are UTF-8; anything else (a lone surrogate, a value no str) ``serialize`` names
         return text.view(pa.binary()) if text is not None else super().serialize_arrow(values)
@@ -122,6 +128,8 @@ class BytesSerializer(TypeSerializer[bytes]):
         return bytes(data)
 
     def serialize_arrow(self, values: Sequence[bytes]) -> pa.Array:
+        import pyarrow as pa
+
         return pa.array(values, pa.binary()) if _all_of_type(values, bytes) else super().serialize_arrow(values)
 
 
@@ -131,6 +139,8 @@ def _all_of_type(values: Sequence[Any], kind: type) -> bool:
 
 
 def _inferred(values: Sequence[Any], kind: pa.DataType) -> pa.Array | None:
+    import pyarrow as pa
+
     """``values`` as the Arrow array whose type Arrow infers, if that is ``kind`` with no nulls (so
     every value is of the matching Python type: Arrow infers no other for them); else None."""
     try:

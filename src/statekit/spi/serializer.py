@@ -11,14 +11,15 @@ import enum
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
 
 T = TypeVar("T")
 
 from statekit.spi.errors import IncompatibleSerializerError, RestoreError
 from statekit.spi.json_fields import as_object, malformed, plain
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # imported where used: the contracts load no pyarrow
 
 
 class Compatibility(enum.Enum):
@@ -90,6 +91,8 @@ class TypeSerializer(ABC, Generic[T]):
     def serialize_arrow(self, values: Sequence[T]) -> pa.Array:
         """``serialize_many`` as a binary Arrow array, the column snapshot writers build; override
         where the bytes of many values come faster at once (no Python object per value)."""
+        import pyarrow as pa
+
         return pa.array(self.serialize_many(values), pa.binary())
 
     def deserialize_many(self, datas: Iterable[bytes]) -> list[T]:
