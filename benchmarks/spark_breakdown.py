@@ -20,12 +20,12 @@ import argparse
 import os
 import shutil
 import tempfile
-import time
 from typing import Any, Callable
 
 from benchmarks.report import record, report
 from benchmarks.spark_keyed import (
-    BUILT_IN, OUTPUT, SCHEMA, PreAggregatedCountAndLast, VectorCountAndLast, count_label, session, write_source,
+    BUILT_IN, OUTPUT, SCHEMA, PreAggregatedCountAndLast, VectorCountAndLast, timed_query, count_label, session,
+    write_source,
 )
 from statekit.runtime import KeyedVectorFunction
 
@@ -97,10 +97,8 @@ def run(rows: int = 1_000_000, keys: int = 100_000, rounds: int = 3) -> list[dic
             for name, start in sides.items():
                 # right before each timed run, as in ``spark_keyed``: a Python worker that another side
                 # used last has not imported statekit yet
-                start(warm_up).awaitTermination()
-                started = time.perf_counter()
-                start(source).awaitTermination()
-                best[name] = min(best.get(name, float("inf")), time.perf_counter() - started)
+                timed_query(lambda: start(warm_up))
+                best[name] = min(best.get(name, float("inf")), timed_query(lambda: start(source)))
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

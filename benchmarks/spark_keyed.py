@@ -118,7 +118,7 @@ def write_source(spark: Any, path: str, n_rows: int, keys: int, files: int, firs
     return path
 
 
-def _timed_query(start_query: Callable[[], Any]) -> float:
+def timed_query(start_query: Callable[[], Any]) -> float:
     started = time.perf_counter()
     start_query().awaitTermination()
     return time.perf_counter() - started
@@ -235,14 +235,14 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
     source = write_source(spark, os.path.join(work, "source"), rows, keys, micro_batches)
     seconds: dict[str, float] = {}
     for name, start in sides.items():
-        _timed_query(lambda: start(warm_up, "warm-up"))
-        seconds[name] = _timed_query(lambda: start(source, "timed"))
+        timed_query(lambda: start(warm_up, "warm-up"))
+        seconds[name] = timed_query(lambda: start(source, "timed"))
     # the sides within a few x of each other run again, interleaved, and keep their best round: a
     # single run of each is at the mercy of whatever else the machine does at that moment
     close = [name for name in sides if name.startswith("statekit") or name == BUILT_IN]
     for round_ in range(1, rounds):
         for name in close:
-            seconds[name] = min(seconds[name], _timed_query(lambda: sides[name](source, f"timed-{round_}")))
+            seconds[name] = min(seconds[name], timed_query(lambda: sides[name](source, f"timed-{round_}")))
 
     size = f"{count_label(rows)} rows/{count_label(keys)} keys/{micro_batches} batch{'es' if micro_batches > 1 else ''}"
     return [record(f"spark {size}: statekit {backend}{API_LABELS[api]} vs {peer}",

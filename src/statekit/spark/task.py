@@ -1,4 +1,4 @@
-"""Executor side: one subtask of one epoch, called by ``applyInArrow`` with that subtask's rows:
+"""Executor side: one subtask of one epoch, called by ``mapInArrow`` on its own partition's rows:
 restore, process the rows (late ones dropped when the job has event time), fire due timers,
 snapshot, and stream the output back while the snapshot uploads.
 
@@ -230,8 +230,8 @@ def _records(batch: pa.RecordBatch, key_columns: Sequence[str]) -> Iterator[tupl
 
 
 def _coalesced(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[pa.RecordBatch]:
-    """Spark's Arrow batches (10,000 rows by default) joined up to ``max_bytes``: the more rows a
-    batch has, the more rows of each key one ``process_rows`` call gets."""
+    """Spark's Arrow batches joined up to ``max_bytes``: the more rows a batch has, the more rows
+    of each key one ``process_rows`` call (or one ``process_groups`` call) gets."""
     pending: list[pa.RecordBatch] = []
     size = 0
     for batch in batches:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Sequence, Ty
 
 from statekit.spi.errors import StateAccessError
 from statekit.spi.key_groups import key_group_for_key
+from statekit.spi.state import ReducingState
 
 if TYPE_CHECKING:
     from statekit.spi.backend import KeyedStateBackend
@@ -223,8 +224,6 @@ class PerKeyBulkAppendingState(PerKeyBulkState, BulkReducingState, BulkAggregati
 
     def add_many(self, keys: KeyBatch, values: Sequence[Any]) -> None:
         check_aligned(keys, values, "add_many")
-        from statekit.spi.state import ReducingState
-
         if isinstance(self._state, ReducingState):
             check_no_none(values, "ReducingState.add_many")
         add = self._state.add
