@@ -111,9 +111,15 @@ class StringSerializer(TypeSerializer[str]):
     def serialize_arrow(self, values: Sequence[str]) -> pa.Array:
         import pyarrow as pa
 
-        text = _inferred(values, pa.string())
-        # Arrow strings are UTF-8; anything else (a lone surrogate, a value no str) ``serialize`` names
-        return text.view(pa.binary()) if text is not None else super().serialize_arrow(values)
+        # typed, not inferred: Arrow's inference of str takes microseconds per value where pandas is
+        # not imported (``benchmarks/checkpointing.py``), and a typed string array takes bytes too
+        if _all_of_type(values, str):
+            try:
+                return pa.array(values, pa.string()).view(pa.binary())
+            except (pa.ArrowException, UnicodeEncodeError):
+                pass
+        # anything else (a lone surrogate, a value no str) is named by ``serialize``
+        return super().serialize_arrow(values)
 
 
 class BytesSerializer(TypeSerializer[bytes]):

@@ -12,15 +12,28 @@ from statekit.backends.common.key_layout import KEY_GROUP_PREFIX_BYTES
 def split_cell_keys(stored: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     """``(key, namespace, user_key)`` columns of a binary array of stored keys (user keys empty
     where there are none), as ``split_cell_key`` splits each."""
+    data, offsets, key_start, key_length, ns_start, ns_length = _parts(stored)
+    user_start = ns_start + ns_length
+    return (_gather(data, key_start, key_length), _gather(data, ns_start, ns_length),
+            _gather(data, user_start, offsets[1:] - user_start))
+
+
+def cells_of(stored: pa.Array) -> pa.Array:
+    """The cell of each stored key: its bytes up to the end of the namespace (no user key)."""
+    data, offsets, _, _, ns_start, ns_length = _parts(stored)
+    return _gather(data, offsets[:-1], ns_start + ns_length - offsets[:-1])
+
+
+def _parts(stored: pa.Array) -> tuple[np.ndarray, ...]:
+    """The data and offsets of a binary array of stored keys, and where each key's key and
+    namespace parts start and how long they are."""
     n = len(stored)
     offsets = np.frombuffer(stored.buffers()[1], np.int32, n + 1, stored.offset * 4).astype(np.int64)
     data_buffer = stored.buffers()[2]
     data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
     key_length, key_start = _varints(data, offsets[:-1] + KEY_GROUP_PREFIX_BYTES)
     ns_length, ns_start = _varints(data, key_start + key_length)
-    user_start = ns_start + ns_length
-    return (_gather(data, key_start, key_length), _gather(data, ns_start, ns_length),
-            _gather(data, user_start, offsets[1:] - user_start))
+    return data, offsets, key_start, key_length, ns_start, ns_length
 
 
 def _varints(data: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -7,17 +7,17 @@ The RocksDB and LMDB backends are built on it, and so can a plugin's.
 from __future__ import annotations
 
 from abc import abstractmethod
-from bisect import bisect_left
 from typing import Any, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend
 from statekit.backends.common.canonical import (
     CHANGELOG_FORMAT, DEFAULT_COMPRESSION, MAX_BATCH_ROWS, CanonicalSnapshotWriter, state_runs,
 )
-from statekit.backends.common.cell_columns import split_cell_keys
+from statekit.backends.common.cell_columns import cells_of, split_cell_keys
 from statekit.backends.common.changelog import (
     OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker,
 )
@@ -49,7 +49,8 @@ from statekit.spi.storage import CheckpointStreams, StateScope
 _CELLS_OF_ENTRIES = (StateKind.MAP, StateKind.TIMERS)
 #: state kinds whose changed cells a delta writes as DELETE of the cell, then PUT of what it holds
 _REWRITTEN_WHOLE = (StateKind.LIST, *_CELLS_OF_ENTRIES)
-#: a changelog delta scans a key group when it holds at most this many entries per changed cell
+#: a changelog delta scans a key group when it holds at most this many entries per changed map
+#: cell (a range read per cell costs about as much as scanning that many entries)
 DELTA_SCAN_FACTOR = 16
 _STATE_CLASSES = {StateKind.VALUE: KVValueState, StateKind.LIST: KVListState, StateKind.MAP: KVMapState,
                   StateKind.REDUCING: KVReducingState, StateKind.AGGREGATING: KVAggregatingState}
@@ -299,36 +300,38 @@ class ChangelogKVSnapshot(PendingSnapshot):
         """The changed cells of one state in one key group: the DELETEs of the cells gone or rewritten
         whole, then the PUTs of what they hold now (the cells are distinct, so a cell's DELETE still
         comes before its PUTs)."""
-        deleted: list[bytes] = []
-        stored: list[bytes] = []
-        values: list[bytes] = []
-        for cell, entries in zip(cells, self._entries_of(name, key_group, cells)):
-            if not entries or kind in _REWRITTEN_WHOLE:  # a PUT replaces a value cell
-                deleted.append(cell)
-            stored += [key for key, _ in entries]
-            values += [value for _, value in entries]
-        if deleted:
-            keys, namespaces, _ = split_cell_keys(pa.array(deleted, pa.binary()))
+        changed = pa.array(cells, pa.binary())
+        stored, values = self._entries_of(name, key_group, kind, cells, changed)
+        if kind in _REWRITTEN_WHOLE:
+            deleted = changed
+        else:  # a PUT replaces a value cell: only the cells with no entry left are deleted
+            deleted = changed.filter(pc.invert(pc.is_in(changed, value_set=stored)))
+        if len(deleted):
+            keys, namespaces, _ = split_cell_keys(deleted)
             writer.add_columns(key_group, name, keys, namespaces, None, b"", OP_DELETE)
         _write_entries(writer, key_group, name, kind, stored, values, OP_PUT)
 
-    def _entries_of(self, name: str, key_group: int, cells: list[bytes]) -> list[list[tuple[bytes, bytes]]]:
-        """The entries of each of ``cells`` (sorted, distinct): from one scan of the key group when it
-        holds at most ``DELTA_SCAN_FACTOR`` entries per changed cell, else a range read per cell
-        (a read costs about as much as scanning that many entries)."""
+    def _entries_of(self, name: str, key_group: int, kind: StateKind, cells: list[bytes],
+                    changed: pa.Array) -> tuple[pa.Array, pa.Array]:
+        """The stored keys and values of the entries of ``cells`` (sorted, distinct; ``changed`` as
+        an array), in key order: filtered at once from one scan of the key group where it holds
+        few entries per changed cell, else read cell by cell (a cell without user keys is one key:
+        ``KVView.entries_at`` reads them all at once)."""
+        exact = kind not in _CELLS_OF_ENTRIES
+        per_cell = self._view.key_read_cost if exact else DELTA_SCAN_FACTOR
         lower, upper = key_group_bounds(KeyGroupRange(key_group, key_group))
-        columns = self._view.columns_upto(name, lower, upper, DELTA_SCAN_FACTOR * len(cells))
+        columns = self._view.columns_upto(name, lower, upper, per_cell * len(cells))
         if columns is None:
-            return [list(self._view.items(name, cell, prefix_upper_bound(cell))) for cell in cells]
-        # a cell's entries are the keys from the cell up to its prefix's upper bound (no cell is a
-        # prefix of another: its parts are length-prefixed)
-        keys, values = columns
-        entries: list[list[tuple[bytes, bytes]]] = []
-        for cell in cells:
-            first = bisect_left(keys, cell)
-            end = bisect_left(keys, prefix_upper_bound(cell), first)
-            entries.append(list(zip(keys[first:end], values[first:end])))
-        return entries
+            if exact:
+                stored, values = self._view.entries_at(name, cells)
+            else:  # a cell's entries are the keys from the cell up to its prefix's upper bound (no
+                # cell is a prefix of another: its parts are length-prefixed)
+                entries = [e for cell in cells for e in self._view.items(name, cell, prefix_upper_bound(cell))]
+                stored, values = [key for key, _ in entries], [value for _, value in entries]
+            return pa.array(stored, pa.binary()), pa.array(values, pa.binary())
+        stored_all = pa.array(columns[0], pa.binary())
+        wanted = pc.is_in(cells_of(stored_all) if not exact else stored_all, value_set=changed)
+        return stored_all.filter(wanted), pa.array(columns[1], pa.binary()).filter(wanted)
 
     def release(self) -> None:
         self._full.release()
@@ -362,8 +365,9 @@ class CanonicalKVSnapshot(PendingSnapshot):
                 for name, kind in kinds.items():
                     stored, values = self._view.columns(name, lower, upper)
                     for start in range(0, len(stored), MAX_BATCH_ROWS):
-                        _write_entries(writer, key_group, name, kind, stored[start:start + MAX_BATCH_ROWS],
-                                       values[start:start + MAX_BATCH_ROWS])
+                        _write_entries(writer, key_group, name, kind,
+                                       pa.array(stored[start:start + MAX_BATCH_ROWS], pa.binary()),
+                                       pa.array(values[start:start + MAX_BATCH_ROWS], pa.binary()))
             return writer.finish(self._key_groups, self._key_serializer.snapshot(), self._metas)
         except BaseException:
             writer.abort()
@@ -378,16 +382,17 @@ class CanonicalKVSnapshot(PendingSnapshot):
 
 
 def _write_entries(writer: CanonicalSnapshotWriter, key_group: int, name: str, kind: StateKind,
-                   stored: list[bytes], values: list[bytes], op: int | None = None) -> None:
-    """Stored entries of one state in one key group as canonical rows (a list cell: one row per element)."""
-    if not stored:
+                   stored: pa.Array, values: pa.Array, op: int | None = None) -> None:
+    """Stored entries of one state in one key group (binary arrays) as canonical rows (a list
+    cell: one row per element)."""
+    if not len(stored):
         return
-    keys, namespaces, user_keys = split_cell_keys(pa.array(stored, pa.binary()))
+    keys, namespaces, user_keys = split_cell_keys(stored)
     if kind is StateKind.LIST:
-        elements = [decode_list(value) for value in values]
+        elements = [decode_list(value) for value in values.to_pylist()]
         rows = np.repeat(np.arange(len(elements)), [len(e) for e in elements])
         writer.add_columns(key_group, name, keys.take(rows), namespaces.take(rows), None,
                            pa.array([e for cell in elements for e in cell], pa.binary()), op)
     else:
         writer.add_columns(key_group, name, keys, namespaces, user_keys if kind in _CELLS_OF_ENTRIES else None,
-                           pa.array(values, pa.binary()), op)
+                           values, op)

@@ -53,6 +53,10 @@ class KVTable(ABC):
 class KVView(ABC):
     """A consistent read-only view of all tables, taken at one instant (snapshot sync part)."""
 
+    #: reading one key with ``entries_at`` costs about as much as scanning this many entries: a
+    #: changelog delta scans a key group that holds at most this many entries per changed cell
+    key_read_cost = 16
+
     @abstractmethod
     def items(self, table: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]: ...
 
@@ -69,6 +73,12 @@ class KVView(ABC):
         entries = list(islice(self.items(table, lower, upper), limit + 1))
         if len(entries) > limit:
             return None
+        return [key for key, _ in entries], [value for _, value in entries]
+
+    def entries_at(self, table: str, keys: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
+        """The keys among ``keys`` (sorted, distinct) that the table holds, and their values;
+        override where the store reads many keys in one call (and set ``key_read_cost``)."""
+        entries = [entry for key in keys for entry in self.items(table, key, key + b"\x00")]
         return [key for key, _ in entries], [value for _, value in entries]
 
     def release(self) -> None:

@@ -6,7 +6,7 @@ import os
 import shutil
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 import lmdb
 
@@ -103,6 +103,13 @@ class ReadSnapshot:
         empty: tuple[list[bytes], list[bytes]] | None = ([], [])
         return self._with_cursor(name, lambda cursor: read_columns(cursor, lower, upper, self._max_key, limit), empty)
 
+    def entries_at(self, name: str, keys: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
+        """The keys among ``keys`` that table ``name`` holds, and their values: one ``getmulti``
+        (a key longer than LMDB's limit was never stored)."""
+        storable = [key for key in keys if len(key) <= self._max_key]
+        entries = self._with_cursor(name, lambda cursor: cursor.getmulti(storable), [])
+        return [key for key, _ in entries], [value for _, value in entries]
+
     def items(self, name: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """``lower <= key < upper`` of table ``name`` at the snapshot's point in time."""
         while True:
@@ -162,6 +169,9 @@ class ReadSnapshot:
 class LMDBView(KVView):
     """The full snapshot's consistent view: one read snapshot of every table."""
 
+    #: ``getmulti`` takes 650-900 ns a key, a scan of keys and values about 260 ns an entry
+    key_read_cost = 3
+
     def __init__(self, snapshot: ReadSnapshot) -> None:
         self.snapshot = snapshot
 
@@ -176,6 +186,9 @@ class LMDBView(KVView):
     def columns_upto(self, table: str, lower: bytes, upper: bytes,
                      limit: int) -> tuple[list[bytes], list[bytes]] | None:
         return self.snapshot.columns(table, lower, upper, limit)
+
+    def entries_at(self, table: str, keys: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
+        return self.snapshot.entries_at(table, keys)
 
     def release(self) -> None:
         self.snapshot.release()
