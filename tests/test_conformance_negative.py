@@ -33,6 +33,8 @@ def test_dropped_writes_after_a_snapshot_fail_the_snapshot_and_incremental_level
                      "snapshot two does not hold its own point in time: 250 of 750 keys missing"),
         "TestSnapshots::test_chain_of_completed_checkpoints_restores_every_key":
             ("state restored from checkpoint 2:", "keys with other state"),
+        "TestSnapshots::test_namespaced_cells_of_every_kind_through_a_chain":
+            ("restored from checkpoint 2",),
         "TestSnapshots::test_aborted_checkpoint_changes_reach_the_next_one":
             ("changes of an aborted checkpoint were lost:",),
         "TestSnapshots::test_pending_checkpoint_not_yet_confirmed": ("checkpoint 3, taken while 2 was pending:",),

@@ -10,7 +10,9 @@ from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend,
 from statekit.conformance_tests.compare import assert_same_state
 from statekit.conformance_tests.snapshot_support import INCREMENTAL, fill_states, read_states
 from statekit.conformance_tests.workload import COUNT, LAST, SUMS
-from statekit.spi import KeyedStateBackend, StateBackend
+from statekit.spi import (
+    KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, StateBackend, ValueStateDescriptor,
+)
 from statekit.spi.storage import CheckpointStreams
 from statekit.storage.inline import InlineStreams
 
@@ -61,6 +63,51 @@ class IncrementalSnapshotTests(BackendTestBase):
             restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, f"r{checkpoint_id}")
             try:
                 assert_same_state(read_states(restored), expected, f"state restored from checkpoint {checkpoint_id}")
+            finally:
+                restored.dispose()
+
+    def test_namespaced_cells_of_every_kind_through_a_chain(self, state_backend, keyed_backend,
+                                                             snapshot_streams, tmp_path):
+        """Updates, appends, map puts and clears of cells in several namespaces (windows), some
+        keys changed in several of them per checkpoint, reach the state restored from each link."""
+        requires(state_backend, "incremental_snapshots")
+        value = keyed_backend.get_state(ValueStateDescriptor("windowed-value"))
+        elements = keyed_backend.get_state(ListStateDescriptor("windowed-list"))
+        entries = keyed_backend.get_state(MapStateDescriptor("windowed-map"))
+        states = (value, elements, entries)
+        windows = (None, 10, 20)
+        expected: dict[tuple[int, Any], tuple[Any, list[int], dict[int, int]]] = {}
+        for checkpoint_id in range(1, 5):
+            for k in range(checkpoint_id - 1, 80, checkpoint_id):
+                set_key(keyed_backend, k)
+                for w, window in enumerate(windows):
+                    for state in states:
+                        state.set_current_namespace(window)
+                    if (k + w + checkpoint_id) % 4 == 0:
+                        for state in states:
+                            state.clear()
+                        expected.pop((k, window), None)
+                    else:
+                        value.update((k, window, checkpoint_id))
+                        elements.add(checkpoint_id)
+                        entries.put(checkpoint_id % 3, k)
+                        _, held, mapping = expected.get((k, window), (None, [], {}))
+                        expected[(k, window)] = ((k, window, checkpoint_id), held + [checkpoint_id],
+                                                 {**mapping, checkpoint_id % 3: k})
+            handle = self._checkpoint(keyed_backend, checkpoint_id, snapshot_streams)
+            restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, f"r{checkpoint_id}")
+            try:
+                found = [restored.get_state(d) for d in (ValueStateDescriptor("windowed-value"),
+                                                         ListStateDescriptor("windowed-list"),
+                                                         MapStateDescriptor("windowed-map"))]
+                for k in range(80):
+                    set_key(restored, k)
+                    for window in windows:
+                        for state in found:
+                            state.set_current_namespace(window)
+                        held = (found[0].value(), found[1].get(), dict(found[2].items()))
+                        assert held == expected.get((k, window), (None, [], {})), \
+                            f"key {k}, namespace {window!r}, restored from checkpoint {checkpoint_id}"
             finally:
                 restored.dispose()
 

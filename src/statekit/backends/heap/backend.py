@@ -1,6 +1,8 @@
 """The heap keyed state backend: all state as Python objects in dicts, by key group."""
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import is_not, itemgetter, not_
 from typing import Any, Iterator
 
 import numpy as np
@@ -34,6 +36,8 @@ from statekit.spi.handles import KeyGroupsStateHandle, StateHandle
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
+
+_GONE = object()  # a changed cell's key that its key group no longer holds
 
 
 class HeapStateBackend(StateBackend):
@@ -295,29 +299,29 @@ class _HeapPendingSnapshot(PendingSnapshot):
 
     def _write_changed_cells(self, writer: CanonicalSnapshotWriter, index: int, key_group: int,
                              cells: set[Any]) -> None:
-        by_state: dict[str, list[tuple[Any, Any]]] = {}
+        by_state: dict[str, dict[Any, list[Any]]] = {}  # state -> namespace -> changed keys
         for name, key, namespace in cells:
-            by_state.setdefault(name, []).append((key, namespace))
-        for name, changed in sorted(by_state.items()):
+            by_state.setdefault(name, {}).setdefault(namespace, []).append(key)
+        for name, changed in sorted(by_state.items(), key=itemgetter(0)):
             registration = self._registrations[name]
             view = self._shared[name][1][index]
             ns_serializer = registration.namespace_serializer
             # a PUT replaces a value cell; list and map cells, and cells now gone, are deleted first
             replaced_by_put = registration.kind not in (StateKind.LIST, StateKind.MAP, StateKind.TIMERS)
             current: KeyGroupMap = {}
-            deleted: list[tuple[Any, Any]] = []
-            for key, namespace in changed:
-                entries = view.get(namespace)
-                if entries is not None and key in entries:
-                    current.setdefault(namespace, {})[key] = entries[key]
-                    if not replaced_by_put:
-                        deleted.append((key, namespace))
-                else:
-                    deleted.append((key, namespace))
+            deleted: list[Any] = []
+            deleted_namespaces: list[bytes] = []
+            for namespace, keys in changed.items():  # each key looked up in C (``map``)
+                held = list(map(view.get(namespace, {}).get, keys, repeat(_GONE)))
+                present = list(map(is_not, held, repeat(_GONE)))
+                if any(present):
+                    current[namespace] = dict(zip(compress(keys, present), compress(held, present)))
+                gone = list(compress(keys, map(not_, present))) if replaced_by_put else keys
+                deleted += gone
+                deleted_namespaces += repeat(encode_namespace(namespace, ns_serializer), len(gone))
             if deleted:
-                writer.add_columns(key_group, name, self._key_serializer.serialize_arrow([k for k, _ in deleted]),
-                                   pa.array([encode_namespace(ns, ns_serializer) for _, ns in deleted], pa.binary()),
-                                   None, b"", OP_DELETE)
+                writer.add_columns(key_group, name, self._key_serializer.serialize_arrow(deleted),
+                                   pa.array(deleted_namespaces, pa.binary()), None, b"", OP_DELETE)
             if current:
                 _write_group(writer, key_group, name, registration, self._user_keys[name], current,
                              self._key_serializer, OP_PUT)
