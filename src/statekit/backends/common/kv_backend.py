@@ -304,6 +304,8 @@ class ChangelogKVSnapshot(PendingSnapshot):
         stored, values = self._entries_of(name, key_group, kind, cells, changed)
         if kind in _REWRITTEN_WHOLE:
             deleted = changed
+        elif len(stored) == len(changed):  # a cell is one key: every changed cell holds a value
+            deleted = changed[:0]
         else:  # a PUT replaces a value cell: only the cells with no entry left are deleted
             deleted = changed.filter(pc.invert(pc.is_in(changed, value_set=stored)))
         if len(deleted):
