@@ -51,6 +51,9 @@ CHANGELOG_SCHEMA = SCHEMA.append(pa.field("op", pa.int8(), nullable=False))
 SCHEMAS = {FORMAT: SCHEMA, CHANGELOG_FORMAT: CHANGELOG_SCHEMA}
 #: rows per record batch; a key group with more rows spans several batches
 MAX_BATCH_ROWS = 64 * 1024
+#: repeated column values (state names, namespaces, ...) a writer keeps, and their least length
+MAX_REPEATS = 64
+MIN_REPEAT = 1024
 #: how the record batches' buffers may be compressed (Arrow IPC body compression, per batch)
 COMPRESSIONS = ("none", "lz4", "zstd")
 #: measured fastest on incompressible values, and cheapest to restore (``benchmarks/checkpointing.py``)
@@ -70,10 +73,6 @@ def ipc_write_options(compression: str) -> pa.ipc.IpcWriteOptions:
 
 def _column(values: pa.Array | Sequence[Any], type: pa.DataType) -> pa.Array:
     return values if isinstance(values, pa.Array) else pa.array(values, type)
-
-
-def _repeated(value: Any, n: int, type: pa.DataType) -> pa.Array:
-    return pa.repeat(pa.scalar(value, type), n)
 
 
 def _write_times(values: pa.Array) -> np.ndarray:
@@ -116,6 +115,7 @@ class CanonicalSnapshotWriter:
         self._pending: list[pa.RecordBatch] = []
         self._pending_rows = 0
         self._ranges: dict[int, ByteRange] = {}
+        self._repeats: dict[tuple[Any, pa.DataType], pa.Array] = {}
 
     def add_rows(self, key_group: int, state: str, keys: Sequence[bytes], namespaces: Sequence[bytes],
                  user_keys: Sequence[bytes | None] | None, values: Sequence[bytes],
@@ -142,16 +142,16 @@ class CanonicalSnapshotWriter:
             self._kg_start = self._sink.tell()
         n = len(keys)
         if isinstance(namespaces, bytes):
-            namespaces = _repeated(namespaces, n, pa.binary())
+            namespaces = self._repeated(namespaces, n, pa.binary())
         if isinstance(values, bytes):
-            values = _repeated(values, n, pa.binary())
+            values = self._repeated(values, n, pa.binary())
         if isinstance(ops, int):
-            ops = _repeated(ops, n, pa.int8())
+            ops = self._repeated(ops, n, pa.int8())
         if not len(namespaces) == len(values) == n or any(c is not None and len(c) != n for c in (user_keys, ops)):
             raise SnapshotError(f"state {state!r}: column lengths differ")
         if not n:
             return
-        columns = [_repeated(state, n, pa.string()), keys, namespaces,
+        columns = [self._repeated(state, n, pa.string()), keys, namespaces,
                    user_keys if user_keys is not None else pa.nulls(n, pa.binary()), values]
         if ops is not None:
             columns.append(ops)
@@ -163,6 +163,16 @@ class CanonicalSnapshotWriter:
         self._pending_rows += batch.num_rows
         if self._pending_rows >= MAX_BATCH_ROWS:
             self._flush()
+
+    def _repeated(self, value: Any, n: int, type: pa.DataType) -> pa.Array:
+        """``value`` ``n`` times: a slice of an array kept per value (``pa.repeat`` takes tens of
+        microseconds a call, several calls per key group)."""
+        held = self._repeats.get((value, type))
+        if held is None or len(held) < n:
+            if len(self._repeats) >= MAX_REPEATS:  # many namespaces: a bound on the memory kept
+                self._repeats.clear()
+            held = self._repeats[(value, type)] = pa.repeat(pa.scalar(value, type), max(n, MIN_REPEAT))
+        return held.slice(0, n)
 
     def _flush(self) -> None:
         pending, self._pending, self._pending_rows = self._pending, [], 0
