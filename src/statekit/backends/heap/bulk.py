@@ -118,7 +118,10 @@ class HeapBulkValueState(HeapBulkState, BulkValueState):
 
     def update_many(self, keys: KeyBatch, values: Sequence[Any]) -> None:
         check_aligned(keys, values, "ValueState.update_many")
-        self._write(keys, [v if type(v) in ATOMIC else detached(v) for v in values])
+        if ATOMIC.issuperset(map(type, values)):  # nothing to copy: one pass in C
+            self._write(keys, list(values))
+        else:
+            self._write(keys, [v if type(v) in ATOMIC else detached(v) for v in values])
 
 
 class HeapBulkListState(HeapBulkState, BulkListState):
