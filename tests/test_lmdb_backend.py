@@ -139,6 +139,7 @@ def test_growth_while_a_snapshot_is_written_on_another_thread(lmdb_backend, tmp_
     growths = lmdb_backend.store.growths
     _write(lmdb_backend, range(n, n + 8000), 2048, version=7)  # grows the map several times
     _write(lmdb_backend, range(n), 256, version=1)
+    lmdb_backend.store.commit()  # puts are write-behind: they reach the map here
     assert lmdb_backend.store.growths > growths and view.snapshot.spilled
     resume.set()
     writer.join(timeout=60)
@@ -159,6 +160,7 @@ def test_pending_snapshot_is_spilled_when_the_map_grows(lmdb_backend, tmp_path):
     pending = lmdb_backend.snapshot(1)
     _write(lmdb_backend, range(2000, 6000), 1024)
     _write(lmdb_backend, range(2000), 128, version=3)
+    lmdb_backend.store.commit()  # puts are write-behind: they reach the map here
     snapshot = pending._view.snapshot
     assert snapshot.spilled and lmdb_backend.store.spills >= 1
     handle = pending.write(InlineStreams())
@@ -176,7 +178,8 @@ def test_pending_snapshot_is_spilled_when_the_map_grows(lmdb_backend, tmp_path):
 @pytest.mark.parametrize("batch", ["16k", "32m"])
 def test_random_writes_with_growth_match_a_model(tmp_path, batch):
     """Puts, deletes and range deletes on two tables with a tiny map: after every growth (with and
-    without replay) the tables equal a dict model, and snapshots taken on the way hold their point."""
+    without replay) the tables equal a dict model, and snapshots taken on the way hold their point.
+    Reads on the way see every write, whether still pending (``put`` is write-behind) or not."""
     import random
     rng = random.Random(7)
     backend = open_keyed_backend(LMDBStateBackend(**{"map-size": "64k", "write-batch-size": batch}),
@@ -202,6 +205,11 @@ def test_random_writes_with_growth_match_a_model(tmp_path, batch):
                 table.delete_range(key, upper)
                 for k in [k for k in data if key <= k < upper]:
                     del data[k]
+            other = b"\x00\x01" + b"%05d" % rng.randrange(3000)
+            assert (table.get(key), table.get(other)) == (data.get(key), data.get(other))
+            if step % 100 == 99:
+                lower, upper = key[:-2], key[:-2] + b"\xff"
+                assert dict(table.items(lower, upper)) == {k: v for k, v in data.items() if lower <= k < upper}
             if step % 1500 == 1499:
                 snapshots.append((backend._view(), {n: dict(m) for n, m in model.items()}))
         assert backend.store.growths > 3
@@ -279,6 +287,7 @@ def test_large_iteration_survives_map_growth_mid_range(lmdb_backend):
         seen.append(key)
         if len(seen) == 1500:  # past the first chunks: the rest comes from the spilled copy
             _write(lmdb_backend, range(5000, 9000), 4096)
+            store.commit()  # puts are write-behind: they reach the map here
             assert store.spills > spills
     assert sorted(seen) == [f"key-{k:07d}" for k in range(5000)]
     assert not store._snapshots and not [d for d in os.listdir(lmdb_backend.instance_dir) if d.startswith("spill")]
