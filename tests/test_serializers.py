@@ -132,6 +132,17 @@ def test_resolve_and_names():
         PickleSerializer(99)
 
 
+@pytest.mark.parametrize("value", [3, b"bytes", "lone \ud800 surrogate"])
+def test_string_serialize_many_names_a_value_that_does_not_encode(value):
+    """``serialize_many`` encodes all values at once; a value that does not encode is named as by
+    ``serialize``, from a list or from an iterator alike."""
+    s = StringSerializer()
+    assert s.serialize_many(iter(["a", "é"])) == s.serialize_many(("a", "é")) == ["a".encode(), "é".encode()]
+    for values in (["a", value, "b"], iter(["a", value, "b"])):
+        with pytest.raises(SerializationError, match=r"StringSerializer cannot encode"):
+            s.serialize_many(values)
+
+
 @pytest.mark.parametrize("serializer", [Int64Serializer(), Float64Serializer()], ids=lambda s: type(s).__name__)
 @pytest.mark.parametrize("value", [True, False])
 def test_numeric_serializers_reject_bool(serializer, value):

@@ -101,9 +101,16 @@ class StringSerializer(TypeSerializer[str]):
 
     def serialize(self, value: str) -> bytes:
         try:
-            return value.encode("utf-8")
+            return value.encode()  # UTF-8, Python's only default
         except (AttributeError, UnicodeEncodeError) as exc:
             raise _bad("StringSerializer", value, exc) from exc
+
+    def serialize_many(self, values: Iterable[str]) -> list[bytes]:
+        values = values if isinstance(values, (list, tuple)) else list(values)
+        try:
+            return list(map(str.encode, values))
+        except (TypeError, UnicodeEncodeError):
+            return super().serialize_many(values)  # names the value that does not encode
 
     def deserialize(self, data: bytes) -> str:
         return bytes(data).decode("utf-8")

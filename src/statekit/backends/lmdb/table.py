@@ -1,7 +1,8 @@
 """One state's named database in the store's write transaction (``KVTable``)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import lmdb
 
@@ -20,6 +21,7 @@ MATERIALIZE_LIMIT = 1024
 _ENTRY_OVERHEAD = 96
 #: the kinds of ``LMDBTable.log`` entries
 _PUTS, _DELETE, _DELETE_RANGE = "puts", "delete", "delete range"
+_KEY, _VALUE = itemgetter(0), itemgetter(1)
 
 
 class LMDBTable(KVTable):
@@ -95,6 +97,11 @@ class LMDBTable(KVTable):
 
     def get(self, key: bytes) -> bytes | None:  # while no cursor is open and nothing is pending (see the class)
         return self._open_cursor().get(key)
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        if self._cursor is None:
+            self._open_cursor()  # ``get`` is then the cursor's (or ``_pending_get``), not the opener
+        return list(map(self.get, keys))
 
     def _pending_get(self, key: bytes) -> bytes | None:
         data = self.pending.get(key)
@@ -172,6 +179,12 @@ class LMDBTable(KVTable):
         runs out (the transaction is committed there, as ``put`` does) and at every delete."""
         self.flush()
         store = self._store
+        entries = entries if isinstance(entries, list) else list(entries)
+        if entries and None not in map(_VALUE, entries) and max(map(len, map(_KEY, entries))) <= self._max_key:
+            cost = sum(map(len, map(_VALUE, entries))) + _ENTRY_OVERHEAD * len(entries)
+            if cost < store.budget:  # the common case, with no Python code per entry: one run
+                self._put_run(entries, cost)  # type: ignore[arg-type]
+                return
         run: list[tuple[bytes, bytes]] = []
         cost = 0
         for key, value in entries:
