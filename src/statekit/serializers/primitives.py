@@ -38,6 +38,8 @@ def _reject_bool(kind: str, value: bool) -> NoReturn:
 
 
 class Int64Serializer(TypeSerializer[int]):
+    FIXED_SIZE = 8
+
     def serialize(self, value: int) -> bytes:
         if value.__class__ is bool:
             _reject_bool("Int64Serializer", value)  # type: ignore[arg-type]
@@ -60,6 +62,10 @@ class Int64Serializer(TypeSerializer[int]):
             raise SerializationError("Int64Serializer expects 8 bytes per value, got a value of another length") \
                 from None
 
+    def deserialize_strided(self, data: bytes, start: int, step: int) -> list[int]:
+        unpack_from = _I64.unpack_from
+        return [unpack_from(data, p)[0] - _SIGN for p in range(start, len(data), step)]
+
     def serialize_many(self, values: Iterable[int]) -> list[bytes]:
         pack = _I64.pack
         try:
@@ -81,6 +87,8 @@ class Int64Serializer(TypeSerializer[int]):
 
 
 class Float64Serializer(TypeSerializer[float]):
+    FIXED_SIZE = 8
+
     def serialize(self, value: float) -> bytes:
         if value.__class__ is bool:
             _reject_bool("Float64Serializer", value)  # type: ignore[arg-type]
@@ -94,6 +102,10 @@ class Float64Serializer(TypeSerializer[float]):
             return _F64.unpack(data)[0]
         except struct.error:  # not 8 bytes
             raise _wrong_width("Float64Serializer", data) from None
+
+    def deserialize_strided(self, data: bytes, start: int, step: int) -> list[float]:
+        unpack_from = _F64.unpack_from
+        return [unpack_from(data, p)[0] for p in range(start, len(data), step)]
 
 
 class StringSerializer(TypeSerializer[str]):

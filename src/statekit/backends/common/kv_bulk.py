@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from statekit.backends.common.key_layout import (
-    KEY_GROUP_PREFIX_BYTES, SINGLE_BYTES, decode_list, encode_list, varint,
+    KEY_GROUP_PREFIX_BYTES, SINGLE_BYTES, deserialize_list, encode_list, varint,
 )
 from statekit.backends.common.kv_states import KVStateAccess
 from statekit.backends.common.registration import RegisteredState
@@ -81,8 +81,8 @@ class KVBulkValueState(KVBulkState, BulkValueState):
 
 class KVBulkListState(KVBulkState, BulkListState):
     def get_many(self, keys: KeyBatch) -> list[list[Any]]:
-        deserialize_many = self._serializer.deserialize_many
-        return [deserialize_many(decode_list(data)) if data else [] for data in self._table.get_many(self._cells(keys))]
+        serializer = self._serializer
+        return [deserialize_list(data, serializer) if data else [] for data in self._table.get_many(self._cells(keys))]
 
     def add_many(self, keys: KeyBatch, elements: Sequence[Any]) -> None:
         check_aligned(keys, elements, "ListState.add_many")
