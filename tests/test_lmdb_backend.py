@@ -76,6 +76,34 @@ def test_long_map_user_key_is_rejected_and_nothing_is_written(lmdb_backend):
     assert handle is not None
 
 
+def test_commit_on_another_thread_is_refused_before_pending_puts_are_written(lmdb_backend):
+    """Puts wait in their table (write-behind); a commit from a thread that does not own the write
+    transaction is refused before it writes them into that transaction, and nothing is lost."""
+    state = lmdb_backend.get_state(VALUE)
+    set_key(lmdb_backend, "a")
+    state.update(b"1")
+    set_key(lmdb_backend, "b")
+    assert state.value() is None  # opens the write transaction on this thread
+    state.update(b"2")
+    errors = []
+    thread = threading.Thread(target=lambda: _record_error(lmdb_backend.store.commit, errors))
+    thread.start()
+    thread.join(30)
+    assert errors and "was begun on thread" in str(errors[0]), errors
+    assert lmdb_backend._table("value").pending, "the refused commit wrote the pending puts on its thread"
+    lmdb_backend.store.commit()
+    for key, value in (("a", b"1"), ("b", b"2")):
+        set_key(lmdb_backend, key)
+        assert state.value() == value, f"{key} lost"
+
+
+def _record_error(call, errors):
+    try:
+        call()
+    except StatekitError as exc:
+        errors.append(exc)
+
+
 # --- map growth
 def test_map_grows_from_one_mib_to_hold_fifty_mb(lmdb_backend, tmp_path):
     n, size = 12_500, 4096  # ~51 MB of values

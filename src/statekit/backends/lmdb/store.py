@@ -129,6 +129,8 @@ class LMDBStore:
     def commit(self) -> None:
         """Commit the write transaction (if one is open); the writes are then durable in the map."""
         self._release_dropped()
+        if self.txn is not None:
+            self._check_owner("commit")  # before the flushes write into it
         for table in self._tables.values():
             table.flush()
         while self.txn is not None:
