@@ -2,8 +2,8 @@
 
 The per-key operations are the hot path of every keyed function: they read the backend's cached
 key prefix directly (``KVKeyedStateBackend._prefix``, built by ``current_key_prefix`` once per
-key) and call the table's methods with no layer between (RocksDB's and LMDB's ``get`` are the
-native methods)."""
+key) and call the table's methods with no layer between (RocksDB's ``get`` and ``put`` are the
+native methods, LMDB's ``get`` while no put is pending: ``lmdb/table.py``)."""
 from __future__ import annotations
 
 from itertools import chain, islice
