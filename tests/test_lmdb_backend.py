@@ -76,6 +76,34 @@ def test_long_map_user_key_is_rejected_and_nothing_is_written(lmdb_backend):
     assert handle is not None
 
 
+def test_commit_on_another_thread_is_refused_before_pending_puts_are_written(lmdb_backend):
+    """Puts wait in their table (write-behind); a commit from a thread that does not own the write
+    transaction is refused before it writes them into that transaction, and nothing is lost."""
+    state = lmdb_backend.get_state(VALUE)
+    set_key(lmdb_backend, "a")
+    state.update(b"1")
+    set_key(lmdb_backend, "b")
+    assert state.value() is None  # opens the write transaction on this thread
+    state.update(b"2")
+    errors = []
+    thread = threading.Thread(target=lambda: _record_error(lmdb_backend.store.commit, errors))
+    thread.start()
+    thread.join(30)
+    assert errors and "was begun on thread" in str(errors[0]), errors
+    assert lmdb_backend._table("value").pending, "the refused commit wrote the pending puts on its thread"
+    lmdb_backend.store.commit()
+    for key, value in (("a", b"1"), ("b", b"2")):
+        set_key(lmdb_backend, key)
+        assert state.value() == value, f"{key} lost"
+
+
+def _record_error(call, errors):
+    try:
+        call()
+    except StatekitError as exc:
+        errors.append(exc)
+
+
 # --- map growth
 def test_map_grows_from_one_mib_to_hold_fifty_mb(lmdb_backend, tmp_path):
     n, size = 12_500, 4096  # ~51 MB of values
@@ -139,6 +167,7 @@ def test_growth_while_a_snapshot_is_written_on_another_thread(lmdb_backend, tmp_
     growths = lmdb_backend.store.growths
     _write(lmdb_backend, range(n, n + 8000), 2048, version=7)  # grows the map several times
     _write(lmdb_backend, range(n), 256, version=1)
+    lmdb_backend.store.commit()  # puts are write-behind: they reach the map here
     assert lmdb_backend.store.growths > growths and view.snapshot.spilled
     resume.set()
     writer.join(timeout=60)
@@ -159,6 +188,7 @@ def test_pending_snapshot_is_spilled_when_the_map_grows(lmdb_backend, tmp_path):
     pending = lmdb_backend.snapshot(1)
     _write(lmdb_backend, range(2000, 6000), 1024)
     _write(lmdb_backend, range(2000), 128, version=3)
+    lmdb_backend.store.commit()  # puts are write-behind: they reach the map here
     snapshot = pending._view.snapshot
     assert snapshot.spilled and lmdb_backend.store.spills >= 1
     handle = pending.write(InlineStreams())
@@ -176,7 +206,8 @@ def test_pending_snapshot_is_spilled_when_the_map_grows(lmdb_backend, tmp_path):
 @pytest.mark.parametrize("batch", ["16k", "32m"])
 def test_random_writes_with_growth_match_a_model(tmp_path, batch):
     """Puts, deletes and range deletes on two tables with a tiny map: after every growth (with and
-    without replay) the tables equal a dict model, and snapshots taken on the way hold their point."""
+    without replay) the tables equal a dict model, and snapshots taken on the way hold their point.
+    Reads on the way see every write, whether still pending (``put`` is write-behind) or not."""
     import random
     rng = random.Random(7)
     backend = open_keyed_backend(LMDBStateBackend(**{"map-size": "64k", "write-batch-size": batch}),
@@ -202,6 +233,11 @@ def test_random_writes_with_growth_match_a_model(tmp_path, batch):
                 table.delete_range(key, upper)
                 for k in [k for k in data if key <= k < upper]:
                     del data[k]
+            other = b"\x00\x01" + b"%05d" % rng.randrange(3000)
+            assert (table.get(key), table.get(other)) == (data.get(key), data.get(other))
+            if step % 100 == 99:
+                lower, upper = key[:-2], key[:-2] + b"\xff"
+                assert dict(table.items(lower, upper)) == {k: v for k, v in data.items() if lower <= k < upper}
             if step % 1500 == 1499:
                 snapshots.append((backend._view(), {n: dict(m) for n, m in model.items()}))
         assert backend.store.growths > 3
@@ -218,9 +254,10 @@ def test_random_writes_with_growth_match_a_model(tmp_path, batch):
 
 @pytest.mark.parametrize("batch", ["16k", "32m"])
 def test_bulk_writes_with_growth_match_a_model(tmp_path, batch):
-    """``write_many`` runs (puts cut by the write budget, deletes in between) on a tiny map: after
-    every growth and replay the table equals a dict model; a key too long for LMDB stops the run
-    there, with a clear error, as a loop of puts would."""
+    """``write_many`` runs (puts cut by the write budget, deletes in between; half of the batches
+    have no deletes: one ``putmulti`` unless the budget cuts them) on a tiny map: after every
+    growth and replay the table equals a dict model; a key too long for LMDB stops the run there,
+    with a clear error, as a loop of puts would."""
     import random
     rng = random.Random(11)
     backend = open_keyed_backend(LMDBStateBackend(**{"map-size": "64k", "write-batch-size": batch}),
@@ -228,8 +265,9 @@ def test_bulk_writes_with_growth_match_a_model(tmp_path, batch):
     try:
         table, model = backend._table("a"), {}
         for _ in range(60):
+            deletes = 0.2 if rng.random() < 0.5 else 0.0
             entries = [(b"\x00\x01" + b"%05d" % rng.randrange(4000),
-                        None if rng.random() < 0.2 else os.urandom(rng.choice((8, 100, 3000))))
+                        None if rng.random() < deletes else os.urandom(rng.choice((8, 100, 3000))))
                        for _ in range(rng.randrange(1, 400))]
             table.write_many(entries)
             for key, value in entries:
@@ -279,6 +317,7 @@ def test_large_iteration_survives_map_growth_mid_range(lmdb_backend):
         seen.append(key)
         if len(seen) == 1500:  # past the first chunks: the rest comes from the spilled copy
             _write(lmdb_backend, range(5000, 9000), 4096)
+            store.commit()  # puts are write-behind: they reach the map here
             assert store.spills > spills
     assert sorted(seen) == [f"key-{k:07d}" for k in range(5000)]
     assert not store._snapshots and not [d for d in os.listdir(lmdb_backend.instance_dir) if d.startswith("spill")]

@@ -6,13 +6,14 @@ import threading
 import pytest
 from hypothesis import given, strategies as st
 
+from statekit.backends.common.key_layout import deserialize_list, encode_list
 from statekit.serializers import (
     BytesSerializer, Float64Serializer, Int64Serializer, MsgpackSerializer, PickleSerializer,
     StringSerializer, resolve, serializer_by_name,
 )
 from statekit.spi import Compatibility, ConfigurationError, SerializationError, SerializerSnapshot
 from statekit.spi.errors import IncompatibleSerializerError
-from statekit.spi.serializer import check_compatibility
+from statekit.spi.serializer import TypeSerializer, check_compatibility
 
 ALL = [PickleSerializer(), MsgpackSerializer(), Int64Serializer(), Float64Serializer(), StringSerializer(),
        BytesSerializer()]
@@ -130,6 +131,34 @@ def test_resolve_and_names():
         resolve("pickle")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="protocol"):
         PickleSerializer(99)
+
+
+@pytest.mark.parametrize("serializer, values", [(Int64Serializer(), [-(2 ** 63), -5, 0, 2 ** 63 - 1]),
+                                                (Float64Serializer(), [-0.5, 0.0, 3.25, float("inf")])],
+                         ids=["int64", "float64"])
+def test_fixed_width_values_read_at_a_step(serializer, values):
+    """``deserialize_strided`` (own and the default over ``deserialize_many``) and list cells read
+    at a fixed step; a cell whose elements are not all ``FIXED_SIZE`` bytes is decoded one by one."""
+    cell = encode_list(serializer.serialize_many(values))
+    assert serializer.deserialize_strided(cell, 1, 9) == values
+    assert TypeSerializer.deserialize_strided(serializer, cell, 1, 9) == values
+    assert deserialize_list(cell, serializer) == values
+    for elements in ([serializer.serialize(values[0]), b"1234567"], [b"1234567", b"123456789"]):  # 18 = 2 * 9
+        with pytest.raises(SerializationError, match="expects 8 bytes"):
+            deserialize_list(encode_list(elements), serializer)
+    with pytest.raises(TypeError, match="no FIXED_SIZE"):
+        StringSerializer().deserialize_strided(cell, 1, 9)
+
+
+@pytest.mark.parametrize("value", [3, b"bytes", "lone \ud800 surrogate"])
+def test_string_serialize_many_names_a_value_that_does_not_encode(value):
+    """``serialize_many`` encodes all values at once; a value that does not encode is named as by
+    ``serialize``, from a list or from an iterator alike."""
+    s = StringSerializer()
+    assert s.serialize_many(iter(["a", "é"])) == s.serialize_many(("a", "é")) == ["a".encode(), "é".encode()]
+    for values in (["a", value, "b"], iter(["a", value, "b"])):
+        with pytest.raises(SerializationError, match=r"StringSerializer cannot encode"):
+            s.serialize_many(values)
 
 
 @pytest.mark.parametrize("serializer", [Int64Serializer(), Float64Serializer()], ids=lambda s: type(s).__name__)

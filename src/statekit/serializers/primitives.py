@@ -38,6 +38,8 @@ def _reject_bool(kind: str, value: bool) -> NoReturn:
 
 
 class Int64Serializer(TypeSerializer[int]):
+    FIXED_SIZE = 8
+
     def serialize(self, value: int) -> bytes:
         if value.__class__ is bool:
             _reject_bool("Int64Serializer", value)  # type: ignore[arg-type]
@@ -60,6 +62,10 @@ class Int64Serializer(TypeSerializer[int]):
             raise SerializationError("Int64Serializer expects 8 bytes per value, got a value of another length") \
                 from None
 
+    def deserialize_strided(self, data: bytes, start: int, step: int) -> list[int]:
+        unpack_from = _I64.unpack_from
+        return [unpack_from(data, p)[0] - _SIGN for p in range(start, len(data), step)]
+
     def serialize_many(self, values: Iterable[int]) -> list[bytes]:
         pack = _I64.pack
         try:
@@ -81,6 +87,8 @@ class Int64Serializer(TypeSerializer[int]):
 
 
 class Float64Serializer(TypeSerializer[float]):
+    FIXED_SIZE = 8
+
     def serialize(self, value: float) -> bytes:
         if value.__class__ is bool:
             _reject_bool("Float64Serializer", value)  # type: ignore[arg-type]
@@ -95,15 +103,26 @@ class Float64Serializer(TypeSerializer[float]):
         except struct.error:  # not 8 bytes
             raise _wrong_width("Float64Serializer", data) from None
 
+    def deserialize_strided(self, data: bytes, start: int, step: int) -> list[float]:
+        unpack_from = _F64.unpack_from
+        return [unpack_from(data, p)[0] for p in range(start, len(data), step)]
+
 
 class StringSerializer(TypeSerializer[str]):
     """UTF-8 text."""
 
     def serialize(self, value: str) -> bytes:
         try:
-            return value.encode("utf-8")
+            return value.encode()  # UTF-8, Python's only default
         except (AttributeError, UnicodeEncodeError) as exc:
             raise _bad("StringSerializer", value, exc) from exc
+
+    def serialize_many(self, values: Iterable[str]) -> list[bytes]:
+        values = values if isinstance(values, (list, tuple)) else list(values)
+        try:
+            return list(map(str.encode, values))
+        except (TypeError, UnicodeEncodeError):
+            return super().serialize_many(values)  # names the value that does not encode
 
     def deserialize(self, data: bytes) -> str:
         return bytes(data).decode("utf-8")

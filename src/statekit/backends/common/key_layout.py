@@ -19,8 +19,11 @@ and namespace.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.serializer import TypeSerializer
 
 KEY_GROUP_PREFIX_BYTES = 2
 #: ``bytes([n])`` for every byte value; for n < 128 also ``varint(n)``, which hot paths inline
@@ -110,6 +113,19 @@ def decode_list(data: bytes) -> list[bytes]:
         append(data[pos:pos + n])
         pos += n
     return out
+
+
+def deserialize_list(data: bytes, serializer: TypeSerializer) -> list[Any]:
+    """The elements of list cell ``data``, deserialized: read at a fixed step where the serializer is
+    fixed-width and every element has that size (a one-byte length each, checked), else one by one."""
+    size = serializer.FIXED_SIZE
+    if size is not None and size < 128:
+        step = size + 1
+        # the length bytes, one per ``step`` bytes; a length that is no multiple of ``step`` leaves
+        # one more of them than ``len // step``
+        if data[::step] == SINGLE_BYTES[size] * (len(data) // step):
+            return serializer.deserialize_strided(data, 1, step)
+    return serializer.deserialize_many(decode_list(data))
 
 
 _TIMESTAMP_OFFSET = 1 << 63

@@ -72,7 +72,8 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
         #: key, or if the key failed to serialize: ``current_key_prefix`` raises then); the states
         #: read it directly and call ``current_key_prefix`` only when it is None
         self._prefix: bytes | None = None
-        self._kg_prefixes = [key_group_prefix(self._kg_start + i) for i in range(self._num_key_groups)]
+        #: the stored-key prefix of each key group of the range, by key group
+        self._kg_prefixes = {key_group: key_group_prefix(key_group) for key_group in self.key_group_range}
 
     # --- the store, provided by subclasses
     @abstractmethod
@@ -85,8 +86,8 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
 
     # --- current key
     def set_current_key(self, key: Any, key_group: int) -> None:
-        index = key_group - self._kg_start
-        if not 0 <= index < self._num_key_groups:
+        kg_prefix = self._kg_prefixes.get(key_group)
+        if kg_prefix is None:
             raise self._key_outside_range(key, key_group)
         self._key, self._key_group = key, key_group
         try:
@@ -95,7 +96,7 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
             self._prefix = None
             return
         size = len(key_bytes)
-        self._prefix = self._kg_prefixes[index] + (SINGLE_BYTES[size] if size < 128 else varint(size)) + key_bytes
+        self._prefix = kg_prefix + (SINGLE_BYTES[size] if size < 128 else varint(size)) + key_bytes
 
     def current_key_prefix(self) -> bytes:
         """The stored-key prefix of the current key (raises if there is none, or the key does not serialize)."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from statekit.backends.common.key_layout import KEY_GROUP_PREFIX_BYTES, decode_list, encode_list, varint
+from statekit.backends.common.key_layout import (
+    KEY_GROUP_PREFIX_BYTES, SINGLE_BYTES, deserialize_list, encode_list, varint,
+)
 from statekit.backends.common.kv_states import KVStateAccess
 from statekit.backends.common.registration import RegisteredState
 from statekit.spi.bulk_state import (
@@ -29,13 +31,13 @@ class KVBulkState(KVStateAccess, BulkState):
 
     def _key_prefixes(self, keys: KeyBatch) -> list[bytes]:
         backend = self._backend
-        start, prefixes = backend.key_group_range.start, backend._kg_prefixes
-        indices = [key_group - start for key_group in keys.key_groups]
-        if indices and (min(indices) < 0 or max(indices) >= len(prefixes)):
-            bad = next(i for i, index in enumerate(indices) if not 0 <= index < len(prefixes))
+        kg_prefixes = list(map(backend._kg_prefixes.get, keys.key_groups))
+        if None in kg_prefixes:
+            bad = kg_prefixes.index(None)
             raise backend._key_outside_range(keys.keys[bad], keys.key_groups[bad])
-        return [prefixes[index] + varint(len(key_bytes)) + key_bytes
-                for index, key_bytes in zip(indices, backend.key_serializer.serialize_many(keys.keys))]
+        single = SINGLE_BYTES  # a one-byte varint, inline
+        return [kg_prefix + (single[n] if (n := len(key_bytes)) < 128 else varint(n)) + key_bytes
+                for kg_prefix, key_bytes in zip(kg_prefixes, backend.key_serializer.serialize_many(keys.keys))]
 
     def _write(self, cells: Sequence[bytes], datas: Sequence[bytes | None]) -> None:
         """Store ``datas[i]`` in ``cells[i]`` (None: delete), recorded for changelog snapshots."""
@@ -79,8 +81,8 @@ class KVBulkValueState(KVBulkState, BulkValueState):
 
 class KVBulkListState(KVBulkState, BulkListState):
     def get_many(self, keys: KeyBatch) -> list[list[Any]]:
-        deserialize_many = self._serializer.deserialize_many
-        return [deserialize_many(decode_list(data)) if data else [] for data in self._table.get_many(self._cells(keys))]
+        serializer = self._serializer
+        return [deserialize_list(data, serializer) if data else [] for data in self._table.get_many(self._cells(keys))]
 
     def add_many(self, keys: KeyBatch, elements: Sequence[Any]) -> None:
         check_aligned(keys, elements, "ListState.add_many")

@@ -2,14 +2,16 @@
 
 The per-key operations are the hot path of every keyed function: they read the backend's cached
 key prefix directly (``KVKeyedStateBackend._prefix``, built by ``current_key_prefix`` once per
-key) and call the table's methods with no layer between (RocksDB's and LMDB's ``get`` are the
-native methods)."""
+key) and call the table's methods with no layer between (RocksDB's ``get`` and ``put`` are the
+native methods, LMDB's ``get`` while no put is pending: ``lmdb/table.py``)."""
 from __future__ import annotations
 
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-from statekit.backends.common.key_layout import SINGLE_BYTES, decode_list, encode_list, prefix_upper_bound, varint
+from statekit.backends.common.key_layout import (
+    SINGLE_BYTES, deserialize_list, encode_list, prefix_upper_bound, varint,
+)
 from statekit.backends.common.namespaces import encode_namespace
 from statekit.backends.common.registration import RegisteredState, checked_list_elements
 from statekit.spi.errors import StateAccessError
@@ -100,7 +102,7 @@ class KVListState(KVState, ListState):
     def get(self) -> list[Any]:
         backend = self._backend
         data = self._table.get((backend._prefix or backend.current_key_prefix()) + self._namespace_part)
-        return self._serializer.deserialize_many(decode_list(data)) if data else []
+        return deserialize_list(data, self._serializer) if data else []
 
     def add(self, value: Any) -> None:
         if value is None:

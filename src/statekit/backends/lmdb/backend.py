@@ -17,8 +17,12 @@ Transactions. LMDB commits are expensive next to a Python state access, so there
 long-lived write transaction: begun by the first access, used by every read and write through
 one cursor per table (reads see the transaction's own writes), and committed at snapshot time,
 before a read snapshot is begun, before a named database is created, and when its writes reach
-``write-batch-size``. A write transaction belongs to the thread that began it, so the backend is
-used from one thread (as the SPI says); only a pending snapshot's ``write()`` runs elsewhere.
+``write-batch-size``. Puts are write-behind: a table keeps them in a dict (a key written again
+keeps its last value; reads look there first) and writes them into the transaction in one
+``putmulti`` call before a range of it is read or deleted and before a commit (a per-key put
+measured about 480 ns as a native ``put`` with its replay-log entry, about 150 ns as a dict
+store). A write transaction belongs to the thread that began it, so the backend is used from one
+thread (as the SPI says); only a pending snapshot's ``write()`` runs elsewhere.
 
 Iteration. ``items(lower, upper)`` reads up to 1024 entries into a list at once (a map of one
 key, typically), so the caller may write while iterating. A larger range (``keys()`` of a state,
@@ -29,7 +33,8 @@ Map growth. The map starts at ``map-size`` (64 MiB) and doubles, ahead of time w
 finds it half full and no snapshot is open, and on ``MapFullError`` otherwise. py-lmdb (like
 LMDB) leaves the write transaction unusable after ``MapFullError`` and its writes are lost, so
 every write since the last commit is kept in a replay log (bounded by ``write-batch-size``); the
-transaction is aborted, the map doubled and the log replayed: no write is lost.
+transaction is aborted, the map doubled and the log replayed: no write is lost (puts still
+pending were never in the transaction: they stay pending).
 ``set_mapsize`` ends every transaction of the environment, so a pending snapshot's read
 transaction is first spilled to a private compacted copy of its point in time (rare: only when
 the map grows while a snapshot is pending).

@@ -7,15 +7,6 @@ import operator
 from typing import Any, Iterator
 
 
-class RangeEnd:
-    """Marks a logged ``delete_range``: ``(db, lower, RangeEnd(upper))``."""
-
-    __slots__ = ("upper",)
-
-    def __init__(self, upper: bytes) -> None:
-        self.upper = upper
-
-
 def _seek(cursor: Any, lower: bytes, max_key: int) -> bool:
     """Position ``cursor`` at the first key ``>= lower`` (or at a smaller key that the caller skips
     when ``lower`` is longer than LMDB keys may be: no stored key equals it)."""

@@ -7,10 +7,13 @@ design; the invariants are:
 
 * every write goes through the one open write transaction (begun lazily by the first access,
   committed by a snapshot, a large iteration, the creation of a table, or once the writes reach
-  ``write-batch-size``) and is appended to ``log`` before it is tried;
+  ``write-batch-size``) and is appended to its table's ``log`` before it is tried; a ``put`` waits
+  in its table's ``pending`` dict until the table flushes it (``LMDBTable``), at the latest when
+  the transaction is committed;
 * ``MapFullError`` poisons an LMDB write transaction (every later call fails with
   ``BadTxnError`` and its writes are lost), so ``recover_from_full`` aborts it, doubles the map,
-  and replays ``log`` into a new one: nothing written since the last commit is lost;
+  and replays the tables' logs into a new one: nothing written since the last commit is lost
+  (tables are independent databases: each log is replayed in its own order);
 * ``env.set_mapsize`` invalidates every transaction of the environment, so before growing, each
   live ``ReadSnapshot`` is *spilled*: its point in time is copied (``mdb_env_copy`` of its read
   transaction) into a private environment that it reads from instead. Reads of a snapshot happen in
@@ -25,7 +28,6 @@ from typing import Any
 import lmdb
 
 from statekit.backends.common.local_dirs import acquire_lock, release_lock
-from statekit.backends.lmdb.cursors import RangeEnd, delete_range
 from statekit.backends.lmdb.options import SETTING_PREFIX, LMDBOptions
 from statekit.backends.lmdb.read_snapshot import ReadSnapshot
 from statekit.backends.lmdb.table import LMDBTable
@@ -45,7 +47,6 @@ class LMDBStore:
         self.options = options
         self.env: Any = None
         self.txn: Any = None  # the open write transaction, or None
-        self.log: list[tuple[Any, bytes, Any]] = []  # writes of ``txn``, replayed after a map growth
         self.budget = options.write_batch_size  # bytes ``txn`` may still take before it is committed
         self.growths = 0  # map growths
         self.recoveries = 0  # growths forced by MapFullError (a poisoned transaction's log replayed)
@@ -128,6 +129,10 @@ class LMDBStore:
     def commit(self) -> None:
         """Commit the write transaction (if one is open); the writes are then durable in the map."""
         self._release_dropped()
+        if self.txn is not None:
+            self._check_owner("commit")  # before the flushes write into it
+        for table in self._tables.values():
+            table.flush()
         while self.txn is not None:
             self._check_owner("commit")
             txn = self._end_txn()
@@ -136,20 +141,24 @@ class LMDBStore:
             except lmdb.MapFullError:  # the commit's free-list pages did not fit; the txn is gone
                 self.recover_from_full()
                 continue
-            self.log = []
-            self.budget = self.options.write_batch_size
+            self._clear_logs()
             self._grow_ahead()
 
     def abort(self) -> None:
         txn = self._end_txn()
-        self.log = []
-        self.budget = self.options.write_batch_size
+        self._clear_logs()
         if txn is not None:
             txn.abort()
 
+    def _clear_logs(self) -> None:
+        """The write transaction ended: nothing is left to replay, the write budget is whole again."""
+        for table in self._tables.values():
+            table.forget_writes()
+        self.budget = self.options.write_batch_size
+
     def recover_from_full(self) -> None:
-        """After ``MapFullError``: abort the poisoned transaction, double the map, replay the log
-        (which holds the write that failed) into a new transaction."""
+        """After ``MapFullError``: abort the poisoned transaction, double the map, replay the
+        tables' logs (which hold the write that failed) into a new transaction."""
         if self.txn is not None:
             self._check_owner("abort")
             self._end_txn().abort()
@@ -164,14 +173,8 @@ class LMDBStore:
                 self._end_txn().abort()
 
     def _replay(self, txn: Any) -> None:
-        max_key = self.max_key_size
-        for db, key, value in self.log:
-            if value is None:
-                txn.delete(key, b"", db)
-            elif type(value) is RangeEnd:
-                delete_range(txn, db, key, value.upper, max_key)
-            else:
-                txn.put(key, value, True, True, False, db)
+        for table in self._tables.values():  # independent databases: each in its own order
+            table.replay(txn)
 
     # --- map growth
     def _grow(self, factor: int = 2) -> None:
@@ -267,7 +270,7 @@ class LMDBStore:
             for snapshot in live:
                 snapshot.close()
             txn = self._end_txn()
-            self.log = []
+            self._clear_logs()
             if txn is not None:
                 txn.abort()  # the state is discarded with the directory
             if self.env is not None:

@@ -7,7 +7,8 @@ import pytest
 
 from statekit.conformance_tests.base import BackendTestBase, set_key
 from statekit.conformance_tests.semantics.common import NAMESPACES, mixed_keys, prefix_keys, assert_keys, list_state
-from statekit.spi import KeyedStateBackend, ListStateDescriptor, StateAccessError
+from statekit.serializers import Float64Serializer, Int64Serializer
+from statekit.spi import KeyBatch, KeyedStateBackend, ListStateDescriptor, StateAccessError
 
 # --------------------------------------------------------------------------------------------
 # ListState
@@ -44,6 +45,26 @@ class ListStateSemantics(BackendTestBase):
         mismatch = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
         assert got == want, \
             f"a 1000-element list came back with {len(got)} elements, first mismatch at index {mismatch}"
+
+    @pytest.mark.parametrize("serializer, values", [
+        (Int64Serializer(), [-(2 ** 63), -1, 0, 7, 2 ** 63 - 1]),
+        (Float64Serializer(), [-1.5, 0.0, 2.25, 1e300, float("-inf")]),
+    ], ids=["int64", "float64"])
+    def test_list_of_fixed_width_values(self, keyed_backend: KeyedStateBackend, serializer: Any,
+                                        values: list[Any]) -> None:
+        """Elements of a fixed-width serializer (which a backend may read at a fixed step) come back
+        in order, per key and through the bulk API."""
+        descriptor = ListStateDescriptor("fixed", serializer)
+        state = list_state(keyed_backend, descriptor)
+        for i, key in enumerate(("a", "b")):
+            set_key(keyed_backend, key)
+            state.add(values[i])
+            state.add_all(values[i + 1:])
+        bulk = keyed_backend.get_bulk_state(descriptor)
+        got = bulk.get_many(KeyBatch.of(["a", "b", "c"], keyed_backend.max_parallelism))
+        assert got == [values, values[1:], []], f"fixed-width lists through get_many: {got!r}"
+        set_key(keyed_backend, "a")
+        assert state.get() == values, f"a list of {type(serializer).__name__} values reads {state.get()!r}"
 
     def test_list_update_replaces(self, keyed_backend: KeyedStateBackend) -> None:
         state = list_state(keyed_backend, ListStateDescriptor("l"))
