@@ -241,7 +241,7 @@ CASES = [
     Bad("process-returns-bytes", run(Returns(b"row")), FunctionResultError, ("returned bytes", "yield row")),
     Bad("process-returns-dict", run(Returns({"user": "ann", "count": 1})), FunctionResultError,
         ("returned dict", "single value", "`return [row]`")),
-    Bad("process-rows-returns-a-batch", run(BatchReturns(pa.record_batch({"n": [1]})),
+    Bad("process-rows-returns-a-batch", run(BatchReturns(pa.RecordBatch.from_pydict({"n": [1]})),
                                             [{"user": "ann"}, {"user": "bob"}]),
         FunctionResultError, ("BatchReturns.process_rows returned RecordBatch", "batch.to_pylist()")),
     Bad("function-is-a-lambda", lambda tmp: LocalRunner(lambda row: row, key_selector=lambda r: r),

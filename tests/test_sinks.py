@@ -240,7 +240,7 @@ def test_a_write_ahead_publication_happens_once(tmp_path):
         connection.execute("CREATE TABLE t (key TEXT, count INTEGER)")
     sink = SqliteWriteAheadSink(str(database), "t")
     sink.prepare_target("job", "op")
-    batch = pa.record_batch({"key": ["a", "b"], "count": [1, 2]})
+    batch = pa.RecordBatch.from_pydict({"key": ["a", "b"], "count": [1, 2]})
     for _ in range(3):
         sink.publish(SinkContext("job", "op", 7, 0), [batch])
     sink.publish(SinkContext("job", "op", 7, 1), [batch])
@@ -252,7 +252,7 @@ def test_file_commit_is_idempotent_and_a_lost_staged_file_is_named(tmp_path):
     sink = ParquetFileSink(tmp_path.as_uri())
     context = SinkContext("job", "op", 3, 1, "run", 0)
     transaction = sink.begin_transaction(context)
-    sink.write(transaction, pa.record_batch({"key": ["a"], "count": [1]}))
+    sink.write(transaction, pa.RecordBatch.from_pydict({"key": ["a"], "count": [1]}))
     record = sink.pre_commit(transaction)
     assert sink.lingering("job", "op") == [{"id": context.transaction_id, "staged": record["staged"]}]
     assert sink.lingering("job", "other") == [] and sink.lingering("jo", "b~op") == []
@@ -270,7 +270,7 @@ def test_postgres_recovery_commits_once_and_aborts_lingering(postgres, pg_table)
     records = []
     for subtask in (0, 1):
         transaction = sink.begin_transaction(SinkContext("job", "op", 1, subtask, "r", 0))
-        sink.write(transaction, pa.record_batch({"key": [f"k{subtask}"], "count": [subtask]}))
+        sink.write(transaction, pa.RecordBatch.from_pydict({"key": [f"k{subtask}"], "count": [subtask]}))
         records.append(sink.pre_commit(transaction))
     assert sorted(r["id"] for r in sink.lingering("job", "op")) == sorted(r["id"] for r in records)
     assert _pg_rows(postgres, pg_table) == Counter()  # prepared, not visible

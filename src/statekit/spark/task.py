@@ -238,17 +238,26 @@ def _coalesced(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[pa
         pending.append(batch)
         size += batch.nbytes
         if size >= max_bytes:
-            yield pa.concat_batches(pending)
+            yield _concatenated(pending)
             pending, size = [], 0
     if pending:
-        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+        yield _concatenated(pending)
+
+
+def _concatenated(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One batch of ``batches``' rows (``pa.concat_batches`` needs pyarrow 19; this works from 15 on)."""
+    if len(batches) == 1:
+        return batches[0]
+    columns = [pa.concat_arrays([batch.column(i) for batch in batches]) for i in range(batches[0].num_columns)]
+    return pa.RecordBatch.from_arrays(columns, schema=batches[0].schema)
 
 
 def _grouped(batch: pa.RecordBatch, key_columns: Sequence[str]) -> GroupedRows:
     """The batch's rows (markers dropped, without the engine's columns) grouped by key."""
     lowest = pc.min(batch.column(KEY_GROUP_COLUMN)).as_py()
     rows = batch.filter(rows_mask(batch)) if lowest is not None and lowest < 0 else batch  # a marker in it
-    return GroupedRows.of_sorted(rows.drop_columns([KEY_GROUP_COLUMN]), key_columns, rows.column(KEY_GROUP_COLUMN))
+    columns = [name for name in rows.schema.names if name != KEY_GROUP_COLUMN]
+    return GroupedRows.of_sorted(rows.select(columns), key_columns, rows.column(KEY_GROUP_COLUMN))
 
 
 def _emit_columns(table: pa.Table, schema: pa.Schema, writer: SubtaskSinkWriter | None) -> Iterator[pa.RecordBatch]:

@@ -171,5 +171,5 @@ def split_ops(batch: Any) -> tuple[list[int], Any]:
 
     ops = batch.column("op")
     deletes = [i for i, op in enumerate(ops.to_pylist()) if op == OP_DELETE]
-    puts = batch.filter(pc.equal(ops, OP_PUT)).drop_columns(["op"])
+    puts = batch.filter(pc.equal(ops, OP_PUT)).select([name for name in batch.schema.names if name != "op"])
     return deletes, puts
