@@ -4,7 +4,7 @@ with ``KVTable.write_many`` (RocksDB: one write batch), with the layout and chan
 bookkeeping of the per-key states (``kv_states``)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from statekit.backends.common.key_layout import (
     KEY_GROUP_PREFIX_BYTES, SINGLE_BYTES, deserialize_list, encode_list, varint,
@@ -31,10 +31,11 @@ class KVBulkState(KVStateAccess, BulkState):
 
     def _key_prefixes(self, keys: KeyBatch) -> list[bytes]:
         backend = self._backend
-        kg_prefixes = list(map(backend._kg_prefixes.get, keys.key_groups))
-        if None in kg_prefixes:
-            bad = kg_prefixes.index(None)
+        found = list(map(backend._kg_prefixes.get, keys.key_groups))
+        if None in found:
+            bad = found.index(None)
             raise backend._key_outside_range(keys.keys[bad], keys.key_groups[bad])
+        kg_prefixes = cast("list[bytes]", found)  # no None left
         single = SINGLE_BYTES  # a one-byte varint, inline
         return [kg_prefix + (single[n] if (n := len(key_bytes)) < 128 else varint(n)) + key_bytes
                 for kg_prefix, key_bytes in zip(kg_prefixes, backend.key_serializer.serialize_many(keys.keys))]

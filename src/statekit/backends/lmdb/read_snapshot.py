@@ -107,7 +107,7 @@ class ReadSnapshot:
         """The keys among ``keys`` that table ``name`` holds, and their values: one ``getmulti``
         (a key longer than LMDB's limit was never stored)."""
         storable = [key for key in keys if len(key) <= self._max_key]
-        entries = self._with_cursor(name, lambda cursor: cursor.getmulti(storable), [])
+        entries: list[tuple[bytes, bytes]] = self._with_cursor(name, lambda cursor: cursor.getmulti(storable), [])
         return [key for key, _ in entries], [value for _, value in entries]
 
     def items(self, name: str, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
