@@ -12,7 +12,7 @@ import pytest
 
 from statekit.serializers import PickleSerializer
 from statekit.spi import (
-    Capabilities, KeyedBackendParams, KeyedStateBackend, KeyedStateHandle, StateBackend, SubtaskInfo,
+    Capabilities, KeyedBackendParams, KeyedStateBackend, KeyedStateHandle, StateBackend, SubtaskInfo, TypeSerializer,
     key_group_for_key,
 )
 from statekit.spi.storage import CheckpointStreams
@@ -55,10 +55,13 @@ def open_keyed_backend(state_backend: StateBackend, local_dir: str, *, subtask_i
                        restore_handles: Sequence[KeyedStateHandle] = (),
                        restore_streams: CheckpointStreams | None = None,
                        job_id: str = "conformance-job", operator_id: str = "op",
-                       working_dir: str | None = None, resume_local_state: bool = False) -> KeyedStateBackend:
+                       working_dir: str | None = None, resume_local_state: bool = False,
+                       key_serializer: TypeSerializer | None = None) -> KeyedStateBackend:
+    """A keyed backend of ``state_backend`` for one subtask (keys pickled unless ``key_serializer``
+    says otherwise)."""
     subtask = SubtaskInfo(job_id, operator_id, subtask_index, parallelism, max_parallelism)
     return state_backend.create_keyed_backend(KeyedBackendParams(
-        subtask=subtask, key_serializer=PickleSerializer(), restore_handles=tuple(restore_handles),
+        subtask=subtask, key_serializer=key_serializer or PickleSerializer(), restore_handles=tuple(restore_handles),
         restore_streams=restore_streams, local_dir=local_dir, working_dir=working_dir,
         resume_local_state=resume_local_state))
 

@@ -7,7 +7,7 @@ treats it as an int: ``True`` would silently come back as ``1``.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any, Iterable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Sequence
 
 import numpy as np
 
@@ -113,9 +113,12 @@ class StringSerializer(TypeSerializer[str]):
 
     def serialize(self, value: str) -> bytes:
         try:
-            return value.encode()  # UTF-8, Python's only default
-        except (AttributeError, UnicodeEncodeError) as exc:
+            return str.encode(value)  # UTF-8; a str subclass's own ``encode`` is not consulted
+        except (TypeError, UnicodeEncodeError) as exc:
             raise _bad("StringSerializer", value, exc) from exc
+
+    def unchecked_serializer(self) -> Callable[[str], bytes]:
+        return str.encode  # ``serialize`` without its error translation
 
     def serialize_many(self, values: Iterable[str]) -> list[bytes]:
         values = values if isinstance(values, (list, tuple)) else list(values)

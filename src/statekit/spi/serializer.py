@@ -11,7 +11,7 @@ import enum
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -85,6 +85,13 @@ class TypeSerializer(ABC, Generic[T]):
 
     @abstractmethod
     def deserialize(self, data: bytes) -> T: ...
+
+    def unchecked_serializer(self) -> Callable[[T], bytes]:
+        """``serialize`` for hot paths that call ``serialize`` itself again when it raises (so that
+        the user sees its error): returns the same bytes for every value ``serialize`` accepts, and
+        may raise any exception for the others. Override where a native callable does that with
+        no Python frame per value (``StringSerializer``: ``str.encode``)."""
+        return self.serialize
 
     def serialize_many(self, values: Iterable[T]) -> list[bytes]:
         """Bulk form used by snapshot writers; override where a vectorized encoding is faster."""

@@ -74,6 +74,9 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
         self._prefix: bytes | None = None
         #: the stored-key prefix of each key group of the range, by key group
         self._kg_prefixes = {key_group: key_group_prefix(key_group) for key_group in self.key_group_range}
+        #: the key serializer's bytes, unchecked: a key it rejects is serialized again, with its
+        #: error, by ``current_key_prefix``
+        self._serialize_key = self.key_serializer.unchecked_serializer()
 
     # --- the store, provided by subclasses
     @abstractmethod
@@ -91,7 +94,7 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
             raise self._key_outside_range(key, key_group)
         self._key, self._key_group = key, key_group
         try:
-            key_bytes = self.key_serializer.serialize(key)
+            key_bytes = self._serialize_key(key)
         except Exception:  # noqa: BLE001 - raised again by the first state access, as before the key is used
             self._prefix = None
             return
