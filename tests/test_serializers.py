@@ -7,11 +7,15 @@ import pytest
 from hypothesis import given, strategies as st
 
 from statekit.backends.common.key_layout import deserialize_list, encode_list
+from statekit.conformance_tests.base import open_keyed_backend, set_key
+from statekit.registry import backend_class
 from statekit.serializers import (
     BytesSerializer, Float64Serializer, Int64Serializer, MsgpackSerializer, PickleSerializer,
     StringSerializer, resolve, serializer_by_name,
 )
-from statekit.spi import Compatibility, ConfigurationError, SerializationError, SerializerSnapshot
+from statekit.spi import (
+    Compatibility, ConfigurationError, SerializationError, SerializerSnapshot, ValueStateDescriptor,
+)
 from statekit.spi.errors import IncompatibleSerializerError
 from statekit.spi.serializer import TypeSerializer, check_compatibility
 
@@ -267,11 +271,13 @@ def test_int64_bulk_decode_matches_single_and_rejects_a_wrong_width():
     (StringSerializer(), ["", "key", "é", type("Text", (str,), {"encode": lambda self, *a: b"other"})("sub")]),
     (BytesSerializer(), [b"", b"\x00x"])], ids=lambda p: type(p).__name__ if isinstance(p, TypeSerializer) else "")
 def test_unchecked_serializer_gives_the_bytes_of_serialize(serializer, values):
-    """The hot paths' serializer (set_current_key of the KV backends) writes exactly what
-    ``serialize`` writes: state written through either is found through the other. A str
-    subclass with an ``encode`` of its own is encoded as text by both."""
+    """The hot paths' serializer (set_current_key of the KV backends) and the bulk one write
+    exactly what ``serialize`` writes: state written through one is found through the others. A
+    str subclass with an ``encode`` of its own is encoded as text by all three."""
     unchecked = serializer.unchecked_serializer()
-    assert [unchecked(v) for v in values] == [serializer.serialize(v) for v in values]
+    expected = [serializer.serialize(v) for v in values]
+    assert [unchecked(v) for v in values] == expected
+    assert serializer.serialize_many(values) == expected
 
 
 @pytest.mark.parametrize("backend_name", ["heap", "rocksdb", "lmdb"])
@@ -280,10 +286,6 @@ def test_string_key_that_does_not_encode_fails_with_the_serializers_error(tmp_pa
     """With string keys, a key that is not text is rejected by StringSerializer's own error (the
     KV backends encode keys unchecked, then serialize a rejected key again for the error), and
     the next key works as before."""
-    from statekit.conformance_tests.base import open_keyed_backend, set_key
-    from statekit.registry import backend_class
-    from statekit.spi import ValueStateDescriptor
-
     options = {} if backend_name == "heap" else {"local-dir": str(tmp_path)}
     backend = open_keyed_backend(backend_class(backend_name)(**options), str(tmp_path),
                                  key_serializer=StringSerializer())
