@@ -171,8 +171,11 @@ class KeyedStateBackend(ABC):
     def get_bulk_state(self, descriptor: StateDescriptor,
                        namespace_serializer: TypeSerializer | None = None) -> BulkState:
         """The state of ``descriptor`` read and written for many keys per call (``spi.bulk_state``):
-        the same cells as ``get_state``'s. This default loops over the per-key API; a backend
-        overrides it with an implementation of its own."""
+        the same cells as ``get_state``'s. This default loops over the per-key API, over the object
+        ``get_state`` returns: where that is the one object per name the contract asks for, the
+        bulk state shares its current namespace, which the suite's
+        ``test_bulk_namespaces_are_apart`` refuses. Override it (``AbstractKeyedStateBackend``
+        does, with bulk states of its own or per-key state objects of their own)."""
         return per_key_bulk_state(self, self.get_state(descriptor, namespace_serializer))
 
     @abstractmethod
