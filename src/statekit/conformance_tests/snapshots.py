@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from statekit.backends.common.canonical import MAX_BATCH_ROWS
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.compare import assert_same_state
 from statekit.conformance_tests.expect import expect_error
@@ -29,7 +30,7 @@ from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import (
     SnapshotOptions, CorruptStateError, IncompatibleSerializerError, InlineStateHandle, KeyedStateBackend,
     KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, SnapshotType, StateBackend,
-    StateHandle, SubtaskInfo, ValueStateDescriptor,
+    StateHandle, SubtaskInfo, ValueStateDescriptor, key_group_for_key,
 )
 from statekit.spi.storage import CheckpointStreams
 from statekit.storage.inline import InlineStreams
@@ -105,6 +106,33 @@ class SnapshotRestoreTests(BackendTestBase):
             assert sorted(restored.keys("windowed", 20)) == list(range(50))
         finally:
             restored.dispose()
+
+    def test_list_cells_spanning_record_batches_restore_whole(self, state_backend, keyed_backend, snapshot_streams,
+                                                             snapshot_options, tmp_path):
+        """List cells with more elements than a record batch holds, and cells of a key group whose
+        rows cross a batch boundary, restore with every element, from a snapshot and from the next
+        one (with incremental snapshots: a delta that rewrites them)."""
+        history = keyed_backend.get_state(ListStateDescriptor("history", Int64Serializer()))
+        keys = [k for k in range(2000) if key_group_for_key(k, MAX_P) == key_group_for_key(0, MAX_P)][:3]
+        expected = {keys[0]: list(range(MAX_BATCH_ROWS + 10)), keys[1]: list(range(MAX_BATCH_ROWS // 2 + 7)),
+                    keys[2]: list(range(MAX_BATCH_ROWS // 2 + 11))}
+        for checkpoint_id in (1, 2):
+            for key, elements in expected.items():
+                set_key(keyed_backend, key)
+                history.update(elements)
+            handle = keyed_backend.snapshot(checkpoint_id, snapshot_options).write(snapshot_streams)
+            keyed_backend.notify_checkpoint_complete(checkpoint_id)
+            restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams, name=f"r{checkpoint_id}")
+            try:
+                found = restored.get_state(ListStateDescriptor("history", Int64Serializer()))
+                for key, elements in expected.items():
+                    set_key(restored, key)
+                    held = list(found.get())
+                    assert held == elements, (f"snapshot {checkpoint_id}: key {key}'s list of {len(elements)} "
+                                              f"elements restored with {len(held)}")
+            finally:
+                restored.dispose()
+            expected = {key: elements + [checkpoint_id] for key, elements in expected.items()}
 
     def test_state_not_registered_again_is_carried_forward(self, state_backend, keyed_backend,
                                                            snapshot_streams, snapshot_options, tmp_path):
@@ -355,7 +383,6 @@ class SnapshotRestoreTests(BackendTestBase):
                                           parallelism=3, restore_handles=[handle], restore_streams=snapshot_streams)
             try:
                 own = KeyGroupRange.of_subtask(MAX_P, 3, index)
-                from statekit.spi import key_group_for_key
                 keys = list(restored.keys(COUNT.name))
                 assert keys, "every third of 2000 keys holds some keys"
                 assert all(key_group_for_key(k, MAX_P) in own for k in keys), \

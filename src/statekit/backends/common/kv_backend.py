@@ -209,9 +209,15 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
                     pending_elements.append(values[i])
                 else:
                     entries.append((cell + (user_keys[i] or b""), values[i]))
+            table = self._table(name)
             if pending_cell is not None:
                 entries.append((pending_cell, encode_list(pending_elements)))
-            self._table(name).put_many(entries)
+                # the rows of a list cell may span record batches: its first cell here continues
+                # what the previous batch stored (a delta deletes a list cell before its PUT rows)
+                held = table.get(entries[0][0])
+                if held:
+                    entries[0] = (entries[0][0], held + entries[0][1])
+            table.put_many(entries)
             if registration.kind is StateKind.TIMERS:
                 self._table(index_table_name(name)).put_many(index_entries(entries))
                 queue = self._timer_queues.get(name)
