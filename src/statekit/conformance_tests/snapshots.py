@@ -242,6 +242,24 @@ class SnapshotRestoreTests(BackendTestBase):
             finally:
                 restored.dispose()
 
+    def test_older_snapshot_written_after_a_newer_one_keeps_its_point(self, state_backend, keyed_backend,
+                                                                      snapshot_streams, snapshot_options, tmp_path):
+        """Snapshot 2 is written before snapshot 1, then the state changes: 1, written last, holds
+        its own point in time, not the writes made once 2 was done."""
+        first_expected = fill_states(keyed_backend, range(500))
+        first = keyed_backend.snapshot(1, snapshot_options)
+        second = keyed_backend.snapshot(2, snapshot_options)
+        second.write(snapshot_streams)
+        mutate_everything(keyed_backend)
+        fill_states(keyed_backend, range(500), base=20_000)
+        first_handle = first.write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [first_handle], snapshot_streams)
+        try:
+            assert_same_state(read_states(restored), first_expected,
+                              "writes made after a newer snapshot was written reached an older pending one")
+        finally:
+            restored.dispose()
+
     def test_write_runs_concurrently_with_processing(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         requires(state_backend, "async_snapshots")
         expected = fill_states(keyed_backend, range(3000))

@@ -49,6 +49,9 @@ class StateTable:
         # one slot per key group, plus NO_CURRENT_KEY at index ``size``
         self.groups: list[KeyGroupMap] = [{} for _ in range(self.size)] + [NO_CURRENT_KEY]
         self.owned: list[bool] = [True] * (self.size + 1)
+        #: the pending snapshots that share key-group maps, by the id of their ``owned`` list (a set:
+        #: its add and discard are atomic, and snapshots are released on their writer's thread)
+        self._sharing: set[int] = set()
         self._container = _MUTABLE_CONTAINER.get(registration.kind)
 
     def writable(self, index: int) -> KeyGroupMap:
@@ -69,12 +72,15 @@ class StateTable:
         """Synchronous snapshot part: the current key-group maps, now shared with the caller."""
         view = self.groups[:self.size]
         self.owned = [False] * self.size + [True]
+        self._sharing.add(id(self.owned))
         return view, self.owned
 
     def unshare(self, owned_marker: list[bool], view: list[KeyGroupMap]) -> None:
         """The snapshot that took ``view`` is done: key groups still identical become exclusive.
-        Only if no newer snapshot shares them (the ``owned`` list is still the one it created)."""
-        if self.owned is owned_marker:
+        Only if no other snapshot shares them: none newer (the ``owned`` list is still the one it
+        created) and none older still pending (an older snapshot's view holds the same maps)."""
+        self._sharing.discard(id(owned_marker))
+        if self.owned is owned_marker and not self._sharing:
             groups = self.groups
             for i, g in enumerate(view):
                 if groups[i] is g:
