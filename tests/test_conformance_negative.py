@@ -40,6 +40,10 @@ def test_dropped_writes_after_a_snapshot_fail_the_snapshot_and_incremental_level
         "TestSnapshots::test_pending_checkpoint_not_yet_confirmed": ("checkpoint 3, taken while 2 was pending:",),
         "TestSnapshots::test_rescale_from_an_incremental_chain":
             ("state of 3 subtasks restored from an incremental chain:",),
+        **both_modes("TestSnapshots::test_list_cells_spanning_record_batches_restore_whole[{mode}]",
+                     "snapshot 2: key 0's list of 65547 elements restored with 65546"),
+        **{f"TestSnapshots::test_random_changes_through_a_chain_match_a_model[{seed}]":
+           (f"seed {seed}: cells restored from checkpoint",) for seed in range(4)},
     }, "snapshots, incremental")
     assert "TestSnapshots::test_round_trip_every_key_and_value[full]" in run.passed, "a single snapshot is right"
 
@@ -53,6 +57,8 @@ def test_a_snapshot_not_isolated_from_later_writes_fails_the_snapshot_level(tmp_
                      "writes made after the synchronous part leaked into the snapshot:", "unexpected keys"),
         **both_modes("TestSnapshots::test_overlapping_snapshots_each_see_their_own_point[{mode}]",
                      "snapshot one does not hold its own point in time:"),
+        **both_modes("TestSnapshots::test_older_snapshot_written_after_a_newer_one_keeps_its_point[{mode}]",
+                     "writes made after a newer snapshot was written reached an older pending one:"),
     }, "snapshots")
 
 

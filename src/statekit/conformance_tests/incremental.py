@@ -2,10 +2,12 @@
 and a rescale of a chain (skipped for a backend without ``incremental_snapshots``)."""
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
+from statekit.conformance_tests import chain_model
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.compare import assert_same_state
 from statekit.conformance_tests.snapshot_support import INCREMENTAL, fill_states, read_states
@@ -161,3 +163,49 @@ class IncrementalSnapshotTests(BackendTestBase):
             finally:
                 restored.dispose()
         assert_same_state(found, expected, "state of 3 subtasks restored from an incremental chain")
+
+    @pytest.mark.parametrize("seed", range(4))
+    def test_random_changes_through_a_chain_match_a_model(self, state_backend, snapshot_streams, tmp_path, seed):
+        """Random writes, clears and timers (``chain_model``) over checkpoints: some with no change,
+        some aborted, some pending while a newer one is taken and written first, with a state
+        registered after the first ones. The state restored from each checkpoint is the model's at
+        its synchronous part."""
+        requires(state_backend, "incremental_snapshots")
+        rnd = random.Random(seed)
+        params: dict[str, Any] = {"max_parallelism": chain_model.MAX_PARALLELISM,
+                                  "key_serializer": chain_model.KEY_SERIALIZER}
+        backend = open_keyed_backend(state_backend, str(tmp_path / "keyed"), **params)
+        model: chain_model.Model = ({}, set())
+        taken: list[tuple[int, Any, chain_model.Model, bool]] = []  # (checkpoint, pending, model, late)
+        try:
+            for checkpoint_id in range(1, 13):
+                late = checkpoint_id > 3
+                chain_model.change(backend, rnd, model, late, rnd.choice([0, 5, 50, 200]))
+                taken.append((checkpoint_id, backend.snapshot(checkpoint_id, INCREMENTAL),
+                              chain_model.copied(model), late))
+                if rnd.random() < 0.3:
+                    continue  # pending: the next checkpoint is written first
+                written = []
+                for cp, pending, expected, at_late in reversed(taken):  # changes before and after each write
+                    chain_model.change(backend, rnd, model, late, rnd.choice([0, 30]))
+                    written.append((cp, pending.write(snapshot_streams), expected, at_late))
+                taken = []
+                if rnd.random() < 0.1:
+                    for cp, _, _, _ in written:
+                        backend.notify_checkpoint_aborted(cp)
+                    continue
+                for cp, handle, expected, at_late in sorted(written, key=lambda w: w[0]):
+                    backend.notify_checkpoint_complete(cp)
+                    restored = open_keyed_backend(state_backend, str(tmp_path / f"r{cp}"),
+                                                  restore_handles=[handle] if handle is not None else [],
+                                                  restore_streams=snapshot_streams, **params)
+                    try:
+                        cells, timers = chain_model.read(restored, at_late)
+                    finally:
+                        restored.dispose()
+                    assert cells == expected[0], f"seed {seed}: cells restored from checkpoint {cp}"
+                    assert timers == expected[1], f"seed {seed}: timers restored from checkpoint {cp}"
+        finally:
+            for _, pending, _, _ in taken:
+                pending.release()
+            backend.dispose()
