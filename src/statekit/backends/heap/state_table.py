@@ -3,9 +3,9 @@
 Copy-on-write per key group: a snapshot's synchronous part takes the list of key-group maps
 (O(key groups), no entry is copied) and marks every key group shared. The first write to a
 shared key group copies that key group's maps (and, for list and map state, the mutable
-containers in it) so the snapshot keeps seeing the old ones. When the snapshot has been written
-the key groups it still shares become exclusive again, so a snapshot that is written before
-processing resumes costs no copies at all.
+containers in it) so the snapshot keeps seeing the old ones. When the snapshot has been written,
+and no other pending snapshot shares them, the key groups it still shares become exclusive again,
+so a snapshot that is written before processing resumes costs no copies at all.
 
 Held values are never shared with user code (``copies``): they are copied on the way in and
 out, so the only writes to a key group are the state methods', and those go through
