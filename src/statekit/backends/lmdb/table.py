@@ -114,6 +114,8 @@ class LMDBTable(KVTable):
             raise self._key_error(key)
         pending = self.pending
         if not pending:
+            if self._cursor is None:  # refused where opening a cursor is: once disposed, or in a forked child
+                self._store._check_usable()
             self.get = self._pending_get  # type: ignore[method-assign]
         pending[key] = value
         store = self._store

@@ -62,6 +62,29 @@ class BulkStateSemantics(BackendTestBase):
         got = bulk.get_many(batch(keyed_backend, KEYS))
         assert got == expected, f"get_many after per-key updates read {got!r}, expected {expected!r}"
 
+    def test_bulk_writes_replace_per_key_writes_before_them(self, keyed_backend: KeyedStateBackend) -> None:
+        """Per-key writes, then bulk writes of some of the same cells: the bulk writes win, in both
+        views (a backend that keeps per-key writes aside, as LMDB's write-behind puts, must not let
+        them reappear over the bulk writes)."""
+        value, listed = ValueStateDescriptor("v"), ListStateDescriptor("l")
+        bulk_value, value_state = keyed_backend.get_bulk_state(value), keyed_backend.get_state(value)
+        bulk_list, list_state = keyed_backend.get_bulk_state(listed), keyed_backend.get_state(listed)
+        for i, key in enumerate(KEYS):
+            set_key(keyed_backend, key)
+            value_state.update(f"per-key {i}")
+            list_state.add(i)
+        bulk_value.update_many(batch(keyed_backend, KEYS[::2]), [f"bulk {i}" for i in range(0, len(KEYS), 2)])
+        bulk_value.clear_many(batch(keyed_backend, KEYS[1::4]))
+        bulk_list.add_many(batch(keyed_backend, KEYS[::3]), [[-i] for i in range(0, len(KEYS), 3)])
+        expected = [f"bulk {i}" if i % 2 == 0 else None if i % 4 == 1 else f"per-key {i}" for i in range(len(KEYS))]
+        got = per_key(keyed_backend, value_state, KEYS)
+        assert got == expected, f"per-key reads after per-key, then bulk writes: {got!r}, expected {expected!r}"
+        got = bulk_value.get_many(batch(keyed_backend, KEYS))
+        assert got == expected, f"get_many after per-key, then bulk writes: {got!r}, expected {expected!r}"
+        expected_lists = [[i, -i] if i % 3 == 0 else [i] for i in range(len(KEYS))]
+        got = per_key(keyed_backend, list_state, KEYS, lambda state: state.get())
+        assert got == expected_lists, f"per-key list reads after add, then add_many: {got!r}"
+
     def test_bulk_value_none_clears_and_duplicates_apply_in_order(self, keyed_backend: KeyedStateBackend) -> None:
         descriptor = ValueStateDescriptor("v")
         bulk = keyed_backend.get_bulk_state(descriptor)
