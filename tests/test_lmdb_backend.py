@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from statekit.backends.lmdb import LMDBOptions, LMDBStateBackend, LMDBStore
+from statekit.backends.lmdb.table import MATERIALIZE_LIMIT
 from statekit.backends.rocksdb import IncrementalRocksDBStateHandle
 from statekit.conformance_tests.base import open_keyed_backend, set_key
 from statekit.registry import backend_class
@@ -477,3 +478,29 @@ def test_forked_child_cannot_use_the_parents_environment(lmdb_backend):
     assert os.waitstatus_to_exitcode(status) == 3
     assert os.path.exists(lmdb_backend.instance_dir)
     _check(lmdb_backend, range(10), 16)
+
+
+def test_first_entry_reads_neither_a_page_nor_a_snapshot(lmdb_backend):
+    """A map's ``is_empty`` and a timer queue's head read one entry (``LMDBTable.first``): past
+    ``MATERIALIZE_LIMIT`` entries, ``items`` would commit the write transaction and open a read
+    snapshot for every call (about 0.3-0.4 ms each, against a few µs on the heap)."""
+    store = lmdb_backend.store
+    mapping = lmdb_backend.get_state(MapStateDescriptor("m", StringSerializer(), BytesSerializer()))
+    set_key(lmdb_backend, "k")
+    mapping.put_all({f"u{i:05d}": b"v" for i in range(2 * MATERIALIZE_LIMIT)})
+    timers = lmdb_backend.create_timer_queue("_timers/first/event-time")
+    for timestamp in range(2 * MATERIALIZE_LIMIT):
+        timers.add(timestamp)
+    store.commit()
+    set_key(lmdb_backend, "other")
+    mapping.put("pending", b"x")  # a put pending
+    assert not mapping.contains("absent")  # a read: the write transaction is open
+    transaction = store.txn
+    assert transaction is not None
+    assert not mapping.is_empty()
+    assert timers.poll(10).timestamp == 0 and timers.peek_timestamp() == 1
+    assert store.txn is transaction and not store._snapshots, "a one-entry read committed or opened a snapshot"
+    set_key(lmdb_backend, "empty")
+    assert mapping.is_empty()
+    set_key(lmdb_backend, "other")
+    assert not mapping.is_empty() and mapping.get("pending") == b"x"  # the pending put is in the range

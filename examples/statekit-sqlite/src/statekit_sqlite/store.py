@@ -95,6 +95,11 @@ class SQLiteTable(KVTable):
     def delete_range(self, lower: bytes, upper: bytes) -> None:
         self._db.execute(DELETE_RANGE, (self._name, lower, upper))
 
+    def first(self, lower: bytes, upper: bytes) -> tuple[bytes, bytes] | None:
+        """One row read, where ``items`` reads a page (and opens a view for a longer range)."""
+        rows = self._db.execute(RANGE_PAGE, (self._name, lower, upper, 1)).fetchall()
+        return rows[0] if rows else None
+
     def items(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """The range as of this call, though the caller may write while iterating: up to ``PAGE``
         entries are read into a list (a map of one key, typically); a longer range (all keys of a

@@ -177,7 +177,7 @@ class KVMapState(KVState, MapState):
 
     def is_empty(self) -> bool:
         cell = self._cell()
-        return next(iter(self._table.items(cell, prefix_upper_bound(cell))), None) is None
+        return self._table.first(cell, prefix_upper_bound(cell)) is None
 
     def clear(self) -> None:
         cell = self._write_cell()

@@ -29,6 +29,11 @@ class KVTable(ABC):
     def delete_range(self, lower: bytes, upper: bytes) -> None:
         """Delete every entry with ``lower <= key < upper``."""
 
+    def first(self, lower: bytes, upper: bytes) -> tuple[bytes, bytes] | None:
+        """The first entry of ``items(lower, upper)``, or None if the range is empty (map state's
+        ``is_empty``, the head of a timer queue); override where starting ``items`` reads ahead."""
+        return next(iter(self.items(lower, upper)), None)
+
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """The value of each key (None where missing); override where the store reads faster in bulk."""
         get = self.get

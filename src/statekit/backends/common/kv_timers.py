@@ -101,7 +101,7 @@ class KVTimerQueue(TimerQueue):
     def _read_heads(self) -> None:
         for position in sorted(self._unknown):
             lower, upper = self._bounds[position]
-            first = next(iter(self._index.items(lower, upper)), None)
+            first = self._index.first(lower, upper)
             self._set_head(position, None if first is None else first[0])
 
     def _first(self) -> tuple[bytes, int] | None:

@@ -210,6 +210,13 @@ class LMDBTable(KVTable):
             self._write_run(run)
             self._spent(cost)
 
+    def first(self, lower: bytes, upper: bytes) -> tuple[bytes, bytes] | None:
+        """One entry read, where ``items`` reads up to ``MATERIALIZE_LIMIT`` (and, for a larger
+        range, commits and opens a read snapshot)."""
+        self.flush()
+        entries = read_range(self._cursor or self._open_cursor(), lower, upper, 1, self._store.max_key_size)
+        return entries[0] if entries else None
+
     def items(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """The range as of this call. Up to ``MATERIALIZE_LIMIT`` entries are read into a list at
         once (a map of one key, typically); a larger range continues from a read snapshot, so
