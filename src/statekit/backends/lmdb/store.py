@@ -144,12 +144,6 @@ class LMDBStore:
             self._clear_logs()
             self._grow_ahead()
 
-    def abort(self) -> None:
-        txn = self._end_txn()
-        self._clear_logs()
-        if txn is not None:
-            txn.abort()
-
     def _clear_logs(self) -> None:
         """The write transaction ended: nothing is left to replay, the write budget is whole again."""
         for table in self._tables.values():
