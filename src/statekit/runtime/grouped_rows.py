@@ -127,7 +127,7 @@ def output_columns(produced: Any) -> pa.Table | None:
 
 
 def _run_starts(columns: Sequence[pa.Array], length: int) -> pa.Array:
-    """Positions where a run of equal keys begins in sorted columns (nulls equal each other)."""
+    """Positions where a run of equal keys begins in sorted columns (nulls equal each other, and NaNs)."""
     changed = None
     for column in columns:
         previous, current = column.slice(0, length - 1), column.slice(1)
@@ -135,8 +135,10 @@ def _run_starts(columns: Sequence[pa.Array], length: int) -> pa.Array:
             differs = pc.fill_null(pc.not_equal(previous, current), True)
         except pa.ArrowNotImplementedError:  # nested types (struct, list keys): compare in Python
             differs = pa.array([a != b for a, b in zip(previous.to_pylist(), current.to_pylist())])
-        both_null = pc.and_(pc.is_null(previous), pc.is_null(current))
-        differs = pc.and_(differs, pc.invert(both_null))
+        same = pc.and_(pc.is_null(previous), pc.is_null(current))
+        if pa.types.is_floating(column.type):  # every NaN is one key, as in Spark's grouping and the key group
+            same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(previous), pc.is_nan(current)), False))
+        differs = pc.and_(differs, pc.invert(same))
         changed = differs if changed is None else pc.or_(changed, differs)
     later = pc.add(pc.indices_nonzero(changed), 1) if changed is not None else pa.array([], pa.uint64())
     return pa.concat_arrays([pa.array([0], pa.uint64()), later.cast(pa.uint64())])
