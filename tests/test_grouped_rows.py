@@ -19,3 +19,13 @@ def test_nan_keys_are_one_key() -> None:
     assert single.column("v").to_pylist() == [2, 1, 3, 4, 5], "input order within a key"
     both = GroupedRows.of_sorted(rows, ["k", "tag"], key_groups)
     assert both.counts().tolist() == [1, 2, 2], f"keys {both.keys!r}, offsets {both.offsets.tolist()}"
+
+
+def test_rows_as_dicts_keep_every_column() -> None:
+    """The local runner's rows (dicts) need not all name every column: a column only later rows have
+    is still a column (null in the rows without it), not dropped because the first row lacks it."""
+    grouped = GroupedRows.of_key_runs([("a", 3, [{"k": "a"}, {"k": "a", "v": 2}]), ("b", 1, [{"k": "b", "w": 1}])])
+    assert grouped.rows.schema.names == ["k", "w", "v"], grouped.rows.schema
+    assert grouped.column("v").to_pylist() == [None, None, 2]
+    assert grouped.column("w").to_pylist() == [1, None, None]
+    assert grouped.keys == ["b", "a"] and grouped.offsets.tolist() == [0, 1, 3]

@@ -93,12 +93,14 @@ class GroupedRows(KeyBatch):
 
     @classmethod
     def of_key_runs(cls, runs: Iterable[tuple[Any, int, list[dict[str, Any]]]]) -> "GroupedRows":
-        """From (key, key group, that key's rows as dicts), ordered here by key group (stably)."""
+        """From (key, key group, that key's rows as dicts), ordered here by key group (stably); a
+        column is every name a row has, null in the rows without it."""
         ordered = sorted(runs, key=lambda run: run[1])
         rows = [row for _, _, key_rows in ordered for row in key_rows]
         offsets = np.cumsum([0] + [len(key_rows) for _, _, key_rows in ordered]).astype(np.int64)
+        names = dict.fromkeys(name for row in rows for name in row)  # from_pylist takes the first row's only
         return cls([key for key, _, _ in ordered], [key_group for _, key_group, _ in ordered],
-                   pa.RecordBatch.from_pylist(rows), offsets)
+                   pa.RecordBatch.from_pydict({name: [row.get(name) for row in rows] for name in names}), offsets)
 
     def key_runs(self) -> Iterator[tuple[Any, int, pa.RecordBatch]]:
         """(key, key group, the key's rows) of every key, in order."""
