@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from statekit.spi.bulk_state import KeyBatch
 from statekit.spi.errors import FunctionResultError
+from statekit.spi.key_groups import canonical_key
 
 _REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
@@ -86,7 +87,7 @@ class GroupedRows(KeyBatch):
                                 sort_keys=[("kg", "ascending")] + [(c, "ascending") for c in key_columns])
         rows, key_groups = rows.take(order), key_groups.take(order)
         starts = _run_starts([rows.column(c) for c in key_columns], rows.num_rows)
-        key_values = [pc.take(rows.column(c), starts).to_pylist() for c in key_columns]
+        key_values = [_key_values(pc.take(rows.column(c), starts)) for c in key_columns]
         keys = key_values[0] if len(key_columns) == 1 else list(zip(*key_values))
         offsets = np.append(starts.to_numpy(), rows.num_rows).astype(np.int64)
         return cls(keys, pc.take(key_groups, starts).to_pylist(), rows, offsets)
@@ -126,6 +127,12 @@ def output_columns(produced: Any) -> pa.Table | None:
                                       f"table: {exc}. Give every column the same length, as arrays, lists or NumPy "
                                       f"arrays") from exc
     return None
+
+
+def _key_values(column: pa.Array) -> list[Any]:
+    """A key column's values as keys: floats canonical (``canonical_key``), as their runs are."""
+    values = column.to_pylist()
+    return list(map(canonical_key, values)) if pa.types.is_floating(column.type) else values
 
 
 def _run_starts(columns: Sequence[pa.Array], length: int) -> pa.Array:

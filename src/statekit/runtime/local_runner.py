@@ -21,7 +21,7 @@ from statekit.runtime.task import (
 )
 from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.key_groups import (
-    check_parallelism, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
+    canonical_key, check_parallelism, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
 )
 from statekit.spi.errors import ConfigurationError, RestoreError
 from statekit.spi.names import check_job_id, check_operator_id
@@ -106,7 +106,7 @@ class LocalRunner:
         records = self._start_event_time(records, restored[0].properties if restored else None)
         partitions: list[list[tuple[Any, int, Any]]] = [[] for _ in range(self.parallelism)]
         for row in records:
-            key = self.key_selector(row)
+            key = canonical_key(self.key_selector(row))
             key_group = key_group_for_key(key, self.max_parallelism, self.key_types)
             partitions[operator_index_for_key_group(self.max_parallelism, self.parallelism, key_group)].append(
                 (key, key_group, row))

@@ -30,6 +30,7 @@ from statekit.runtime.task import DEFAULT_TTL_SWEEP_SECONDS, KeyedTask, TaskRest
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
 from statekit.spi.errors import StatekitError
+from statekit.spi.key_groups import canonical_key
 from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.sinks import Sink, SinkContext
 from statekit.spi.storage import CheckpointStorage, SavepointTarget
@@ -221,12 +222,13 @@ def _open_task(spec: SubtaskSpec, subtask: SubtaskInfo, restore: TaskRestore | N
 def _records(batch: pa.RecordBatch, key_columns: Sequence[str]) -> Iterator[tuple[Any, int, dict[str, Any]]]:
     rows = batch.to_pylist()
     single = key_columns[0] if len(key_columns) == 1 else None
+    floating = any(pa.types.is_floating(batch.schema.field(c).type) for c in key_columns)
     for row in rows:
         key_group = row.pop(KEY_GROUP_COLUMN)
         if key_group < 0:
             continue
         key = row[single] if single is not None else tuple(row[c] for c in key_columns)
-        yield key, key_group, row
+        yield canonical_key(key) if floating else key, key_group, row
 
 
 def _coalesced(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[pa.RecordBatch]:

@@ -24,7 +24,7 @@ from statekit.spi.handles import (
     StreamChecksum, checksum, register_handle, verify_checksum,
 )
 from statekit.spi.key_groups import (
-    KeyGroupRange, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
+    KeyGroupRange, canonical_key, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
     spark_xxhash64,
 )
 from statekit.spi.names import check_job_id, check_operator_id

@@ -144,6 +144,28 @@ def spark_xxhash64(values: Sequence[Any], types: Sequence[str] | None = None) ->
     return h - (1 << 64) if h >= 1 << 63 else h
 
 
+#: the NaN every NaN key becomes: one object, so that it is one key in a dict too (NaN != NaN)
+CANONICAL_NAN = float("nan")
+
+
+def canonical_key(key: Any) -> Any:
+    """``key`` as state holds it: a float -0.0 as 0.0 and every NaN as ``CANONICAL_NAN`` (in a tuple
+    key too). Spark's grouping and ``key_group_for_key`` treat them as one key already; this makes
+    them one key in every backend (a dict merges -0.0 with 0.0 but not two NaNs; stored bytes
+    keep -0.0 apart from 0.0)."""
+    if isinstance(key, float):
+        return _canonical_float(key)
+    if isinstance(key, tuple) and any(isinstance(part, float) for part in key):
+        return tuple(_canonical_float(part) if isinstance(part, float) else part for part in key)
+    return key
+
+
+def _canonical_float(value: float) -> float:
+    if value != value:
+        return CANONICAL_NAN
+    return 0.0 if value == 0.0 else value
+
+
 def key_group_for_key(key: Any, max_parallelism: int, types: Sequence[str] | None = None) -> int:
     """The key group of a key: a scalar is one column, a tuple is several columns."""
     values = key if isinstance(key, tuple) else (key,)

@@ -33,6 +33,7 @@ from statekit.spi.backend import (
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle
+from statekit.spi.key_groups import canonical_key
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
@@ -180,22 +181,26 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
             table = self._tables[states[i]]
             key = key_cache.get(keys[i])
             if key is None:
-                key = key_cache[keys[i]] = self.key_serializer.deserialize(keys[i])
+                key = key_cache[keys[i]] = self._deserialize_key(keys[i])
             namespace = decode_namespace(namespaces[i], table.registration.namespace_serializer)
             group = table.writable(index)
             entries = group.get(namespace)
             if entries is not None and entries.pop(key, None) is not None and not entries:
                 del group[namespace]
 
+    def _deserialize_key(self, key_bytes: bytes) -> Any:
+        """A restored key as the runtime gives keys (``canonical_key``: one NaN object, which a dict
+        finds again; the key bytes of a NaN do not say which object it was)."""
+        return canonical_key(self.key_serializer.deserialize(key_bytes))
+
     def _load_batch(self, key_group: int, batch: Any) -> None:
         index = key_group - self.key_group_range.start
         columns = batch.to_pydict()
-        deserialize_key = self.key_serializer.deserialize
         for name, start, end in state_runs(columns["state"]):
             table = self._tables.get(name)
             if table is None:
                 raise RestoreError(f"snapshot rows for state {name!r}, which its handle does not describe")
-            _load_rows(table, table.writable(index), columns, start, end, self._key_cache, deserialize_key)
+            _load_rows(table, table.writable(index), columns, start, end, self._key_cache, self._deserialize_key)
 
 
 def _load_rows(table: StateTable, group: KeyGroupMap, columns: dict[str, list[Any]],
