@@ -7,20 +7,11 @@ import math
 import pyarrow as pa
 import pytest
 
-from statekit import KeyedProcessFunction, ValueStateDescriptor
+from statekit.conformance_tests.workload import WorkloadFunction
 from statekit.registry import backend_class
 from statekit.runtime import LocalRunner
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.spi.key_groups import CANONICAL_NAN
-
-
-class Count(KeyedProcessFunction):
-    def open(self, ctx):
-        self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
-
-    def process(self, row, ctx):
-        self.count.update(self.count.value() + 1)
-        yield ctx.current_key, self.count.value()
 
 
 def test_nan_keys_are_one_key() -> None:
@@ -65,9 +56,9 @@ def test_nan_and_signed_zero_keys_are_one_key_each_in_every_backend(tmp_path, ba
     state does too on every backend: a heap dict held each NaN object apart, and RocksDB and LMDB
     stored -0.0 under other bytes than 0.0."""
     options = {} if backend_name == "heap" else {"local-dir": str(tmp_path)}
-    runner = LocalRunner(Count(), lambda row: row["k"], parallelism=1, max_parallelism=8,
+    runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=1, max_parallelism=8,
                          state_backend=backend_class(backend_name)(**options), local_dir=str(tmp_path))
-    rows = [{"k": float("nan")}, {"k": -0.0}, {"k": float("nan")}, {"k": 0.0}]
+    rows = [(float("nan"), "a", 1), (-0.0, "a", 1), (float("nan"), "b", 1), (0.0, "b", 1)]  # (key, category, amount)
     runner.run_epoch(rows)
     counts = runner.run_epoch(rows[::-1])
     assert sorted(count for _, count in counts)[-2:] == [4, 4], counts
