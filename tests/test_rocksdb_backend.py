@@ -339,3 +339,37 @@ def test_a_chain_of_rescales_matches_a_model(tmp_path, seed, key_count):
             for subtask in subtasks:
                 subtask.dispose()
         old_parallelism = parallelism
+
+
+@pytest.mark.xfail(strict=True, reason="open defect: with num_retained=1 and two checkpoints in flight, checkpoint 3 "
+                                       "reuses checkpoint 1's copy of an SST that retention deletes when checkpoint 2 "
+                                       "(which uploaded its own copy) completes")
+def test_a_checkpoint_taken_while_another_is_in_flight_references_only_stored_files(tmp_path):
+    """Checkpoint 2 is taken while 1 is pending (so it uploads its own copy of 1's SST file); 1
+    completes, 3 is taken (reusing 1's copy), 2 completes and retention (1) drops checkpoint 1 and
+    the files only it referenced; then 3 completes. Every file 3 references must still be stored."""
+    access = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), **{"memory-threshold": "0"}) \
+        .create_access("job")
+    store = CheckpointStore(access, 1)
+    backend = open_keyed_backend(RocksDBStateBackend(**{"local-dir": str(tmp_path / "local")}), str(tmp_path / "l"))
+
+    def complete(checkpoint_id, pending):
+        handle = pending.write(access.streams(checkpoint_id, "op-0"))
+        operator = OperatorState("op", 1, 128, (SubtaskState((handle,)),))
+        store.add(CheckpointMetadata(checkpoint_id, "job", {"op": operator}))
+        backend.notify_checkpoint_complete(checkpoint_id)
+        return handle
+
+    try:
+        _write_keys(backend, range(200), 1)
+        first = backend.snapshot(1, INCREMENTAL)
+        _write_keys(backend, range(1000, 1200), 2)
+        second = backend.snapshot(2, INCREMENTAL)
+        complete(1, first)
+        _write_keys(backend, range(2000, 2200), 3)
+        third = backend.snapshot(3, INCREMENTAL)
+        complete(2, second)
+        handle = complete(3, third)
+        assert all(os.path.exists(os.path.join(access.job_root, h.path)) for h in handle.shared.values())
+    finally:
+        backend.dispose()
