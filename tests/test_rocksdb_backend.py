@@ -341,13 +341,11 @@ def test_a_chain_of_rescales_matches_a_model(tmp_path, seed, key_count):
         old_parallelism = parallelism
 
 
-@pytest.mark.xfail(strict=True, reason="open defect: with num_retained=1 and two checkpoints in flight, checkpoint 3 "
-                                       "reuses checkpoint 1's copy of an SST that retention deletes when checkpoint 2 "
-                                       "(which uploaded its own copy) completes")
 def test_a_checkpoint_taken_while_another_is_in_flight_references_only_stored_files(tmp_path):
     """Checkpoint 2 is taken while 1 is pending (so it uploads its own copy of 1's SST file); 1
-    completes, 3 is taken (reusing 1's copy), 2 completes and retention (1) drops checkpoint 1 and
-    the files only it referenced; then 3 completes. Every file 3 references must still be stored."""
+    completes, 3 is taken, 2 completes and retention (1) drops checkpoint 1 and the files only it
+    referenced; then 3 completes. Every file 3 references must still be stored: 3 reused 1's
+    copy before, as 2 was still in flight when 3 was taken, it uploads its own."""
     access = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), **{"memory-threshold": "0"}) \
         .create_access("job")
     store = CheckpointStore(access, 1)

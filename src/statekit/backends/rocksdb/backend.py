@@ -82,6 +82,8 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         self._confirmed: dict[str, StreamStateHandle] = {}
         #: checkpoint id -> SST name -> handle, uploaded by checkpoints not yet confirmed
         self._pending: dict[int, dict[str, StreamStateHandle]] = {}
+        #: ids of the incremental snapshots taken and neither completed nor aborted (nor subsumed)
+        self._in_flight: set[int] = set()
         os.makedirs(self.instance_dir, exist_ok=True)
         try:
             if params.resume_local_state:
@@ -144,7 +146,12 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         if options.snapshot_type is SnapshotType.SAVEPOINT or not options.incremental:
             return super().snapshot(checkpoint_id, options)
         checkpoint_dir = self._native_checkpoint(f"chk-{checkpoint_id}")
-        return IncrementalSnapshot(checkpoint_dir, dict(self._confirmed), self._uploaded,
+        # an older checkpoint still in flight may, once it completes, make retention drop the
+        # confirmed checkpoint and the files only it holds, before this one is registered: then
+        # this one uploads its own (Flink's FLINK-29913)
+        reusable = {} if any(c < checkpoint_id for c in self._in_flight) else dict(self._confirmed)
+        self._in_flight.add(checkpoint_id)
+        return IncrementalSnapshot(checkpoint_dir, reusable, self._uploaded,
                                    self.key_group_range, checkpoint_id, self.backend_id, self.state_metas(),
                                    self.key_serializer.snapshot().to_json())
 
@@ -158,9 +165,11 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
             self._confirmed = dict(uploaded)  # exactly the files of the newest completed checkpoint
         for older in [c for c in self._pending if c < checkpoint_id]:
             del self._pending[older]
+        self._in_flight = {c for c in self._in_flight if c > checkpoint_id}
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         self._pending.pop(checkpoint_id, None)
+        self._in_flight.discard(checkpoint_id)
 
     # --- restore and rescale
     def _restore(self, params: KeyedBackendParams) -> None:
