@@ -1,17 +1,21 @@
 """RocksDB specifics: incremental checkpoints upload only new SST files, retention deletes
 unreferenced shared files and never a referenced one, options are validated, the LOCK is exclusive."""
 import os
+import random
 import subprocess
 import sys
 
 import pytest
 
 from statekit.backends.rocksdb import IncrementalRocksDBStateHandle, RocksDBStateBackend
+from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.store import CheckpointStore
 from statekit.conformance_tests.base import open_keyed_backend, set_key
 from statekit.serializers import BytesSerializer
-from statekit.spi import ConfigurationError, SnapshotOptions, StatekitError, ValueStateDescriptor
+from statekit.spi import (
+    ConfigurationError, KeyGroupRange, SnapshotOptions, StatekitError, ValueStateDescriptor, key_group_for_key,
+)
 from statekit.storage.filesystem import FileSystemCheckpointStorage
 
 INCREMENTAL = SnapshotOptions(incremental=True)
@@ -221,9 +225,6 @@ def test_rescale_links_sst_files_and_never_changes_the_checkpoint(tmp_path):
     hard-linked from the checkpoint directory), clips it, and ingests the ranges of two others;
     the old checkpoints are incremental (the second reuses the first's SST files). Every key reads
     back, and after writes, a checkpoint, a full compaction and dispose, no stored file changed."""
-    from statekit.checkpoint.assignment import assign
-    from statekit.spi import KeyGroupRange, key_group_for_key
-
     # no stream inline: every file of the checkpoints, private ones too, is a file that could be linked
     storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), **{"memory-threshold": "0"})
     access = storage.create_access("job")
@@ -284,10 +285,6 @@ def test_a_chain_of_rescales_matches_a_model(tmp_path, seed, key_count):
     ranges), random writes and clears, some checkpoints aborted, a state registered after two
     rescales, and (with 4 keys) empty subtasks on both sides. Each subtask lists exactly the model's
     keys of its range, with the model's values."""
-    import random
-    from statekit.checkpoint.assignment import assign
-    from statekit.spi import key_group_for_key
-
     rnd = random.Random(seed)
     access = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), **{"memory-threshold": "0"}) \
         .create_access("job")
