@@ -76,3 +76,17 @@ def test_each_subtask_runs_as_a_task_of_its_own_with_adaptive_execution_on(spark
     assert sorted(partitions) == [0, 1, 2, 3], f"subtasks that ran: {sorted(partitions)}"
     assert len(set(partitions.values())) == 4, f"subtasks shared Spark partitions: {partitions}"
     assert dict(spark.conf.getAll) == before, "process_keyed changed the session's settings"
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"checkpoint.num-retaned": "5"}, r"unknown setting spark\.statekit\.checkpoint\.num-retaned \(did you mean "
+                                      r"spark\.statekit\.checkpoint\.num-retained\?\)"),
+    ({"checkpoint.incremantal": "true"}, r"did you mean spark\.statekit\.checkpoint\.incremental\?"),
+    ({"backend.heapp": "x"}, r"unknown setting spark\.statekit\.backend\.heapp"),
+])
+def test_misspelt_settings_are_unknown_settings_not_options_of_another_component(settings, message):
+    """``checkpoint.<typo>`` was reported as an option of another checkpoint storage (a wrong cause
+    and fix) and ``backend.<typo>`` was ignored: an option of a backend or a storage has the form
+    ``backend.<name>.<option>`` / ``checkpoint.<name>.<option>``."""
+    with pytest.raises(ConfigurationError, match=message):
+        StatekitConf.parse(settings)
