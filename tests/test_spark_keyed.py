@@ -90,3 +90,26 @@ def test_misspelt_settings_are_unknown_settings_not_options_of_another_component
     ``backend.<name>.<option>`` / ``checkpoint.<name>.<option>``."""
     with pytest.raises(ConfigurationError, match=message):
         StatekitConf.parse(settings)
+
+
+@pytest.mark.parametrize("key_type,rows", [
+    ("array<int>", [([1, 2],), ([3],)]),
+    ("struct<a:int,b:string>", [((1, "x"),)]),
+    ("map<string,int>", [({"x": 1},)]),
+])
+def test_nested_key_columns_fail_before_any_job(spark, key_type, rows):
+    """A nested value is no hashable key: the epoch failed in the Python workers (unhashable type
+    'list', or Arrow cannot sort the column)."""
+    df = spark.createDataFrame(rows, f"k {key_type}")
+    with pytest.raises(ConfigurationError, match=rf"key column 'k' is {key_type.split('<')[0]}<.*several key columns"):
+        process_keyed(df, "k", WorkloadFunction(), OUTPUT, job_id="nested-key")
+
+
+@pytest.mark.parametrize("column,keys", [("user.id", "user.id"), ("a`b", "key")])
+def test_column_names_spark_cannot_map_fail_before_any_job(spark, column, keys):
+    """PySpark's mapInArrow reads a dotted name as a struct field: the job failed in Spark's analysis
+    with a column that "cannot be resolved" (suggesting the very column), key column or not."""
+    df = spark.createDataFrame(make_rows(10, 5, 1), SCHEMA).withColumnRenamed("key" if keys != "key" else "category",
+                                                                               column)
+    with pytest.raises(ConfigurationError, match=r"have a dot or a backtick in their names.*withColumnRenamed"):
+        process_keyed(df, keys, WorkloadFunction(), OUTPUT, job_id="dotted-column")

@@ -93,6 +93,7 @@ def test_pre_aggregated_rows_end_in_the_state_of_every_row(spark, statekit_setti
     ({}, r"give a dict of output column name -> aggregate Column"),
     ({"n": "count(*)"}, r"must map a column name \(str\) to a pyspark Column"),
     ({"key": "COUNT"}, r"are key columns too"),
+    ({"n.rows": "COUNT"}, r"have a dot or a backtick in their names"),
 ])
 def test_wrong_pre_aggregates_fail_before_any_job(spark, aggregates, message):
     from pyspark.sql import functions as F

@@ -41,6 +41,7 @@ from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import PREFIX, StatekitConf
 from statekit.spark.data_sources import register_data_sources
 from statekit.spark.event_time import EventTimeColumn, recorded_event_time, subtask_event_time
+from statekit.spark.key_columns import key_columns_of
 from statekit.spark.pre_aggregation import PreAggregation
 from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point, epoch_processing_time
 from statekit.spark.task import KEY_GROUP_COLUMN, SubtaskSpec, rows_mask, run_subtask
@@ -131,14 +132,9 @@ class KeyedJob:
                pre_aggregate: Mapping[str, Column] | None = None) -> "KeyedJob":
         conf = conf or StatekitConf.from_spark(spark.conf)
         register_data_sources(spark)  # its state can be read back in the same session
-        columns = input_schema.names
-        key_columns = (keys,) if isinstance(keys, str) else tuple(keys)
         check_function(function)
         check_operator_id(operator_id)
-        missing = [c for c in key_columns if c not in columns]
-        if not key_columns or missing:
-            raise ConfigurationError(f"key columns {missing or list(key_columns)} are not columns of the "
-                                     f"DataFrame ({list(columns)})")
+        key_columns = key_columns_of(input_schema, keys)
         if job_id is not None:
             check_job_id(job_id)
         elif conf.job_id is not None:

@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame
 
+from statekit.spark.key_columns import check_column_names
 from statekit.spi.errors import ConfigurationError
 
 
@@ -39,6 +40,7 @@ class PreAggregation:
             if not isinstance(name, str) or not isinstance(expression, Column):
                 raise ConfigurationError(f"pre_aggregate entry {name!r}: {expression!r} must map a column name "
                                          f"(str) to a pyspark Column aggregate such as F.sum('amount')")
+        check_column_names(aggregates, "pre_aggregate")
         clashing = sorted(set(aggregates) & set(key_columns))
         if clashing:
             raise ConfigurationError(f"pre_aggregate columns {clashing} are key columns too: name the aggregates "
