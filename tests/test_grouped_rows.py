@@ -62,3 +62,20 @@ def test_nan_and_signed_zero_keys_are_one_key_each_in_every_backend(tmp_path, ba
     runner.run_epoch(rows)
     counts = runner.run_epoch(rows[::-1])
     assert sorted(count for _, count in counts)[-2:] == [4, 4], counts
+
+
+def test_sum_of_a_64_bit_column_never_wraps() -> None:
+    """NumPy adds int64 modulo 2**64: a key whose rows sum past 2**63 - 1 got a negative sum (two rows
+    of 2**62 summed to -2**63), where a loop over the rows gets 2**63 and Spark's sum fails."""
+    from statekit.spi.errors import FunctionResultError
+    rows = pa.record_batch({"k": ["a", "a", "b", "c", "c"],
+                            "v": pa.array([2**62, 2**62, -5, -2**62, -2**62], pa.int64()),
+                            "u": pa.array([2**63, 2**63, 1, 0, 0], pa.uint64())})
+    grouped = GroupedRows.of_sorted(rows, ["k"], pa.array([7] * 5, pa.int32()))
+    with pytest.raises(FunctionResultError, match=r"sum\('v'\): the sum of key 'a' is 9223372036854775808, past"):
+        grouped.sum("v")
+    with pytest.raises(FunctionResultError, match=r"sum\('u'\): the sum of key 'a' is 18446744073709551616"):
+        grouped.sum("u")
+    within = GroupedRows.of_sorted(rows.slice(2), ["k"], pa.array([7] * 3, pa.int32()))
+    assert within.sum("v").tolist() == [-5, -2**63], "sums within int64 (its minimum included) are exact"
+    assert within.sum("u").tolist() == [1, 0]

@@ -75,7 +75,28 @@ class GroupedRows(KeyBatch):
                                       f"them first (pyarrow.compute.fill_null) or aggregate rows_of(i) yourself")
         if self.num_keys == 0:
             return np.zeros(0, dtype=column.type.to_pandas_dtype())
-        return _REDUCERS[how].reduceat(column.to_numpy(zero_copy_only=False), self.offsets[:-1])
+        values = column.to_numpy(zero_copy_only=False)
+        reduced = _REDUCERS[how].reduceat(values, self.offsets[:-1])
+        if how == "sum" and values.dtype.kind in "iu" and values.dtype.itemsize == 8:
+            self._check_no_wrap(name, column, reduced.dtype)
+        return reduced
+
+    def _check_no_wrap(self, name: str, column: pa.Array, dtype: np.dtype) -> None:
+        """A ``FunctionResultError`` if a key's sum of a 64-bit integer column is outside the
+        type (NumPy adds modulo 2**64). Exact sums are computed only when the column's extremes
+        times the most rows of a key could leave it."""
+        bounds = pc.min_max(column).as_py()
+        info = np.iinfo(dtype)
+        most = int(self.counts().max())
+        if info.min <= bounds["min"] * most and bounds["max"] * most <= info.max:
+            return
+        exact = np.add.reduceat(column.to_numpy(zero_copy_only=False).astype(object), self.offsets[:-1])
+        for i, total in enumerate(exact):
+            if not info.min <= total <= info.max:
+                raise FunctionResultError(
+                    f"GroupedRows.sum({name!r}): the sum of key {self.keys[i]!r} is {total}, past what {dtype} holds "
+                    f"([{info.min}, {info.max}]); sum that key's rows as Python ints "
+                    f"(sum(rows_of(i).column({name!r}).to_pylist())) or cast the column to float64 first")
 
     @classmethod
     def of_sorted(cls, rows: pa.RecordBatch, key_columns: Sequence[str], key_groups: pa.Array) -> "GroupedRows":
