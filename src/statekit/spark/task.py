@@ -26,10 +26,12 @@ from statekit.runtime.local_recovery import SlotLease, lease_slot
 from statekit.runtime.savepoints import SAVEPOINT
 from statekit.runtime.sink_writer import SubtaskSinkWriter
 from statekit.runtime.snapshot_upload import SnapshotUpload
-from statekit.runtime.task import DEFAULT_TTL_SWEEP_SECONDS, KeyedTask, TaskRestore, wall_clock_ms
+from statekit.runtime.task import (
+    DEFAULT_TTL_SWEEP_SECONDS, KeyedTask, TaskRestore, short_repr, wall_clock_ms,
+)
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
-from statekit.spi.errors import StatekitError
+from statekit.spi.errors import FunctionResultError, StatekitError
 from statekit.spi.key_groups import canonical_key
 from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.sinks import Sink, SinkContext
@@ -278,13 +280,46 @@ def _emit_columns(table: pa.Table, schema: pa.Schema, writer: SubtaskSinkWriter 
 
 
 def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
+    names = schema.names
     if all(type(r) is tuple for r in rows):  # the fast path: transpose tuples into columns
         widths = {len(r) for r in rows}
         if widths != {len(schema)}:
-            raise StatekitError(f"the function returned rows of {sorted(widths)} values; the output schema has "
-                                f"{len(schema)} columns {schema.names}")
+            raise FunctionResultError(f"the function returned rows of {sorted(widths)} values; the output schema has "
+                                f"{len(schema)} columns {names}")
         columns = list(zip(*rows))
-        return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
-    names = schema.names
-    dicts = [r if isinstance(r, dict) else dict(zip(names, r)) for r in rows]
-    return pa.RecordBatch.from_pylist(dicts, schema=schema)
+        try:
+            return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)],
+                                              schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise _value_error(columns, schema, exc) from exc
+    dicts = [r if type(r) is dict else _as_dict(r, names) for r in rows]
+    try:
+        return pa.RecordBatch.from_pylist(dicts, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise _value_error([[d.get(name) for d in dicts] for name in names], schema, exc) from exc
+
+
+def _as_dict(row: Any, names: list[str]) -> dict[str, Any]:
+    """A row that is not a dict as one: a tuple (or list) of the output schema's values in order."""
+    if isinstance(row, dict):
+        return row
+    if isinstance(row, (tuple, list)):
+        if len(row) != len(names):
+            raise FunctionResultError(f"the function returned a row of {len(row)} values {short_repr(row)}; the output "
+                                f"schema has {len(names)} columns {names}")
+        return dict(zip(names, row))
+    raise FunctionResultError(f"the function returned a row {short_repr(row)} ({type(row).__name__}): a row is a tuple of "
+                        f"the output schema's values {names} in order, or a dict of column name to value. Its output "
+                        f"is an iterable of rows: to return one row, `return [row]` (not `return row`) or `yield row`")
+
+
+def _value_error(columns: Sequence[Sequence[Any]], schema: pa.Schema, exc: Exception) -> FunctionResultError:
+    """The error of a row value that does not convert to its output column's type, naming the column."""
+    for values, field in zip(columns, schema):
+        try:
+            pa.array(values, type=field.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as column_exc:
+            return FunctionResultError(f"the function's output column {field.name!r} ({field.type}) got a value that does "
+                                 f"not convert: {column_exc}")
+    return FunctionResultError(f"the function's output rows do not convert to the output schema ({schema}): {exc}")
+
