@@ -101,3 +101,24 @@ def test_sum_of_a_64_bit_column_never_wraps() -> None:
     within = GroupedRows.of_sorted(rows.slice(2), ["k"], pa.array([7] * 3, pa.int32()))
     assert within.sum("v").tolist() == [-5, -2**63], "sums within int64 (its minimum included) are exact"
     assert within.sum("u").tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("keys", [
+    ["b", "a", None, "c", "a", "é", "B"],
+    [2.5, float("nan"), None, -1.0, 10.0, 2.5],
+    [("x", 2), ("x", None), ("a", 9), (None, 1), ("x", 1)],
+])
+def test_the_local_runner_orders_keys_as_spark_does(keys) -> None:
+    """GroupedRows holds its keys sorted by key group and key: under Spark by Arrow's sort (nulls
+    last, NaN after numbers), in the local runner they were in first-seen order within a key group."""
+    columns = ["k"] if not isinstance(keys[0], tuple) else ["k", "j"]
+    values = [key if isinstance(key, tuple) else (key,) for key in keys]
+    key_groups = [len(str(key)) % 2 for key in keys]
+    rows = pa.record_batch({name: [v[i] for v in values] for i, name in enumerate(columns)})
+    spark_order = GroupedRows.of_sorted(rows, columns, pa.array(key_groups, pa.int32()))
+    runs: dict = {}
+    for key, key_group, row in zip(keys, key_groups, rows.to_pylist()):
+        runs.setdefault(repr(key), (key, key_group, []))[2].append(row)
+    local_order = GroupedRows.of_key_runs(runs.values())
+    assert repr(local_order.keys) == repr(spark_order.keys)
+    assert local_order.key_groups == spark_order.key_groups

@@ -115,9 +115,14 @@ class GroupedRows(KeyBatch):
 
     @classmethod
     def of_key_runs(cls, runs: Iterable[tuple[Any, int, list[dict[str, Any]]]]) -> "GroupedRows":
-        """From (key, key group, that key's rows as dicts), ordered here by key group (stably); a
-        column is every name a row has, null in the rows without it."""
-        ordered = sorted(runs, key=lambda run: run[1])
+        """From (key, key group, that key's rows as dicts), ordered here by key group and key as
+        ``of_sorted`` orders them (keys of types that do not compare with each other, by key group
+        only); a column is every name a row has, null in the rows without it."""
+        runs = list(runs)
+        try:
+            ordered = sorted(runs, key=lambda run: (run[1], _sort_key(run[0])))
+        except TypeError:  # e.g. str and int keys of one job (a local runner's key selector may mix them)
+            ordered = sorted(runs, key=lambda run: run[1])
         rows = [row for _, _, key_rows in ordered for row in key_rows]
         offsets = np.cumsum([0] + [len(key_rows) for _, _, key_rows in ordered]).astype(np.int64)
         names = dict.fromkeys(name for row in rows for name in row)  # from_pylist takes the first row's only
@@ -148,6 +153,13 @@ def output_columns(produced: Any) -> pa.Table | None:
                                       f"table: {exc}. Give every column the same length, as arrays, lists or NumPy "
                                       f"arrays") from exc
     return None
+
+
+def _sort_key(key: Any) -> tuple[tuple[int, Any], ...]:
+    """Where Arrow's ascending sort puts ``key`` (a scalar, or a tuple of one per key column):
+    values in order, then NaN, then null, column by column."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return tuple((2, 0) if part is None else (1, 0) if part != part else (0, part) for part in parts)
 
 
 def _key_values(column: pa.Array) -> list[Any]:
