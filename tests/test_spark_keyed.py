@@ -113,3 +113,16 @@ def test_column_names_spark_cannot_map_fail_before_any_job(spark, column, keys):
                                                                                column)
     with pytest.raises(ConfigurationError, match=r"have a dot or a backtick in their names.*withColumnRenamed"):
         process_keyed(df, keys, WorkloadFunction(), OUTPUT, job_id="dotted-column")
+
+
+def test_a_parallelism_past_the_jobs_key_groups_names_the_fixed_limit(spark, statekit_settings):
+    """A job's key groups are fixed by its first checkpoint: the error said "raise max parallelism
+    or lower parallelism", and raising it is refused next (the number of key groups is fixed)."""
+    statekit_settings({"parallelism": 2, "max-parallelism": 4})
+    df = spark.createDataFrame(make_rows(20, 5, 1), SCHEMA)
+    process_keyed(df, "key", WorkloadFunction(), OUTPUT, job_id="past-the-key-groups").collect()
+    statekit_settings({"parallelism": 6})
+    spark.conf.unset("spark.statekit.max-parallelism")
+    with pytest.raises(ConfigurationError, match=r"spark\.statekit\.parallelism=6 exceeds the job's max parallelism "
+                                                 r"4, fixed since its first checkpoint.*at most 4$"):
+        process_keyed(df, "key", WorkloadFunction(), OUTPUT, job_id="past-the-key-groups")

@@ -178,12 +178,20 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
     parallelism = conf.parallelism or (previous.parallelism if previous else spark.sparkContext.defaultParallelism)
     max_parallelism = conf.max_parallelism or (previous.max_parallelism if previous else
                                                default_max_parallelism(parallelism))
-    check_parallelism(parallelism, max_parallelism)
     if previous is not None and previous.max_parallelism != max_parallelism:
         raise ConfigurationError(
             f"operator {operator_id!r} was checkpointed with max parallelism {previous.max_parallelism}; the "
             f"number of key groups is fixed for the life of a job: set spark.statekit.max-parallelism="
             f"{previous.max_parallelism}")
+    if parallelism > max_parallelism:
+        source = f"{PREFIX}parallelism={parallelism}" if conf.parallelism else \
+            f"Spark's default parallelism ({parallelism}, the default of {PREFIX}parallelism)"
+        limit = f"the job's max parallelism {max_parallelism}, fixed since its first checkpoint" if previous else \
+            f"{PREFIX}max-parallelism={max_parallelism}"
+        raise ConfigurationError(f"{source} exceeds {limit}: every subtask needs at least one key group; set "
+                                 f"{PREFIX}parallelism to at most {max_parallelism}"
+                                 + ("" if previous else f", or raise {PREFIX}max-parallelism"))
+    check_parallelism(parallelism, max_parallelism)
 
     processing_time = processing_time_ms if processing_time_ms is not None else \
         epoch_processing_time(store, epoch, progress)
