@@ -126,3 +126,33 @@ def test_a_parallelism_past_the_jobs_key_groups_names_the_fixed_limit(spark, sta
     with pytest.raises(ConfigurationError, match=r"spark\.statekit\.parallelism=6 exceeds the job's max parallelism "
                                                  r"4, fixed since its first checkpoint.*at most 4$"):
         process_keyed(df, "key", WorkloadFunction(), OUTPUT, job_id="past-the-key-groups")
+
+
+@pytest.mark.parametrize("kind", ["vector", "batch"])
+def test_a_function_of_two_kinds_is_called_alike_by_both_runners(spark, statekit_settings, kind):
+    """A KeyedVectorFunction (or KeyedBatchFunction) that also subclasses a KeyedProcessFunction (to
+    reuse its open, as the conformance workload does): the local runner called process_groups
+    (process_rows), the Spark runner called process on every row."""
+    from statekit.runtime import KeyedBatchFunction, KeyedProcessFunction, KeyedVectorFunction, LocalRunner
+
+    class PerRow(KeyedProcessFunction):  # defined here: pickled by value
+        def process(self, row, ctx):
+            yield "process", 1
+
+    class Grouped(PerRow, KeyedVectorFunction):
+        def process_groups(self, groups, ctx):
+            return [("process_groups", groups.num_rows)]
+
+    class Batched(PerRow, KeyedBatchFunction):
+        def process_rows(self, key, rows, ctx):
+            return [("process_rows", rows.num_rows)]
+
+    function = Grouped() if kind == "vector" else Batched()
+    statekit_settings({"parallelism": 1})
+    rows = make_rows(30, 3, 2)
+    local = LocalRunner(function, key_selector=lambda row: row["key"], parallelism=1).run_epoch(
+        [dict(zip(("key", "category", "amount"), row)) for row in rows])
+    on_spark = process_keyed(spark.createDataFrame(rows, SCHEMA), "key", function, OUTPUT,
+                             job_id=f"two-kinds-{kind}").collect()
+    assert {name for name, _ in local} == {f"process_{'groups' if kind == 'vector' else 'rows'}"}
+    assert sorted((r["key"], r["count"]) for r in on_spark) == sorted(local)

@@ -20,7 +20,7 @@ from pyspark import TaskContext
 
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
-from statekit.runtime.function import KeyedBatchFunction, KeyedProcessFunction, ProcessFunction
+from statekit.runtime.function import Calls, ProcessFunction, calls_of
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.local_recovery import SlotLease, lease_slot
 from statekit.runtime.savepoints import SAVEPOINT
@@ -110,11 +110,11 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
         if spec.sink is not None:
             writer = SubtaskSinkWriter(spec.sink, _sink_context(spec, subtask_index),
                                        access.streams(spec.checkpoint_id, subtask.name), spec.output_schema)
-        per_row = isinstance(spec.function, KeyedProcessFunction)
-        for batch in (batches if per_row else _coalesced(batches, spec.batch_max_bytes)):
-            if per_row:
+        calls = calls_of(spec.function)
+        for batch in (batches if calls is Calls.ROWS else _coalesced(batches, spec.batch_max_bytes)):
+            if calls is Calls.ROWS:
                 task.process_all(_records(batch, spec.key_columns), outputs)
-            elif isinstance(spec.function, KeyedBatchFunction):
+            elif calls is Calls.KEY_RUNS:
                 task.process_key_runs(_grouped(batch, spec.key_columns).key_runs(), outputs)
             else:
                 produced = task.process_grouped(_grouped(batch, spec.key_columns))
