@@ -57,6 +57,10 @@ def checked_rows(produced: Any, function: Any, method: str, key: Any) -> Iterato
         problem = "a single value, not an iterable of rows"
     elif hasattr(produced, "num_rows") and hasattr(produced, "schema"):
         problem = "an Arrow batch or table, which iterates its columns: return its rows (e.g. batch.to_pylist())"
+    elif hasattr(produced, "itertuples") and hasattr(produced, "columns"):
+        problem = ("a pandas DataFrame, which iterates its column names: return its rows (e.g. "
+                   "df.itertuples(index=False, name=None)), or from process_groups its columns "
+                   "(pyarrow.Table.from_pandas(df, preserve_index=False))")
     else:
         try:
             return iter(produced)
