@@ -122,3 +122,12 @@ def test_the_local_runner_orders_keys_as_spark_does(keys) -> None:
     local_order = GroupedRows.of_key_runs(runs.values())
     assert repr(local_order.keys) == repr(spark_order.keys)
     assert local_order.key_groups == spark_order.key_groups
+
+
+@pytest.mark.parametrize("name", ["k", "kg"])
+def test_keys_are_in_key_group_order_whatever_the_key_column_is_called(name) -> None:
+    """The sort named the key-group column "kg": a key column called "kg" replaced it, and the keys
+    came sorted by key alone."""
+    rows = pa.record_batch({name: ["a", "b", "c", "a"]})
+    grouped = GroupedRows.of_sorted(rows, [name], pa.array([5, 1, 3, 5], pa.int32()))
+    assert (grouped.keys, grouped.key_groups) == (["b", "c", "a"], [1, 3, 5])

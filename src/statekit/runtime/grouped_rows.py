@@ -104,8 +104,9 @@ class GroupedRows(KeyBatch):
         columns, stably (input order within a key); runs of equal keys found with Arrow compute."""
         if rows.num_rows == 0:
             return cls([], [], rows, np.zeros(1, dtype=np.int64))
-        order = pc.sort_indices(pa.table({"kg": key_groups, **{c: rows.column(c) for c in key_columns}}),
-                                sort_keys=[("kg", "ascending")] + [(c, "ascending") for c in key_columns])
+        names = [str(i) for i in range(len(key_columns) + 1)]  # the key group first (a key column may be "kg")
+        order = pc.sort_indices(pa.table([key_groups, *(rows.column(c) for c in key_columns)], names=names),
+                                sort_keys=[(name, "ascending") for name in names])
         rows, key_groups = rows.take(order), key_groups.take(order)
         starts = _run_starts([rows.column(c) for c in key_columns], rows.num_rows)
         key_values = [_key_values(pc.take(rows.column(c), starts)) for c in key_columns]
