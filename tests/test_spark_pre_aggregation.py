@@ -109,3 +109,16 @@ def test_pre_aggregation_refuses_event_time(spark):
     with pytest.raises(ConfigurationError, match="does not combine with event_time"):
         process_keyed(df, "key", PreAggregatedTotals(), OUTPUT, job_id="bad-pre-aggregate",
                       event_time="amount", watermark_delay="1 minute", pre_aggregate={"n": F.count("*")})
+
+
+def test_columns_the_aggregation_drops_may_have_names_mapinarrow_refuses(spark, statekit_settings):
+    """Only the key columns and the aggregates reach mapInArrow after pre-aggregation: a dotted name
+    elsewhere in the input is no reason to refuse the job."""
+    from pyspark.sql import functions as F
+    statekit_settings({"parallelism": 2})
+    rows = make_rows(40, 6, 3)
+    df = spark.createDataFrame(rows, SCHEMA).withColumnRenamed("category", "meta.category")
+    out = process_keyed(df, "key", PreAggregatedTotals(), OUTPUT, job_id="pre-aggregated-dotted-input",
+                        pre_aggregate={"n": F.count("*"), "amount_sum": F.sum("amount"),
+                                       "amount_max": F.max("amount")}).collect()
+    assert {r["key"]: (r["rows"], r["total"], r["largest"]) for r in out} == _expected(rows)

@@ -1,6 +1,7 @@
-"""What a keyed job's input must be: columns whose names Spark's ``mapInArrow`` can take (no dots,
-no backticks), and key columns of types whose values are keys (atomic: strings, numbers, booleans,
-dates, timestamps, binary, decimals; not arrays, maps, structs or variants, which are not hashable)."""
+"""What a keyed job's input must be: key columns, and every other column that reaches Spark's
+``mapInArrow``, named without dots or backticks (which it cannot take); key columns of types whose
+values are keys (atomic: strings, numbers, booleans, dates, timestamps, binary, decimals; not
+arrays, maps, structs or variants, which are not hashable)."""
 from __future__ import annotations
 
 from typing import Iterable, Sequence
@@ -13,14 +14,14 @@ _NESTED_TYPES = (ArrayType, MapType, StructType, VariantType)
 
 
 def key_columns_of(schema: StructType, keys: str | Sequence[str]) -> tuple[str, ...]:
-    """The key columns ``keys`` names, or a ``ConfigurationError`` naming what is wrong with them
-    or with the input's column names."""
+    """The key columns ``keys`` names, or a ``ConfigurationError`` naming what is wrong with them.
+    The other columns' names are the caller's to check: those that reach ``mapInArrow``."""
     key_columns = (keys,) if isinstance(keys, str) else tuple(keys)
     missing = [c for c in key_columns if c not in schema.names]
     if not key_columns or missing:
         raise ConfigurationError(f"key columns {missing or list(key_columns)} are not columns of the "
                                  f"DataFrame ({schema.names})")
-    check_column_names(schema.names, "the DataFrame")
+    check_column_names(key_columns, "the DataFrame")
     for name in key_columns:
         data_type = schema[name].dataType
         if isinstance(data_type, _NESTED_TYPES):

@@ -41,7 +41,7 @@ from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import PREFIX, StatekitConf
 from statekit.spark.data_sources import register_data_sources
 from statekit.spark.event_time import EventTimeColumn, recorded_event_time, subtask_event_time
-from statekit.spark.key_columns import key_columns_of
+from statekit.spark.key_columns import check_column_names, key_columns_of
 from statekit.spark.pre_aggregation import PreAggregation
 from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point, epoch_processing_time
 from statekit.spark.task import KEY_GROUP_COLUMN, SubtaskSpec, rows_mask, run_subtask
@@ -143,10 +143,12 @@ class KeyedJob:
             job_id = check_job_id(spark.sparkContext.appName, f"the application name (the default job id; set "
                                                              f"{PREFIX}job-id or pass job_id= to choose one)")
         output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+        pre_aggregation = PreAggregation.of(pre_aggregate, key_columns, event_time)
+        if pre_aggregation is None:  # else only the key columns and the aggregates reach mapInArrow
+            check_column_names(input_schema.names, "the DataFrame")
         return cls(spark, key_columns, function, output, operator_id, job_id, conf,
                    EventTimeColumn.of(input_schema, event_time, watermark_delay, late_rows),
-                   tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink,
-                   PreAggregation.of(pre_aggregate, key_columns, event_time))
+                   tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink, pre_aggregation)
 
     def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None,
                   processing_time_ms: int | None = None) -> DataFrame | None:
