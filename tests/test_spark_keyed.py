@@ -156,3 +156,21 @@ def test_a_function_of_two_kinds_is_called_alike_by_both_runners(spark, statekit
                              job_id=f"two-kinds-{kind}").collect()
     assert {name for name, _ in local} == {f"process_{'groups' if kind == 'vector' else 'rows'}"}
     assert sorted((r["key"], r["count"]) for r in on_spark) == sorted(local)
+
+
+def test_a_key_column_of_a_case_insensitive_collation_fails_before_any_job(spark):
+    """Spark's groupBy (and so pre-aggregation) takes 'A' and 'a' of a UTF8_LCASE column as one key,
+    but xxhash64 and Python compare bytes: the job had two keys without pre_aggregate and one with it."""
+    from pyspark.sql import functions as F
+
+    from statekit.runtime import KeyedProcessFunction
+
+    class Keys(KeyedProcessFunction):  # defined here: pickled by value
+        def process(self, row, ctx):
+            yield ctx.current_key, row["v"]
+
+    df = spark.sql("select * from values ('A' collate UTF8_LCASE, 1), ('a' collate UTF8_LCASE, 2) as t(k, v)")
+    with pytest.raises(ConfigurationError, match=r"key column 'k' is string collate UTF8_LCASE.*F\.collate"):
+        process_keyed(df, "k", Keys(), OUTPUT, job_id="collated-key")
+    binary = df.select(F.collate("k", "UTF8_BINARY").alias("k"), "v")
+    assert sorted(process_keyed(binary, "k", Keys(), OUTPUT, job_id="collated-key").collect()) == [("A", 1), ("a", 2)]

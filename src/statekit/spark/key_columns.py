@@ -1,16 +1,19 @@
 """What a keyed job's input must be: key columns, and every other column that reaches Spark's
 ``mapInArrow``, named without dots or backticks (which it cannot take); key columns of types whose
 values are keys (atomic: strings, numbers, booleans, dates, timestamps, binary, decimals; not
-arrays, maps, structs or variants, which are not hashable)."""
+arrays, maps, structs or variants, which are not hashable; strings of the binary collation, the
+one under which equal strings are equal bytes)."""
 from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from pyspark.sql.types import ArrayType, MapType, StructType, VariantType
+from pyspark.sql.types import ArrayType, MapType, StringType, StructType, VariantType
 
 from statekit.spi.errors import ConfigurationError
 
 _NESTED_TYPES = (ArrayType, MapType, StructType, VariantType)
+#: the collation under which equal strings are equal bytes
+BINARY_COLLATION = "UTF8_BINARY"
 
 
 def key_columns_of(schema: StructType, keys: str | Sequence[str]) -> tuple[str, ...]:
@@ -29,6 +32,11 @@ def key_columns_of(schema: StructType, keys: str | Sequence[str]) -> tuple[str, 
                 f"key column {name!r} is {data_type.simpleString()}: a key must be an atomic value (a string, "
                 f"number, boolean, date, timestamp, binary or decimal); key by its parts as several key columns "
                 f"(e.g. a struct's fields), or by a string made of it (F.to_json)")
+        if isinstance(data_type, StringType) and data_type.collation != BINARY_COLLATION:
+            raise ConfigurationError(
+                f"key column {name!r} is {data_type.simpleString()}: keys are compared (and hashed to key groups) "
+                f"byte by byte, so strings equal under the collation would be different keys, unlike in Spark's "
+                f"groupBy; key by F.collate({name!r}, '{BINARY_COLLATION}'), or by a normalized string (F.lower)")
     return key_columns
 
 
