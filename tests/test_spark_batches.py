@@ -4,7 +4,7 @@ and how it turns the rows a function returns into Arrow batches of the output sc
 import pyarrow as pa
 import pytest
 
-from statekit.spark.task import _coalesced, _to_batch
+from statekit.spark.task import _coalesced, _emit_columns, _to_batch
 from statekit.spi.errors import StatekitError
 
 
@@ -55,3 +55,20 @@ def test_what_is_not_a_row_of_the_output_schema_fails_naming_it(rows, message):
 def test_a_value_of_the_wrong_type_fails_naming_its_column():
     with pytest.raises(StatekitError, match=r"output column 'n' \(int64\).*'many'"):
         _to_batch([("a", "x", 1), ("b", "y", "many")], OUTPUT)
+
+
+@pytest.mark.parametrize("rows", [[("a", None, 1), ("b", "y", 2)], [{"key": "a", "n": 1}]])
+def test_a_null_in_a_not_null_output_column_fails_naming_it(rows):
+    """Spark trusts the output schema: a null in a NOT NULL column failed the task with a
+    NullPointerException in the JVM (three times, retried)."""
+    schema = pa.schema([("key", pa.string()), pa.field("tag", pa.string(), nullable=False), ("n", pa.int64())])
+    with pytest.raises(StatekitError, match=r"returned null for output column 'tag', which the output schema "
+                                            r"declares NOT NULL"):
+        _to_batch(rows, schema)
+
+
+def test_a_null_in_a_not_null_output_column_of_columns_fails_naming_it():
+    schema = pa.schema([pa.field("key", pa.string(), nullable=False), ("n", pa.int64())])
+    with pytest.raises(StatekitError, match=r"output column 'key', which the output schema declares NOT NULL"):
+        list(_emit_columns(pa.table({"key": ["a", None], "n": [1, 2]}), schema, None))
+    assert list(_emit_columns(pa.table({"key": ["a"], "n": [None]}), schema, None))[0].num_rows == 1

@@ -270,11 +270,12 @@ def _emit_columns(table: pa.Table, schema: pa.Schema, writer: SubtaskSinkWriter 
     if missing:
         raise StatekitError(f"the function returned columns {table.column_names}; the output schema's columns "
                             f"{missing} are missing (output schema: {schema.names})")
+    selected = _check_not_null(table.select(schema.names), schema)
     try:
-        table = table.select(schema.names).cast(schema)
+        table = selected.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        raise StatekitError(f"the function's output columns ({table.select(schema.names).schema}) do not convert to "
-                            f"the output schema ({schema}): {exc}") from exc
+        raise StatekitError(f"the function's output columns ({selected.schema}) do not convert to the output schema "
+                            f"({schema}): {exc}") from exc
     for batch in table.to_batches(max_chunksize=OUTPUT_BATCH_ROWS * 10):
         yield from _deliver(batch, writer)
 
@@ -284,19 +285,31 @@ def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
     if all(type(r) is tuple for r in rows):  # the fast path: transpose tuples into columns
         widths = {len(r) for r in rows}
         if widths != {len(schema)}:
-            raise FunctionResultError(f"the function returned rows of {sorted(widths)} values; the output schema has "
-                                f"{len(schema)} columns {names}")
+            raise FunctionResultError(f"the function returned rows of {sorted(widths)} values; the output schema "
+                                      f"has {len(schema)} columns {names}")
         columns = list(zip(*rows))
         try:
-            return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)],
-                                              schema=schema)
+            batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)],
+                                               schema=schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise _value_error(columns, schema, exc) from exc
+        return _check_not_null(batch, schema)
     dicts = [r if type(r) is dict else _as_dict(r, names) for r in rows]
     try:
-        return pa.RecordBatch.from_pylist(dicts, schema=schema)
+        batch = pa.RecordBatch.from_pylist(dicts, schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise _value_error([[d.get(name) for d in dicts] for name in names], schema, exc) from exc
+    return _check_not_null(batch, schema)
+
+
+def _check_not_null(data: Any, schema: pa.Schema) -> Any:
+    """``data`` (a batch or table of ``schema``), checked to hold no null in a NOT NULL column: Spark
+    trusts the schema and failed with a NullPointerException in the JVM, after retrying the task."""
+    for i, field in enumerate(schema):
+        if not field.nullable and data.column(i).null_count:
+            raise FunctionResultError(f"the function returned null for output column {field.name!r}, which the output "
+                                      f"schema declares NOT NULL: return a value there, or declare the column nullable")
+    return data
 
 
 def _as_dict(row: Any, names: list[str]) -> dict[str, Any]:
@@ -305,12 +318,13 @@ def _as_dict(row: Any, names: list[str]) -> dict[str, Any]:
         return row
     if isinstance(row, (tuple, list)):
         if len(row) != len(names):
-            raise FunctionResultError(f"the function returned a row of {len(row)} values {short_repr(row)}; the output "
-                                f"schema has {len(names)} columns {names}")
+            raise FunctionResultError(f"the function returned a row of {len(row)} values {short_repr(row)}; the "
+                                      f"output schema has {len(names)} columns {names}")
         return dict(zip(names, row))
-    raise FunctionResultError(f"the function returned a row {short_repr(row)} ({type(row).__name__}): a row is a tuple of "
-                        f"the output schema's values {names} in order, or a dict of column name to value. Its output "
-                        f"is an iterable of rows: to return one row, `return [row]` (not `return row`) or `yield row`")
+    raise FunctionResultError(f"the function returned a row {short_repr(row)} ({type(row).__name__}): a row is a tuple "
+                              f"of the output schema's values {names} in order, or a dict of column name to value. Its "
+                              f"output is an iterable of rows: to return one row, `return [row]` (not `return row`) or "
+                              f"`yield row`")
 
 
 def _value_error(columns: Sequence[Sequence[Any]], schema: pa.Schema, exc: Exception) -> FunctionResultError:
@@ -319,7 +333,7 @@ def _value_error(columns: Sequence[Sequence[Any]], schema: pa.Schema, exc: Excep
         try:
             pa.array(values, type=field.type)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as column_exc:
-            return FunctionResultError(f"the function's output column {field.name!r} ({field.type}) got a value that does "
-                                 f"not convert: {column_exc}")
+            return FunctionResultError(f"the function's output column {field.name!r} ({field.type}) got a value "
+                                       f"that does not convert: {column_exc}")
     return FunctionResultError(f"the function's output rows do not convert to the output schema ({schema}): {exc}")
 
