@@ -13,7 +13,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pytest
 
-from statekit import KeyedBatchFunction, KeyedProcessFunction, ValueStateDescriptor
+from statekit import KeyedBatchFunction, KeyedProcessFunction, KeyedVectorFunction, ValueStateDescriptor
 from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.inspection import create_savepoint
 from statekit.runtime import LocalRunner
@@ -64,6 +64,19 @@ class Returns(KeyedProcessFunction):
 
     def process(self, row, ctx):
         return self.value
+
+
+class VectorReturns(KeyedVectorFunction):
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def process_groups(self, groups, ctx):
+        return self.value
+
+
+def a_pandas_frame() -> Any:
+    import pandas
+    return pandas.DataFrame({"user": ["ann"], "count": [1]})
 
 
 class BatchReturns(KeyedBatchFunction):
@@ -241,6 +254,11 @@ CASES = [
     Bad("process-returns-bytes", run(Returns(b"row")), FunctionResultError, ("returned bytes", "yield row")),
     Bad("process-returns-dict", run(Returns({"user": "ann", "count": 1})), FunctionResultError,
         ("returned dict", "single value", "`return [row]`")),
+    # a pandas DataFrame iterates its column names: they were taken as the output rows, silently
+    Bad("process-returns-a-pandas-frame", run(Returns(a_pandas_frame())), FunctionResultError,
+        ("Returns.process returned DataFrame", "iterates its column names", "itertuples(index=False, name=None)")),
+    Bad("process-groups-returns-a-pandas-frame", run(VectorReturns(a_pandas_frame()), [{"user": "ann"}]),
+        FunctionResultError, ("VectorReturns.process_groups returned DataFrame", "pyarrow.Table.from_pandas")),
     Bad("process-rows-returns-a-batch", run(BatchReturns(pa.RecordBatch.from_pydict({"n": [1]})),
                                             [{"user": "ann"}, {"user": "bob"}]),
         FunctionResultError, ("BatchReturns.process_rows returned RecordBatch", "batch.to_pylist()")),

@@ -76,3 +76,101 @@ def test_each_subtask_runs_as_a_task_of_its_own_with_adaptive_execution_on(spark
     assert sorted(partitions) == [0, 1, 2, 3], f"subtasks that ran: {sorted(partitions)}"
     assert len(set(partitions.values())) == 4, f"subtasks shared Spark partitions: {partitions}"
     assert dict(spark.conf.getAll) == before, "process_keyed changed the session's settings"
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"checkpoint.num-retaned": "5"}, r"unknown setting spark\.statekit\.checkpoint\.num-retaned \(did you mean "
+                                      r"spark\.statekit\.checkpoint\.num-retained\?\)"),
+    ({"checkpoint.incremantal": "true"}, r"did you mean spark\.statekit\.checkpoint\.incremental\?"),
+    ({"backend.heapp": "x"}, r"unknown setting spark\.statekit\.backend\.heapp"),
+])
+def test_misspelt_settings_are_unknown_settings_not_options_of_another_component(settings, message):
+    """``checkpoint.<typo>`` was reported as an option of another checkpoint storage (a wrong cause
+    and fix) and ``backend.<typo>`` was ignored: an option of a backend or a storage has the form
+    ``backend.<name>.<option>`` / ``checkpoint.<name>.<option>``."""
+    with pytest.raises(ConfigurationError, match=message):
+        StatekitConf.parse(settings)
+
+
+@pytest.mark.parametrize("key_type,rows", [
+    ("array<int>", [([1, 2],), ([3],)]),
+    ("struct<a:int,b:string>", [((1, "x"),)]),
+    ("map<string,int>", [({"x": 1},)]),
+])
+def test_nested_key_columns_fail_before_any_job(spark, key_type, rows):
+    """A nested value is no hashable key: the epoch failed in the Python workers (unhashable type
+    'list', or Arrow cannot sort the column)."""
+    df = spark.createDataFrame(rows, f"k {key_type}")
+    with pytest.raises(ConfigurationError, match=rf"key column 'k' is {key_type.split('<')[0]}<.*several key columns"):
+        process_keyed(df, "k", WorkloadFunction(), OUTPUT, job_id="nested-key")
+
+
+@pytest.mark.parametrize("column,keys", [("user.id", "user.id"), ("a`b", "key")])
+def test_column_names_spark_cannot_map_fail_before_any_job(spark, column, keys):
+    """PySpark's mapInArrow reads a dotted name as a struct field: the job failed in Spark's analysis
+    with a column that "cannot be resolved" (suggesting the very column), key column or not."""
+    df = spark.createDataFrame(make_rows(10, 5, 1), SCHEMA).withColumnRenamed("key" if keys != "key" else "category",
+                                                                               column)
+    with pytest.raises(ConfigurationError, match=r"have a dot or a backtick in their names.*withColumnRenamed"):
+        process_keyed(df, keys, WorkloadFunction(), OUTPUT, job_id="dotted-column")
+
+
+def test_a_parallelism_past_the_jobs_key_groups_names_the_fixed_limit(spark, statekit_settings):
+    """A job's key groups are fixed by its first checkpoint: the error said "raise max parallelism
+    or lower parallelism", and raising it is refused next (the number of key groups is fixed)."""
+    statekit_settings({"parallelism": 2, "max-parallelism": 4})
+    df = spark.createDataFrame(make_rows(20, 5, 1), SCHEMA)
+    process_keyed(df, "key", WorkloadFunction(), OUTPUT, job_id="past-the-key-groups").collect()
+    statekit_settings({"parallelism": 6})
+    spark.conf.unset("spark.statekit.max-parallelism")
+    with pytest.raises(ConfigurationError, match=r"spark\.statekit\.parallelism=6 exceeds the job's max parallelism "
+                                                 r"4, fixed since its first checkpoint.*at most 4$"):
+        process_keyed(df, "key", WorkloadFunction(), OUTPUT, job_id="past-the-key-groups")
+
+
+@pytest.mark.parametrize("kind", ["vector", "batch"])
+def test_a_function_of_two_kinds_is_called_alike_by_both_runners(spark, statekit_settings, kind):
+    """A KeyedVectorFunction (or KeyedBatchFunction) that also subclasses a KeyedProcessFunction (to
+    reuse its open, as the conformance workload does): the local runner called process_groups
+    (process_rows), the Spark runner called process on every row."""
+    from statekit.runtime import KeyedBatchFunction, KeyedProcessFunction, KeyedVectorFunction, LocalRunner
+
+    class PerRow(KeyedProcessFunction):  # defined here: pickled by value
+        def process(self, row, ctx):
+            yield "process", 1
+
+    class Grouped(PerRow, KeyedVectorFunction):
+        def process_groups(self, groups, ctx):
+            return [("process_groups", groups.num_rows)]
+
+    class Batched(PerRow, KeyedBatchFunction):
+        def process_rows(self, key, rows, ctx):
+            return [("process_rows", rows.num_rows)]
+
+    function = Grouped() if kind == "vector" else Batched()
+    statekit_settings({"parallelism": 1})
+    rows = make_rows(30, 3, 2)
+    local = LocalRunner(function, key_selector=lambda row: row["key"], parallelism=1).run_epoch(
+        [dict(zip(("key", "category", "amount"), row)) for row in rows])
+    on_spark = process_keyed(spark.createDataFrame(rows, SCHEMA), "key", function, OUTPUT,
+                             job_id=f"two-kinds-{kind}").collect()
+    assert {name for name, _ in local} == {f"process_{'groups' if kind == 'vector' else 'rows'}"}
+    assert sorted((r["key"], r["count"]) for r in on_spark) == sorted(local)
+
+
+def test_a_key_column_of_a_case_insensitive_collation_fails_before_any_job(spark):
+    """Spark's groupBy (and so pre-aggregation) takes 'A' and 'a' of a UTF8_LCASE column as one key,
+    but xxhash64 and Python compare bytes: the job had two keys without pre_aggregate and one with it."""
+    from pyspark.sql import functions as F
+
+    from statekit.runtime import KeyedProcessFunction
+
+    class Keys(KeyedProcessFunction):  # defined here: pickled by value
+        def process(self, row, ctx):
+            yield ctx.current_key, row["v"]
+
+    df = spark.sql("select * from values ('A' collate UTF8_LCASE, 1), ('a' collate UTF8_LCASE, 2) as t(k, v)")
+    with pytest.raises(ConfigurationError, match=r"key column 'k' is string collate UTF8_LCASE.*F\.collate"):
+        process_keyed(df, "k", Keys(), OUTPUT, job_id="collated-key")
+    binary = df.select(F.collate("k", "UTF8_BINARY").alias("k"), "v")
+    assert sorted(process_keyed(binary, "k", Keys(), OUTPUT, job_id="collated-key").collect()) == [("A", 1), ("a", 2)]

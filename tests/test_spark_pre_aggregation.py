@@ -93,6 +93,7 @@ def test_pre_aggregated_rows_end_in_the_state_of_every_row(spark, statekit_setti
     ({}, r"give a dict of output column name -> aggregate Column"),
     ({"n": "count(*)"}, r"must map a column name \(str\) to a pyspark Column"),
     ({"key": "COUNT"}, r"are key columns too"),
+    ({"n.rows": "COUNT"}, r"have a dot or a backtick in their names"),
 ])
 def test_wrong_pre_aggregates_fail_before_any_job(spark, aggregates, message):
     from pyspark.sql import functions as F
@@ -108,3 +109,16 @@ def test_pre_aggregation_refuses_event_time(spark):
     with pytest.raises(ConfigurationError, match="does not combine with event_time"):
         process_keyed(df, "key", PreAggregatedTotals(), OUTPUT, job_id="bad-pre-aggregate",
                       event_time="amount", watermark_delay="1 minute", pre_aggregate={"n": F.count("*")})
+
+
+def test_columns_the_aggregation_drops_may_have_names_mapinarrow_refuses(spark, statekit_settings):
+    """Only the key columns and the aggregates reach mapInArrow after pre-aggregation: a dotted name
+    elsewhere in the input is no reason to refuse the job."""
+    from pyspark.sql import functions as F
+    statekit_settings({"parallelism": 2})
+    rows = make_rows(40, 6, 3)
+    df = spark.createDataFrame(rows, SCHEMA).withColumnRenamed("category", "meta.category")
+    out = process_keyed(df, "key", PreAggregatedTotals(), OUTPUT, job_id="pre-aggregated-dotted-input",
+                        pre_aggregate={"n": F.count("*"), "amount_sum": F.sum("amount"),
+                                       "amount_max": F.max("amount")}).collect()
+    assert {r["key"]: (r["rows"], r["total"], r["largest"]) for r in out} == _expected(rows)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterable, TypeVar, Union, overload
 
 from statekit.spi.backend import KeyedStateBackend, OperatorStateBackend, SubtaskInfo
@@ -194,6 +195,25 @@ class KeyedVectorFunction(KeyedFunction):
 
 #: what a task runs: one call per row, one call per key and batch of rows, or one call per batch
 ProcessFunction = Union[KeyedProcessFunction, KeyedBatchFunction, KeyedVectorFunction]
+
+
+class Calls(Enum):
+    """How the engines call a function."""
+
+    GROUPS = "process_groups"  # a KeyedVectorFunction: once per batch grouped by key
+    KEY_RUNS = "process_rows"  # a KeyedBatchFunction: once per key and batch of rows
+    ROWS = "process"  # a KeyedProcessFunction: once per row
+
+
+def calls_of(function: ProcessFunction) -> Calls:
+    """How ``function`` is called, the same on every engine. A function of several kinds (a
+    ``KeyedVectorFunction`` that subclasses a ``KeyedProcessFunction`` to reuse its ``open``, say)
+    gets the most batched calls of its kinds."""
+    if isinstance(function, KeyedVectorFunction):
+        return Calls.GROUPS
+    if isinstance(function, KeyedBatchFunction):
+        return Calls.KEY_RUNS
+    return Calls.ROWS
 
 
 def check_function(function: object) -> None:

@@ -75,7 +75,28 @@ class GroupedRows(KeyBatch):
                                       f"them first (pyarrow.compute.fill_null) or aggregate rows_of(i) yourself")
         if self.num_keys == 0:
             return np.zeros(0, dtype=column.type.to_pandas_dtype())
-        return _REDUCERS[how].reduceat(column.to_numpy(zero_copy_only=False), self.offsets[:-1])
+        values = column.to_numpy(zero_copy_only=False)
+        reduced = _REDUCERS[how].reduceat(values, self.offsets[:-1])
+        if how == "sum" and values.dtype.kind in "iu" and values.dtype.itemsize == 8:
+            self._check_no_wrap(name, column, reduced.dtype)
+        return reduced
+
+    def _check_no_wrap(self, name: str, column: pa.Array, dtype: np.dtype) -> None:
+        """A ``FunctionResultError`` if a key's sum of a 64-bit integer column is outside the
+        type (NumPy adds modulo 2**64). Exact sums are computed only when the column's extremes
+        times the most rows of a key could leave it."""
+        bounds = pc.min_max(column).as_py()
+        info = np.iinfo(dtype)
+        most = int(self.counts().max())
+        if info.min <= bounds["min"] * most and bounds["max"] * most <= info.max:
+            return
+        exact = np.add.reduceat(column.to_numpy(zero_copy_only=False).astype(object), self.offsets[:-1])
+        for i, total in enumerate(exact):
+            if not info.min <= total <= info.max:
+                raise FunctionResultError(
+                    f"GroupedRows.sum({name!r}): the sum of key {self.keys[i]!r} is {total}, past what {dtype} holds "
+                    f"([{info.min}, {info.max}]); sum that key's rows as Python ints "
+                    f"(sum(rows_of(i).column({name!r}).to_pylist())) or cast the column to float64 first")
 
     @classmethod
     def of_sorted(cls, rows: pa.RecordBatch, key_columns: Sequence[str], key_groups: pa.Array) -> "GroupedRows":
@@ -83,8 +104,9 @@ class GroupedRows(KeyBatch):
         columns, stably (input order within a key); runs of equal keys found with Arrow compute."""
         if rows.num_rows == 0:
             return cls([], [], rows, np.zeros(1, dtype=np.int64))
-        order = pc.sort_indices(pa.table({"kg": key_groups, **{c: rows.column(c) for c in key_columns}}),
-                                sort_keys=[("kg", "ascending")] + [(c, "ascending") for c in key_columns])
+        names = [str(i) for i in range(len(key_columns) + 1)]  # the key group first (a key column may be "kg")
+        order = pc.sort_indices(pa.table([key_groups, *(rows.column(c) for c in key_columns)], names=names),
+                                sort_keys=[(name, "ascending") for name in names])
         rows, key_groups = rows.take(order), key_groups.take(order)
         starts = _run_starts([rows.column(c) for c in key_columns], rows.num_rows)
         key_values = [_key_values(pc.take(rows.column(c), starts)) for c in key_columns]
@@ -94,9 +116,14 @@ class GroupedRows(KeyBatch):
 
     @classmethod
     def of_key_runs(cls, runs: Iterable[tuple[Any, int, list[dict[str, Any]]]]) -> "GroupedRows":
-        """From (key, key group, that key's rows as dicts), ordered here by key group (stably); a
-        column is every name a row has, null in the rows without it."""
-        ordered = sorted(runs, key=lambda run: run[1])
+        """From (key, key group, that key's rows as dicts), ordered here by key group and key as
+        ``of_sorted`` orders them (keys of types that do not compare with each other, by key group
+        only); a column is every name a row has, null in the rows without it."""
+        runs = list(runs)
+        try:
+            ordered = sorted(runs, key=lambda run: (run[1], _sort_key(run[0])))
+        except TypeError:  # e.g. str and int keys of one job (a local runner's key selector may mix them)
+            ordered = sorted(runs, key=lambda run: run[1])
         rows = [row for _, _, key_rows in ordered for row in key_rows]
         offsets = np.cumsum([0] + [len(key_rows) for _, _, key_rows in ordered]).astype(np.int64)
         names = dict.fromkeys(name for row in rows for name in row)  # from_pylist takes the first row's only
@@ -127,6 +154,13 @@ def output_columns(produced: Any) -> pa.Table | None:
                                       f"table: {exc}. Give every column the same length, as arrays, lists or NumPy "
                                       f"arrays") from exc
     return None
+
+
+def _sort_key(key: Any) -> tuple[tuple[int, Any], ...]:
+    """Where Arrow's ascending sort puts ``key`` (a scalar, or a tuple of one per key column):
+    values in order, then NaN, then null, column by column."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return tuple((2, 0) if part is None else (1, 0) if part != part else (0, part) for part in parts)
 
 
 def _key_values(column: pa.Array) -> list[Any]:

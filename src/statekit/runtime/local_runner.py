@@ -13,7 +13,7 @@ from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, Subt
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.runtime.event_time import LATE_ROWS, MAX_EVENT_TIME, WATERMARK, EventTime, LateRows, event_time_ms
-from statekit.runtime.function import KeyedBatchFunction, KeyedVectorFunction, ProcessFunction, check_function
+from statekit.runtime.function import Calls, ProcessFunction, calls_of, check_function
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.savepoints import snapshot_as_savepoint
 from statekit.runtime.task import (
@@ -194,9 +194,10 @@ class LocalRunner:
         try:
             task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds, self._watermark_ms)
             task.open()
-            if isinstance(self.function, KeyedBatchFunction):
+            calls = calls_of(self.function)
+            if calls is Calls.KEY_RUNS:
                 task.process_key_runs(_rows_by_key(records).key_runs(), outputs)
-            elif isinstance(self.function, KeyedVectorFunction):
+            elif calls is Calls.GROUPS:
                 produced = task.process_grouped(_rows_by_key(records))
                 outputs.extend(produced if isinstance(produced, list) else produced.to_pylist() if produced is not None else ())
             else:

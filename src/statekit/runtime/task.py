@@ -57,14 +57,18 @@ def checked_rows(produced: Any, function: Any, method: str, key: Any) -> Iterato
         problem = "a single value, not an iterable of rows"
     elif hasattr(produced, "num_rows") and hasattr(produced, "schema"):
         problem = "an Arrow batch or table, which iterates its columns: return its rows (e.g. batch.to_pylist())"
+    elif hasattr(produced, "itertuples") and hasattr(produced, "columns"):
+        problem = ("a pandas DataFrame, which iterates its column names: return its rows (e.g. "
+                   "df.itertuples(index=False, name=None)), or from process_groups its columns "
+                   "(pyarrow.Table.from_pandas(df, preserve_index=False))")
     else:
         try:
             return iter(produced)
         except TypeError:
             problem = "not iterable"
     raise FunctionResultError(
-        f"{type(function).__name__}.{method} returned {type(produced).__name__} {_short(produced)} for key "
-        f"{_short(key)}: {problem}. Return None, or an iterable of rows (a list, or yield each row): e.g. "
+        f"{type(function).__name__}.{method} returned {type(produced).__name__} {short_repr(produced)} for key "
+        f"{short_repr(key)}: {problem}. Return None, or an iterable of rows (a list, or yield each row): e.g. "
         f"`return [row]` or `yield row`, where a row is a tuple or a dict matching the output schema")
 
 
@@ -80,7 +84,8 @@ def _poll_first(queues: list[TimerQueue], up_to: int) -> Timer | None:
     return None if earliest is None else earliest[1].poll(up_to)
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters (for error messages)."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

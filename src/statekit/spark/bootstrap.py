@@ -36,6 +36,7 @@ from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction, ProcessFunction, check_function
 from statekit.spark.conf import PREFIX, StatekitConf
+from statekit.spark.key_columns import check_column_names, key_columns_of
 from statekit.spark.keyed import SubtaskRun
 from statekit.spark.task import SubtaskSpec
 from statekit.spi.descriptors import StateDescriptor, StateKind
@@ -100,11 +101,11 @@ def write_savepoint(df: DataFrame, keys: str | Sequence[str], states: Mapping[st
     check_function(bootstrap)
     check_job_id(job_id)
     check_operator_id(operator_id)
-    key_columns = (keys,) if isinstance(keys, str) else tuple(keys)
-    missing = [c for c in (*key_columns, *(states or {})) if c not in df.columns]
-    if not key_columns or missing:
-        raise ConfigurationError(f"columns {missing or list(key_columns)} are not columns of the DataFrame "
-                                 f"({df.columns})")
+    key_columns = key_columns_of(df.schema, keys)
+    check_column_names(df.columns, "the DataFrame")
+    missing = [c for c in states or {} if c not in df.columns]
+    if missing:
+        raise ConfigurationError(f"columns {missing} are not columns of the DataFrame ({df.columns})")
     directory = savepoint_dir or conf.savepoint_dir
     if not directory:
         raise ConfigurationError(f"write_savepoint needs savepoint_dir= or {PREFIX}savepoint.dir (a directory URL)")

@@ -150,8 +150,9 @@ class StatekitConf:
 
 
 def _is_component_option(key: str) -> bool:
-    """A backend's or a storage's own option (``backend.<name>.*``, ``checkpoint.<name>.*``)."""
-    return key.startswith(("backend.", "checkpoint.")) and key.replace("_", "-") not in SETTINGS.options
+    """A backend's or a storage's own option (``backend.<name>.<option>``, ``checkpoint.<name>.<option>``);
+    anything else, ``checkpoint.num-retaned`` say, is a general setting (known or not)."""
+    return key.startswith(("backend.", "checkpoint.")) and key.count(".") >= 2
 
 
 def _and_keeps_state_in_memory(cls: type[CheckpointStorage]) -> str:

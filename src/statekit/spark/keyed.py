@@ -41,6 +41,7 @@ from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import PREFIX, StatekitConf
 from statekit.spark.data_sources import register_data_sources
 from statekit.spark.event_time import EventTimeColumn, recorded_event_time, subtask_event_time
+from statekit.spark.key_columns import check_column_names, key_columns_of
 from statekit.spark.pre_aggregation import PreAggregation
 from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point, epoch_processing_time
 from statekit.spark.task import KEY_GROUP_COLUMN, SubtaskSpec, rows_mask, run_subtask
@@ -131,14 +132,9 @@ class KeyedJob:
                pre_aggregate: Mapping[str, Column] | None = None) -> "KeyedJob":
         conf = conf or StatekitConf.from_spark(spark.conf)
         register_data_sources(spark)  # its state can be read back in the same session
-        columns = input_schema.names
-        key_columns = (keys,) if isinstance(keys, str) else tuple(keys)
         check_function(function)
         check_operator_id(operator_id)
-        missing = [c for c in key_columns if c not in columns]
-        if not key_columns or missing:
-            raise ConfigurationError(f"key columns {missing or list(key_columns)} are not columns of the "
-                                     f"DataFrame ({list(columns)})")
+        key_columns = key_columns_of(input_schema, keys)
         if job_id is not None:
             check_job_id(job_id)
         elif conf.job_id is not None:
@@ -147,10 +143,12 @@ class KeyedJob:
             job_id = check_job_id(spark.sparkContext.appName, f"the application name (the default job id; set "
                                                              f"{PREFIX}job-id or pass job_id= to choose one)")
         output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+        pre_aggregation = PreAggregation.of(pre_aggregate, key_columns, event_time)
+        if pre_aggregation is None:  # else only the key columns and the aggregates reach mapInArrow
+            check_column_names(input_schema.names, "the DataFrame")
         return cls(spark, key_columns, function, output, operator_id, job_id, conf,
                    EventTimeColumn.of(input_schema, event_time, watermark_delay, late_rows),
-                   tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink,
-                   PreAggregation.of(pre_aggregate, key_columns, event_time))
+                   tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink, pre_aggregation)
 
     def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None,
                   processing_time_ms: int | None = None) -> DataFrame | None:
@@ -182,12 +180,20 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
     parallelism = conf.parallelism or (previous.parallelism if previous else spark.sparkContext.defaultParallelism)
     max_parallelism = conf.max_parallelism or (previous.max_parallelism if previous else
                                                default_max_parallelism(parallelism))
-    check_parallelism(parallelism, max_parallelism)
     if previous is not None and previous.max_parallelism != max_parallelism:
         raise ConfigurationError(
             f"operator {operator_id!r} was checkpointed with max parallelism {previous.max_parallelism}; the "
             f"number of key groups is fixed for the life of a job: set spark.statekit.max-parallelism="
             f"{previous.max_parallelism}")
+    if parallelism > max_parallelism:
+        source = f"{PREFIX}parallelism={parallelism}" if conf.parallelism else \
+            f"Spark's default parallelism ({parallelism}, the default of {PREFIX}parallelism)"
+        limit = f"the job's max parallelism {max_parallelism}, fixed since its first checkpoint" if previous else \
+            f"{PREFIX}max-parallelism={max_parallelism}"
+        raise ConfigurationError(f"{source} exceeds {limit}: every subtask needs at least one key group; set "
+                                 f"{PREFIX}parallelism to at most {max_parallelism}"
+                                 + ("" if previous else f", or raise {PREFIX}max-parallelism"))
+    check_parallelism(parallelism, max_parallelism)
 
     processing_time = processing_time_ms if processing_time_ms is not None else \
         epoch_processing_time(store, epoch, progress)

@@ -7,8 +7,11 @@ side, so its shuffle carries one row per key and partition instead of every row,
 gets one row per key per epoch, with the key columns and the named aggregates, which it merges
 into its state (a count into a sum, a maximum into a maximum). It pays where many rows share a
 key within an epoch and the state is a combinable summary of them; the function must be written
-for the aggregated rows. Event time does not combine with it: watermarks and late rows are
-decided per row.
+for the aggregated rows. The aggregates are Spark SQL's, with its semantics: nulls skipped by
+``sum``/``min``/``max``, ``sum`` failing on overflow under ANSI mode, and order-dependent ones
+(``first``, ``last``, ``collect_list``) seeing the rows in shuffle order, not the DataFrame's (use
+``max_by``/``min_by`` on an ordering column). Event time does not combine with it: watermarks and
+late rows are decided per row.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from typing import Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame
 
+from statekit.spark.key_columns import check_column_names
 from statekit.spi.errors import ConfigurationError
 
 
@@ -39,6 +43,7 @@ class PreAggregation:
             if not isinstance(name, str) or not isinstance(expression, Column):
                 raise ConfigurationError(f"pre_aggregate entry {name!r}: {expression!r} must map a column name "
                                          f"(str) to a pyspark Column aggregate such as F.sum('amount')")
+        check_column_names(aggregates, "pre_aggregate")
         clashing = sorted(set(aggregates) & set(key_columns))
         if clashing:
             raise ConfigurationError(f"pre_aggregate columns {clashing} are key columns too: name the aggregates "

@@ -20,16 +20,18 @@ from pyspark import TaskContext
 
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
-from statekit.runtime.function import KeyedBatchFunction, KeyedProcessFunction, ProcessFunction
+from statekit.runtime.function import Calls, ProcessFunction, calls_of
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.local_recovery import SlotLease, lease_slot
 from statekit.runtime.savepoints import SAVEPOINT
 from statekit.runtime.sink_writer import SubtaskSinkWriter
 from statekit.runtime.snapshot_upload import SnapshotUpload
-from statekit.runtime.task import DEFAULT_TTL_SWEEP_SECONDS, KeyedTask, TaskRestore, wall_clock_ms
+from statekit.runtime.task import (
+    DEFAULT_TTL_SWEEP_SECONDS, KeyedTask, TaskRestore, short_repr, wall_clock_ms,
+)
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
-from statekit.spi.errors import StatekitError
+from statekit.spi.errors import FunctionResultError, StatekitError
 from statekit.spi.key_groups import canonical_key
 from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.sinks import Sink, SinkContext
@@ -108,11 +110,11 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
         if spec.sink is not None:
             writer = SubtaskSinkWriter(spec.sink, _sink_context(spec, subtask_index),
                                        access.streams(spec.checkpoint_id, subtask.name), spec.output_schema)
-        per_row = isinstance(spec.function, KeyedProcessFunction)
-        for batch in (batches if per_row else _coalesced(batches, spec.batch_max_bytes)):
-            if per_row:
+        calls = calls_of(spec.function)
+        for batch in (batches if calls is Calls.ROWS else _coalesced(batches, spec.batch_max_bytes)):
+            if calls is Calls.ROWS:
                 task.process_all(_records(batch, spec.key_columns), outputs)
-            elif isinstance(spec.function, KeyedBatchFunction):
+            elif calls is Calls.KEY_RUNS:
                 task.process_key_runs(_grouped(batch, spec.key_columns).key_runs(), outputs)
             else:
                 produced = task.process_grouped(_grouped(batch, spec.key_columns))
@@ -268,23 +270,70 @@ def _emit_columns(table: pa.Table, schema: pa.Schema, writer: SubtaskSinkWriter 
     if missing:
         raise StatekitError(f"the function returned columns {table.column_names}; the output schema's columns "
                             f"{missing} are missing (output schema: {schema.names})")
+    selected = _check_not_null(table.select(schema.names), schema)
     try:
-        table = table.select(schema.names).cast(schema)
+        table = selected.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        raise StatekitError(f"the function's output columns ({table.select(schema.names).schema}) do not convert to "
-                            f"the output schema ({schema}): {exc}") from exc
+        raise StatekitError(f"the function's output columns ({selected.schema}) do not convert to the output schema "
+                            f"({schema}): {exc}") from exc
     for batch in table.to_batches(max_chunksize=OUTPUT_BATCH_ROWS * 10):
         yield from _deliver(batch, writer)
 
 
 def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
+    names = schema.names
     if all(type(r) is tuple for r in rows):  # the fast path: transpose tuples into columns
         widths = {len(r) for r in rows}
         if widths != {len(schema)}:
-            raise StatekitError(f"the function returned rows of {sorted(widths)} values; the output schema has "
-                                f"{len(schema)} columns {schema.names}")
+            raise FunctionResultError(f"the function returned rows of {sorted(widths)} values; the output schema "
+                                      f"has {len(schema)} columns {names}")
         columns = list(zip(*rows))
-        return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
-    names = schema.names
-    dicts = [r if isinstance(r, dict) else dict(zip(names, r)) for r in rows]
-    return pa.RecordBatch.from_pylist(dicts, schema=schema)
+        try:
+            batch = pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)],
+                                               schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise _value_error(columns, schema, exc) from exc
+        return _check_not_null(batch, schema)
+    dicts = [r if type(r) is dict else _as_dict(r, names) for r in rows]
+    try:
+        batch = pa.RecordBatch.from_pylist(dicts, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise _value_error([[d.get(name) for d in dicts] for name in names], schema, exc) from exc
+    return _check_not_null(batch, schema)
+
+
+def _check_not_null(data: Any, schema: pa.Schema) -> Any:
+    """``data`` (a batch or table of ``schema``), checked to hold no null in a NOT NULL column: Spark
+    trusts the schema and failed with a NullPointerException in the JVM, after retrying the task."""
+    for i, field in enumerate(schema):
+        if not field.nullable and data.column(i).null_count:
+            raise FunctionResultError(f"the function returned null for output column {field.name!r}, which the output "
+                                      f"schema declares NOT NULL: return a value there, or declare the column nullable")
+    return data
+
+
+def _as_dict(row: Any, names: list[str]) -> dict[str, Any]:
+    """A row that is not a dict as one: a tuple (or list) of the output schema's values in order."""
+    if isinstance(row, dict):
+        return row
+    if isinstance(row, (tuple, list)):
+        if len(row) != len(names):
+            raise FunctionResultError(f"the function returned a row of {len(row)} values {short_repr(row)}; the "
+                                      f"output schema has {len(names)} columns {names}")
+        return dict(zip(names, row))
+    raise FunctionResultError(f"the function returned a row {short_repr(row)} ({type(row).__name__}): a row is a tuple "
+                              f"of the output schema's values {names} in order, or a dict of column name to value. Its "
+                              f"output is an iterable of rows: to return one row, `return [row]` (not `return row`) or "
+                              f"`yield row`")
+
+
+def _value_error(columns: Sequence[Sequence[Any]], schema: pa.Schema, exc: Exception) -> FunctionResultError:
+    """The error of a row value that does not convert to its output column's type, naming the column."""
+    for values, field in zip(columns, schema):
+        try:
+            pa.array(values, type=field.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as column_exc:
+            return FunctionResultError(f"the function's output column {field.name!r} ({field.type}) got a value "
+                                       f"that does not convert: {column_exc}")
+    return FunctionResultError(f"the function's output rows do not convert to the output schema ({schema}): {exc}")
+

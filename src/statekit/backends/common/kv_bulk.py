@@ -126,13 +126,20 @@ class KVBulkAppendingState(KVBulkState, BulkReducingState, BulkAggregatingState)
             check_no_none(values, "ReducingState.add_many")
         cells = self._cells(keys)
         current: dict[bytes, Any] = {}  # a key met twice adds to what it was given the first time
+        given: set[bytes] = set()  # cells whose current value is a caller's object (a reducing state's first value)
         for cell, data, value in zip(cells, self._table.get_many(cells), values):
             if cell in current:
                 at = current[cell]
+                if cell in given:  # reduce into a copy: the function may change its first argument in place
+                    at = serializer.deserialize(serializer.serialize(at))
             else:
                 at = None if data is None else serializer.deserialize(data)
             if fn is None:
-                current[cell] = value if at is None else reduce(at, value)
+                current[cell] = result = value if at is None else reduce(at, value)
+                if result is value:
+                    given.add(cell)
+                else:
+                    given.discard(cell)
             else:
                 current[cell] = fn.add(value, fn.create_accumulator() if at is None else at)
         datas = serializer.serialize_many(current.values())

@@ -195,6 +195,22 @@ class BulkStateSemantics(BackendTestBase):
         got = bulk.get_many(batch(keyed_backend, [a, b]))
         assert got == [104, 2], f"add_many with None added something: {got!r}"
 
+    def test_bulk_reducing_leaves_the_given_values_alone(self, keyed_backend: KeyedStateBackend) -> None:
+        """A reduce function may change its first argument in place (and return it): that is the
+        state's value, never the caller's. A backend that kept a key's first value as given reduced
+        the key's next value into the caller's own object."""
+        def extend(held: list, new: list) -> list:
+            held.extend(new)
+            return held
+
+        bulk = keyed_backend.get_bulk_state(ReducingStateDescriptor("r", reduce_function=extend))
+        a, b = KEYS[:2]
+        values = [[1], [2], [3], [4]]
+        bulk.add_many(batch(keyed_backend, [a, b, a, a]), values)
+        assert values == [[1], [2], [3], [4]], f"add_many changed the values it was given: {values!r}"
+        got = bulk.get_many(batch(keyed_backend, [a, b]))
+        assert got == [[1, 3, 4], [2]], f"reducing state after add_many: {got!r}"
+
     def test_bulk_aggregating_adds(self, keyed_backend: KeyedStateBackend) -> None:
         descriptor = AggregatingStateDescriptor("g", aggregate_function=Average())
         bulk, state = keyed_backend.get_bulk_state(descriptor), keyed_backend.get_state(descriptor)
