@@ -268,6 +268,24 @@ def test_the_state_get_command(tmp_path):
         [sys.executable, "-m", "statekit.cli", "checkpoints", "describe", job], capture_output=True, text=True).stdout
 
 
+@pytest.mark.parametrize("backend", ["heap", "rocksdb", "lmdb"])
+def test_the_change_feed_deletes_ttl_entries_that_expired_where_no_delta_wrote(backend, tmp_path):
+    """An entry that expired between two checkpoints reads as gone from the later one, so the
+    feed deletes it, also when no changelog delta wrote its key group (no sweep, no access)."""
+    now = [1_000_000]
+    runner = _runner(backend, tmp_path, incremental=True, parallelism=2, function=_Remember(),
+                     clock=lambda: now[0], ttl_sweep_seconds=0)
+    runner.run_epoch([(f"old-{i}", i) for i in range(50)])
+    now[0] += 13_000
+    runner.run_epoch([("new-1", 1)])
+    before = SnapshotReader.open(f"file://{tmp_path}/checkpoints/job/chk-1")
+    after = SnapshotReader.open(f"file://{tmp_path}/checkpoints/job/chk-2")
+    assert sorted(c.key for c in read_all(after)) == ["new-1"]
+    found = [c for index in range(2) for c in changes(before, after, before.operator(), after.operator(), index, 2)]
+    assert Counter((c.change, c.cell.key) for c in found) == Counter(
+        [(PUT, "new-1")] + [(DELETE, f"old-{i}") for i in range(50)])
+
+
 @pytest.mark.parametrize("backend", ["heap", "lmdb"])
 def test_the_change_feed_reads_only_the_key_groups_a_changelog_delta_wrote(backend, tmp_path):
     runner = _runner(backend, tmp_path, incremental=True, parallelism=2)
