@@ -250,12 +250,16 @@ def test_queryable_state_reads_each_kind_and_refreshes(tmp_path):
 
 def test_a_local_jobs_key_types_choose_the_key_group_of_a_lookup(tmp_path):
     """A local job whose keys hash as Spark ints (``key_types``) records them: a lookup hashes the
-    key as the job did, not as the bigint a Python int would be taken for."""
+    key as the job did, not as the bigint a Python int would be taken for; a key that is not an
+    int is a clear error."""
     runner = _runner("heap", tmp_path, incremental=False, function=_Remember(), key_types=["int"])
     runner.run_epoch([(n, n * 10) for n in range(20)])
     state = QueryableState(f"file://{tmp_path}/checkpoints/job")
     assert [state.get("latest", n) for n in range(20)] == [n * 10 for n in range(20)]
     assert [(c.name, c.type) for c in state.key_columns] == [("key", "int")]
+    for wrong in ("seven", 2 ** 40):  # a clear error, not struct's
+        with pytest.raises(ConfigurationError, match=r"does not fit the job's key columns \(key int\)"):
+            state.get("latest", wrong)
 
 
 def test_the_state_get_command(tmp_path):
