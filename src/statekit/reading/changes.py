@@ -2,8 +2,9 @@
 
 Where both checkpoints hold changelog chains (heap and LMDB incremental checkpoints) and the later
 extends the earlier, only the key groups its newer deltas wrote are read; otherwise, and when a
-state read has TTL (its entries expire in key groups no delta wrote), every key group is. The two snapshots are compared key group by key group on their canonical rows (bytes): a cell
-present after but not before, or with other bytes, is a ``put`` with its new value; a cell present
+state read has TTL (its entries expire in key groups no delta wrote), every key group is. The two
+snapshots are compared key group by key group on their canonical rows (bytes): a cell present
+after but not before, or with other bytes, is a ``put`` with its new value; a cell present
 before but not after is a ``delete`` with its old value. A cell is a state's value, a map entry
 (by map key), a timer (by timestamp), or a list element by its position in the list: appending
 to a list puts its new positions, and shortening it deletes the positions past its new end. The
