@@ -18,6 +18,7 @@ from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.inspection import create_savepoint
 from statekit.runtime import LocalRunner
 from statekit.spark.conf import StatekitConf
+from statekit.spark.state_source import ReadOptions
 from statekit.spi.errors import (
     ConfigurationError, FunctionResultError, RestoreError, SnapshotError, StatekitError,
 )
@@ -273,6 +274,9 @@ CASES = [
         ConfigurationError, ("spark.statekit.checkpoint.dir=", "not writable", "choose a directory")),
     Bad("checkpoint-dir-unwritable-mid-run", epoch_into_a_blocked_directory("chk-2"), SnapshotError,
         ("chk-2", "spark.statekit.checkpoint.dir", "may write there")),
+    Bad("change-feed-backwards", lambda tmp: ReadOptions.parse({"path": str(tmp), "changes-from": "2",
+                                                                "changes-to": "1"}),
+        ConfigurationError, ("changes-from=2 must be an earlier checkpoint than changes-to=1",)),
     Bad("restore-path-missing", lambda tmp: resolve(str(tmp / "nothing" / "chk-3")), RestoreError,
         ("spark.statekit.restore.path=", "_metadata does not exist")),
 ]

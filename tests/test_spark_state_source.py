@@ -169,3 +169,35 @@ def test_a_bootstrapped_savepoint_restores_and_continues(spark, statekit_setting
     found = state_of(state.filter(F.col("key").isin(sample)).orderBy("key_group").collect())
     expected = oracle([r for r in rows if r[0] in sample], into={key: _bootstrap_state(key) for key in sample})
     assert found == expected
+
+
+def test_restoring_state_keyed_by_other_key_types_is_refused(spark, statekit_settings, tmp_path):
+    """A savepoint bootstrapped with an int key column restored by a job whose key column is a
+    bigint: the two hash to other key groups, so each key's state would silently not be found."""
+    from pyspark.sql import functions as F
+
+    import statekit.spark as sks
+    from statekit import KeyedProcessFunction, ValueStateDescriptor
+    from statekit.serializers import Int64Serializer
+    from statekit.spi import ConfigurationError
+
+    count = ValueStateDescriptor("count", Int64Serializer())
+
+    class Read(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(count)
+
+        def process(self, row, ctx):
+            yield ctx.current_key, self.count.value()
+
+    users = spark.range(20).select(F.col("id").cast("int").alias("user"), (F.col("id") * 10).alias("count"))
+    url = sks.write_savepoint(users, "user", {"count": count}, job_id="typed", savepoint_dir=f"file://{tmp_path}/sp",
+                              parallelism=2)
+    statekit_settings(**{"checkpoint.storage": "filesystem", "checkpoint.dir": f"file://{tmp_path}/checkpoints",
+                         "restore.path": url, "parallelism": "2"})
+    with pytest.raises(ConfigurationError, match=r"types \['int'\].*types \['bigint'\].*Cast the key columns"):
+        sks.process_keyed(spark.range(20).withColumnRenamed("id", "user"), "user", Read(), "user long, count long",
+                          job_id="typed")
+    out = sks.process_keyed(spark.range(20).select(F.col("id").cast("smallint").alias("user")), "user", Read(),
+                            "user long, count long", job_id="typed")  # a smallint hashes as an int does
+    assert sorted(tuple(r) for r in out.collect()) == [(i, i * 10) for i in range(20)]

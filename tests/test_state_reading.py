@@ -248,6 +248,20 @@ def test_queryable_state_reads_each_kind_and_refreshes(tmp_path):
         query.get("nope", "key-3")
 
 
+def test_a_local_jobs_key_types_choose_the_key_group_of_a_lookup(tmp_path):
+    """A local job whose keys hash as Spark ints (``key_types``) records them: a lookup hashes the
+    key as the job did, not as the bigint a Python int would be taken for; a key that is not an
+    int is a clear error."""
+    runner = _runner("heap", tmp_path, incremental=False, function=_Remember(), key_types=["int"])
+    runner.run_epoch([(n, n * 10) for n in range(20)])
+    state = QueryableState(f"file://{tmp_path}/checkpoints/job")
+    assert [state.get("latest", n) for n in range(20)] == [n * 10 for n in range(20)]
+    assert [(c.name, c.type) for c in state.key_columns] == [("key", "int")]
+    for wrong in ("seven", 2 ** 40):  # a clear error, not struct's
+        with pytest.raises(ConfigurationError, match=r"does not fit the job's key columns \(key int\)"):
+            state.get("latest", wrong)
+
+
 def test_the_state_get_command(tmp_path):
     runner = _runner("rocksdb", tmp_path, incremental=True)
     rows = make_rows(1000, 50, 10)
@@ -266,6 +280,24 @@ def test_the_state_get_command(tmp_path):
     assert failed.returncode == 2 and "holds no operator 'other'" in failed.stderr
     assert "spark.read.format('statekit')" in subprocess.run(
         [sys.executable, "-m", "statekit.cli", "checkpoints", "describe", job], capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb", "lmdb"])
+def test_the_change_feed_deletes_ttl_entries_that_expired_where_no_delta_wrote(backend, tmp_path):
+    """An entry that expired between two checkpoints reads as gone from the later one, so the
+    feed deletes it, also when no changelog delta wrote its key group (no sweep, no access)."""
+    now = [1_000_000]
+    runner = _runner(backend, tmp_path, incremental=True, parallelism=2, function=_Remember(),
+                     clock=lambda: now[0], ttl_sweep_seconds=0)
+    runner.run_epoch([(f"old-{i}", i) for i in range(50)])
+    now[0] += 13_000
+    runner.run_epoch([("new-1", 1)])
+    before = SnapshotReader.open(f"file://{tmp_path}/checkpoints/job/chk-1")
+    after = SnapshotReader.open(f"file://{tmp_path}/checkpoints/job/chk-2")
+    assert sorted(c.key for c in read_all(after)) == ["new-1"]
+    found = [c for index in range(2) for c in changes(before, after, before.operator(), after.operator(), index, 2)]
+    assert Counter((c.change, c.cell.key) for c in found) == Counter(
+        [(PUT, "new-1")] + [(DELETE, f"old-{i}") for i in range(50)])
 
 
 @pytest.mark.parametrize("backend", ["heap", "lmdb"])

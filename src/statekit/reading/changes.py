@@ -1,9 +1,10 @@
 """The change feed: what changed in a job's keyed state between two of its checkpoints.
 
 Where both checkpoints hold changelog chains (heap and LMDB incremental checkpoints) and the later
-extends the earlier, only the key groups its newer deltas wrote are read; otherwise every key
-group is. The two snapshots are compared key group by key group on their canonical rows (bytes): a cell
-present after but not before, or with other bytes, is a ``put`` with its new value; a cell present
+extends the earlier, only the key groups its newer deltas wrote are read; otherwise, and when a
+state read has TTL (its entries expire in key groups no delta wrote), every key group is. The two
+snapshots are compared key group by key group on their canonical rows (bytes): a cell present
+after but not before, or with other bytes, is a ``put`` with its new value; a cell present
 before but not after is a ``delete`` with its old value. A cell is a state's value, a map entry
 (by map key), a timer (by timestamp), or a list element by its position in the list: appending
 to a list puts its new positions, and shortening it deletes the positions past its new end. The
@@ -52,13 +53,21 @@ def changes(before: SnapshotReader, after: SnapshotReader, before_operator: Oper
     """The changes in the key groups of subtask ``index`` of ``parallelism``, key group by key
     group: first the puts, then the deletes of each."""
     check_same_job(before_operator, after_operator)
-    changed = changed_key_groups(before_operator, after_operator, index, parallelism)
+    changed = None if _expires(before_operator, states) else \
+        changed_key_groups(before_operator, after_operator, index, parallelism)
     if changed is None:  # no changelog says which key groups changed: compare them all
         parts = [(index, parallelism)]
     else:  # only the key groups the later deltas wrote, one at a time
         parts = [(key_group, before_operator.max_parallelism) for key_group in sorted(changed)]
     for part in parts:
         yield from _changes_in(before, after, before_operator, after_operator, *part, states)
+
+
+def _expires(operator: OperatorState, states: Sequence[str] | None) -> bool:
+    """Whether any of ``states`` (all when None) has TTL: its entries expire between two checkpoints
+    in key groups no delta wrote (the reader leaves out what expired at each checkpoint's time)."""
+    return any(meta.ttl_seconds is not None for name, meta in operator.states().items()
+               if states is None or name in states)
 
 
 def changed_key_groups(before: OperatorState, after: OperatorState, index: int, parallelism: int) -> set[int] | None:

@@ -10,6 +10,7 @@ the checkpoint's own processing time are left out, as a restore would drop them.
 from __future__ import annotations
 
 import posixpath
+import struct
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -100,7 +101,12 @@ class SnapshotReader:
         job's key columns are when they were recorded."""
         columns = self.key_columns(operator)
         types = [c.type for c in columns] if columns else None
-        return key_group_for_key(key, operator.max_parallelism, types)
+        try:
+            return key_group_for_key(key, operator.max_parallelism, types)
+        except (struct.error, TypeError, AttributeError, OverflowError) as exc:
+            described = ", ".join(f"{c.name} {c.type}" for c in columns) if columns else "not recorded"
+            raise ConfigurationError(f"key {key!r} does not fit the job's key columns ({described}): {exc}; give a "
+                                     f"value of each column's type (a tuple for several columns)") from None
 
     def batches(self, operator: OperatorState, index: int, parallelism: int, states: Sequence[str] | None = None,
                 local_dir: str | None = None) -> Iterator[tuple[CellDecoder, int, pa.RecordBatch]]:

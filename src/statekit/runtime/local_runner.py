@@ -12,6 +12,7 @@ from statekit.checkpoint.assignment import assign, check_max_parallelism
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint, RestoreMode
+from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.event_time import LATE_ROWS, MAX_EVENT_TIME, WATERMARK, EventTime, LateRows, event_time_ms
 from statekit.runtime.function import Calls, ProcessFunction, calls_of, check_function
 from statekit.runtime.grouped_rows import GroupedRows
@@ -213,7 +214,15 @@ class LocalRunner:
         return CheckpointMetadata(epoch, self.job_id, {self.operator_id: operator},
                                   properties={"backend": self.state_backend.name, "incremental": self.incremental,
                                               PROCESSING_TIME: self._processing_time_ms,
-                                              **self._event_time_properties})
+                                              **self._key_schema(), **self._event_time_properties})
+
+    def _key_schema(self) -> dict[str, Any]:
+        """The key types the key groups were hashed with, for readers (``reading``, ``query``): without
+        them a reader infers a key's types from its value (an int as a bigint)."""
+        if not self.key_types:
+            return {}
+        names = ["key"] if len(self.key_types) == 1 else [f"key_{i + 1}" for i in range(len(self.key_types))]
+        return {KEY_SCHEMA: {self.operator_id: [list(c) for c in zip(names, self.key_types)]}}
 
     def _commit(self, epoch: int, subtasks: list[SubtaskState]) -> None:
         self.store.add(self._metadata(epoch, subtasks))

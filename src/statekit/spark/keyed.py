@@ -194,6 +194,9 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                                  f"{PREFIX}parallelism to at most {max_parallelism}"
                                  + ("" if previous else f", or raise {PREFIX}max-parallelism"))
     check_parallelism(parallelism, max_parallelism)
+    if chosen.checkpoint is not None:
+        check_key_types(chosen.checkpoint.metadata.properties, operator_id, key_columns, job.key_types,
+                        chosen.external_url or f"checkpoint {chosen.checkpoint.checkpoint_id}")
 
     processing_time = processing_time_ms if processing_time_ms is not None else \
         epoch_processing_time(store, epoch, progress)
@@ -237,6 +240,28 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
         job.sink.complete(epoch, recorded["outputs"], job.access.restore_streams())
         job.sink.abort_lingering()  # failed attempts' transactions
     return result
+
+
+#: Spark SQL key types that hash alike (Spark's xxhash64 of an int) and give equal Python keys
+_SAME_KEYS = {"tinyint": "int", "smallint": "int"}
+
+
+def check_key_types(properties: Mapping[str, Any], operator_id: str, key_columns: Sequence[str],
+                    key_types: Sequence[str], restored: str) -> None:
+    """Refuse to restore state keyed by columns of other types than the job's: a key's key group is
+    Spark's hash of its typed columns (an int and a bigint hash apart), so every restored key
+    would be looked for in another key group and its state silently not found."""
+    recorded = properties.get(KEY_SCHEMA)
+    columns = recorded.get(operator_id) if isinstance(recorded, dict) else None
+    if not isinstance(columns, list) or not columns or not key_types:
+        return  # not recorded (an older or a local runner's checkpoint)
+    was = [str(type_name) for _, type_name in columns]
+    if [_SAME_KEYS.get(t, t) for t in was] != [_SAME_KEYS.get(t, t) for t in key_types]:
+        raise ConfigurationError(
+            f"operator {operator_id!r} restores state from {restored} keyed by columns of types {was}, but the "
+            f"job's key columns {list(key_columns)} have types {list(key_types)}: keys of other types hash to "
+            f"other key groups and their state would not be found. Cast the key columns to {was} (e.g. "
+            f"df.withColumn(name, df[name].cast('{was[0]}')))")
 
 
 def _output_committed(sink: SinkCoordinator, store: CheckpointStore, epoch: int,

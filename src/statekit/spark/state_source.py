@@ -127,7 +127,11 @@ class ReadOptions:
             raise ConfigurationError(f"a change feed takes two checkpoint numbers of one job, changes-from and "
                                      f"changes-to, and the job's directory (path, or checkpoint-dir and job) without "
                                      f"checkpoint-id; got changes-from={bounds[0]!r}, changes-to={bounds[1]!r}")
-        first, last = (posixpath.join(location.url.rstrip("/"), f"chk-{int(b)}") for b in bounds if b is not None)
+        start, end = (int(b) for b in bounds if b is not None)
+        if start >= end:
+            raise ConfigurationError(f"changes-from={start} must be an earlier checkpoint than changes-to={end}: the "
+                                     f"feed holds what changed from the first to the second")
+        first, last = (posixpath.join(location.url.rstrip("/"), f"chk-{n}") for n in (start, end))
         return cls(SnapshotLocation(last, location.storage_options), options.get("operator"), states, first)
 
 

@@ -15,6 +15,7 @@ snapshot writers ``_full_snapshot`` and ``_changelog_snapshot``, the restore loa
 """
 from __future__ import annotations
 
+import random
 import time
 from abc import abstractmethod
 from typing import Any, Sequence
@@ -56,7 +57,8 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
         self._num_key_groups = len(self.key_group_range)
         #: the first key group of the range: ``set_current_key`` subtracts it (the hot path)
         self._kg_start = self.key_group_range.start
-        self._sweep_position = 0
+        #: the next (state, key group) pair of the TTL sweep; None until this backend first sweeps
+        self._sweep_position: int | None = None
 
     def _key_outside_range(self, key: Any, key_group: int) -> StateAccessError:
         return StateAccessError(
@@ -209,14 +211,20 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
 
     # --- TTL sweep
     def sweep_expired(self, max_seconds: float) -> int:
-        """Visit (state with TTL, key group) pairs from where the last sweep stopped, until every
-        pair was visited once or ``max_seconds`` passed."""
+        """Visit (state with TTL, key group) pairs from where the last sweep stopped (the first sweep
+        of a backend: from a pair the processing time picks), until every pair was visited once or
+        ``max_seconds`` passed."""
         if max_seconds <= 0:
             return 0  # no sweep: expired entries go when accessed and from full snapshots
         deadlines = self.expired_now()
         work = [(name, index) for name in sorted(deadlines) for index in range(self._num_key_groups)]
         if not work:
             return 0
+        if self._sweep_position is None:
+            # a backend restored for this epoch does not know where the last epoch's sweep stopped:
+            # start where the epoch's processing time picks (the same when the epoch is replayed), so
+            # that the sweeps of successive epochs reach every pair instead of always the first ones
+            self._sweep_position = random.Random(self.processing_time_ms).randrange(len(work))
         start = self._sweep_position % len(work)
         stop_at = time.monotonic() + max_seconds
         removed = 0
