@@ -298,3 +298,39 @@ def test_what_is_not_a_sink_is_refused(spark, tmp_path):
     with pytest.raises(ConfigurationError, match="neither a sink"):
         process_keyed_stream(stream, "key", WorkloadFunction(), OUTPUT, "s3://bucket/out",
                              checkpoint_location=str(tmp_path / "c"))
+
+
+class _TaskAttempt:
+    """A stand-in for Spark's ``TaskContext`` of one task attempt."""
+
+    def __init__(self, attempt_number, task_attempt_id):
+        self._attempt_number, self._task_attempt_id = attempt_number, task_attempt_id
+
+    def attemptNumber(self):
+        return self._attempt_number
+
+    def taskAttemptId(self):
+        return self._task_attempt_id
+
+
+def test_attempts_of_a_task_in_two_stage_attempts_have_their_own_transactions(tmp_path, monkeypatch):
+    """Spark numbers a task's attempts anew when it retries the stage (after a fetch failure):
+    the retried stage's first attempt and a zombie attempt of the first stage both have attempt
+    number 0 (SPARK-24552). Their transactions must still differ: the zombie, killed once the
+    stage completes, aborts its own transaction, never the one the checkpoint records."""
+    from statekit.spark import task as spark_task
+    spec = type("Spec", (), {"job_id": "job", "operator_id": "op", "checkpoint_id": 4, "sink_run": "run"})()
+    sink = ParquetFileSink(tmp_path.as_uri())
+    rows = pa.RecordBatch.from_pydict({"key": ["a", "b"], "count": [1, 2]})
+    transactions = []
+    for attempt in (_TaskAttempt(0, 17), _TaskAttempt(0, 23)):  # stage attempt 0 (a zombie), stage attempt 1
+        monkeypatch.setattr(spark_task.TaskContext, "get", staticmethod(lambda attempt=attempt: attempt))
+        transaction = sink.begin_transaction(spark_task._sink_context(spec, 1))
+        sink.write(transaction, rows)
+        transactions.append(transaction)
+    zombie, retried = transactions
+    assert zombie.context.transaction_id != retried.context.transaction_id
+    record = sink.pre_commit(retried)  # the retried stage's attempt acknowledges
+    sink.abort(zombie)  # the zombie is killed
+    sink.commit(record)
+    assert _parquet_rows(str(tmp_path)) == Counter({("a", 1): 1, ("b", 2): 1})
