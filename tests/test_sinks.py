@@ -96,7 +96,7 @@ def test_parquet_sink_on_local_disk(spark, statekit_settings, tmp_path):
     assert _parquet_rows(str(tmp_path / "out")) == job.expected()
     assert Counter(tuple(r) for r in spark.read.parquet(str(tmp_path / "out")).collect()) == job.expected()
     assert sorted(os.listdir(tmp_path / "out")) == [STAGING_DIR] + [
-        f"sinks-keyed-process-e{e:010d}-s{s:05d}.parquet" for e in (1, 2) for s in (0, 1)]
+        f"sinks~keyed-process~e{e:010d}~s{s:05d}.parquet" for e in (1, 2) for s in (0, 1)]
     recorded = job.checkpoint().properties[SINK_PROPERTY]
     assert recorded["kind"] == "two-phase-commit" and [o["subtask"] for o in recorded["outputs"]] == [0, 1]
     assert sum(o["rows"] for o in recorded["outputs"]) == len(job.epochs[1])
@@ -334,3 +334,14 @@ def test_attempts_of_a_task_in_two_stage_attempts_have_their_own_transactions(tm
     sink.abort(zombie)  # the zombie is killed
     sink.commit(record)
     assert _parquet_rows(str(tmp_path)) == Counter({("a", 1): 1, ("b", 2): 1})
+
+
+def test_jobs_sharing_a_directory_never_replace_each_others_files(tmp_path):
+    """Job and operator ids may both contain '-': job 'a' with operator 'b-c' and job 'a-b' with
+    operator 'c' write the same epochs to the same directory, and both outputs stay."""
+    sink = ParquetFileSink(tmp_path.as_uri())
+    for job_id, operator_id, key in (("a", "b-c", "first"), ("a-b", "c", "second")):
+        transaction = sink.begin_transaction(SinkContext(job_id, operator_id, 1, 0, "run", 0))
+        sink.write(transaction, pa.RecordBatch.from_pydict({"key": [key], "count": [1]}))
+        sink.commit(sink.pre_commit(transaction))
+    assert _parquet_rows(str(tmp_path)) == Counter({("first", 1): 1, ("second", 1): 1})
