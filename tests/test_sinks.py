@@ -367,3 +367,21 @@ def test_a_job_restored_from_another_jobs_checkpoint_commits_the_output_that_che
                          checkpoint_location=str(tmp_path / "next" / "spark-checkpoint"), job_id="sinks-next",
                          trigger={"availableNow": True}).awaitTermination()
     assert _parquet_rows(str(tmp_path / "out")) == job.expected()
+
+
+def test_postgres_table_names_are_matched_as_the_rows_are_written_exactly(postgres):
+    """The rows go to the table named exactly (a quoted identifier, letter case included), so the
+    check before the job starts finds that same table: a quoted mixed-case table is accepted, and a
+    name that matches only after folding to lower case is refused there, not by every task."""
+    with psycopg.connect(postgres.conninfo, autocommit=True) as connection:
+        connection.execute('DROP TABLE IF EXISTS "Totals", folded')
+        connection.execute('CREATE TABLE "Totals" (key text, count bigint)')
+        connection.execute("CREATE TABLE Folded (key text, count bigint)")  # stored as folded
+    sink = PostgresSink(postgres.conninfo, "Totals")
+    sink.prepare_target("job", "op")
+    transaction = sink.begin_transaction(SinkContext("job", "op", 1, 0, "case", 0))
+    sink.write(transaction, pa.RecordBatch.from_pydict({"key": ["a"], "count": [1]}))
+    sink.commit(sink.pre_commit(transaction))
+    assert _pg_rows(postgres, '"Totals"') == Counter({("a", 1): 1})
+    with pytest.raises(SinkError, match="Folded does not exist.*letter case.*folded"):
+        PostgresSink(postgres.conninfo, "Folded").prepare_target("job", "op")
