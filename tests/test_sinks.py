@@ -385,3 +385,18 @@ def test_postgres_table_names_are_matched_as_the_rows_are_written_exactly(postgr
     assert _pg_rows(postgres, '"Totals"') == Counter({("a", 1): 1})
     with pytest.raises(SinkError, match="Folded does not exist.*letter case.*folded"):
         PostgresSink(postgres.conninfo, "Folded").prepare_target("job", "op")
+
+
+def test_sqlite_table_names_are_matched_as_sqlite_matches_them(tmp_path):
+    """SQLite matches table names regardless of letter case, when the rows are written and so
+    before the job starts."""
+    database = tmp_path / "t.sqlite"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE Totals (key TEXT, count INTEGER)")
+    sink = SqliteWriteAheadSink(str(database), "totals")
+    sink.prepare_target("job", "op")
+    sink.publish(SinkContext("job", "op", 1, 0), [pa.RecordBatch.from_pydict({"key": ["a"], "count": [1]})])
+    with sqlite3.connect(database) as connection:
+        assert connection.execute("SELECT key, count FROM Totals").fetchall() == [("a", 1)]
+    with pytest.raises(SinkError, match="table missing in .* does not exist"):
+        SqliteWriteAheadSink(str(database), "missing").prepare_target("job", "op")
