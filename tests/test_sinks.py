@@ -400,3 +400,12 @@ def test_sqlite_table_names_are_matched_as_sqlite_matches_them(tmp_path):
         assert connection.execute("SELECT key, count FROM Totals").fetchall() == [("a", 1)]
     with pytest.raises(SinkError, match="table missing in .* does not exist"):
         SqliteWriteAheadSink(str(database), "missing").prepare_target("job", "op")
+
+
+def test_a_sink_class_instead_of_a_sink_is_refused(spark, tmp_path):
+    """A class is callable, but it is no function sink: it would be called with each micro-batch's
+    output after its checkpoint completed, and fail there on what it was given."""
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path))
+    with pytest.raises(ConfigurationError, match="ParquetFileSink is a sink class: pass a sink, e.g. ParquetFileSink"):
+        process_keyed_stream(stream, "key", WorkloadFunction(), OUTPUT, ParquetFileSink,
+                             checkpoint_location=str(tmp_path / "c"))
