@@ -2,7 +2,8 @@
 
 Each subtask writes its epoch's output to one staged file, ``<dir>/_staging/<transaction id>.parquet``
 (pre-commit closes it: on an object store the upload completes). Commit moves it to its final
-name, ``<dir>/<job>-<operator>-e<epoch>-s<subtask>.parquet``: a rename on file systems, which is
+name, ``<dir>/<job>~<operator>~e<epoch>~s<subtask>.parquet`` (``~`` is in no job or operator id,
+so jobs sharing the directory never name a file alike): a rename on file systems, which is
 atomic; on object stores a server-side copy, which makes the whole object appear at once, then
 the staged object is deleted. One file per transaction keeps every commit atomic. Readers of the
 directory (``spark.read.parquet(dir)``, ``pyarrow.dataset``) skip ``_``-prefixed names, so they
@@ -22,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from statekit.spi.errors import TransactionLostError
-from statekit.spi.sinks import SinkContext, TwoPhaseCommitSink, transaction_prefix
+from statekit.spi.sinks import TRANSACTION_ID_SEPARATOR, SinkContext, TwoPhaseCommitSink, transaction_prefix
 from statekit.storage.urls import open_url
 
 STAGING_DIR = "_staging"
@@ -62,7 +63,8 @@ class ParquetFileSink(TwoPhaseCommitSink[FileTransaction]):
 
     # --- task side
     def begin_transaction(self, context: SinkContext) -> FileTransaction:
-        final = f"{context.job_id}-{context.operator_id}-e{context.epoch:010d}-s{context.subtask:05d}.parquet"
+        final = TRANSACTION_ID_SEPARATOR.join(
+            [context.job_id, context.operator_id, f"e{context.epoch:010d}", f"s{context.subtask:05d}"]) + ".parquet"
         return FileTransaction(context, posixpath.join(STAGING_DIR, f"{context.transaction_id}.parquet"), final)
 
     def write(self, transaction: FileTransaction, batch: pa.RecordBatch) -> None:

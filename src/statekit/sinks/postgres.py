@@ -45,8 +45,8 @@ class PostgresTransaction:
 
 class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
     """``conninfo``: a libpq connection string or URI; ``table``: an existing table (optionally
-    schema-qualified, ``"schema.table"``) with a column for each output column, or ``columns``
-    naming the table's columns in output order."""
+    schema-qualified, ``"schema.table"``; names are matched exactly, letter case included) with a
+    column for each output column, or ``columns`` naming the table's columns in output order."""
 
     def __init__(self, conninfo: str, table: str, columns: Sequence[str] | None = None,
                  idle_in_transaction_timeout_ms: int | None = None) -> None:
@@ -80,9 +80,13 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
                 "CREATE TABLE IF NOT EXISTS {} (transaction_id text PRIMARY KEY, job_id text NOT NULL, "
                 "operator_id text NOT NULL, epoch bigint NOT NULL, subtask integer NOT NULL, rows bigint NOT NULL, "
                 "prepared_at timestamptz NOT NULL DEFAULT now())").format(sql.Identifier(TRANSACTIONS_TABLE)))
-            if _single(connection.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()) is None:
+            # the name as the rows are written: quoted, so letter case counts
+            exact = self._table().as_string(connection)
+            if _single(connection.execute("SELECT to_regclass(%s)", (exact,)).fetchone()) is None:
                 raise SinkError(f"{self.describe()} does not exist: create it with a column for each output column "
-                                f"before the job starts")
+                                f"before the job starts. The name is matched exactly, letter case included (an "
+                                f"unquoted CREATE TABLE {self.table} creates a table whose name is folded to lower "
+                                f"case): pass the name as PostgreSQL stores it")
 
     # --- task side
     def begin_transaction(self, context: SinkContext) -> PostgresTransaction:

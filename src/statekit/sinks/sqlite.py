@@ -46,7 +46,7 @@ class SqliteWriteAheadSink(WriteAheadSink):
                                f"NOT NULL, epoch INTEGER NOT NULL, subtask INTEGER NOT NULL, rows INTEGER NOT NULL, "
                                f"published_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, "
                                f"PRIMARY KEY (job_id, operator_id, epoch, subtask))")
-            if connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+            if connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE",
                                    (self.table,)).fetchone() is None:
                 raise SinkError(f"{self.describe()} does not exist: create it with a column for each output column "
                                 f"before the job starts")

@@ -63,6 +63,9 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
     if not df.isStreaming:
         raise ConfigurationError("process_keyed_stream needs a streaming DataFrame; use process_keyed for a "
                                  "bounded one")
+    if isinstance(sink, type) and issubclass(sink, Sink):
+        raise ConfigurationError(f"sink={sink.__name__} is a sink class: pass a sink, e.g. {sink.__name__}(...) with "
+                                 f"its target")
     transactional = sink if isinstance(sink, Sink) else None
     if transactional is None and not callable(sink):
         raise ConfigurationError(f"sink={sink!r} is neither a sink (statekit.sinks) nor a function (DataFrame, "

@@ -166,9 +166,12 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
 
 
 def _sink_context(spec: SubtaskSpec, subtask_index: int) -> SinkContext:
+    """The subtask's transaction identity. Its attempt is Spark's task attempt id, unique in the
+    application: a task's attempt number starts again at 0 when Spark retries the stage, so a
+    zombie attempt of the first stage attempt would share (and abort) the retried one's transaction."""
     context = TaskContext.get()
     return SinkContext(spec.job_id, spec.operator_id, spec.checkpoint_id, subtask_index, spec.sink_run,
-                       context.attemptNumber() if context is not None else 0)
+                       context.taskAttemptId() if context is not None else 0)
 
 
 def _emit(rows: list[Any], schema: pa.Schema, writer: SubtaskSinkWriter | None) -> Iterator[pa.RecordBatch]:

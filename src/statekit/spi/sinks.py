@@ -38,8 +38,9 @@ Transaction = TypeVar("Transaction")
 @dataclass(frozen=True)
 class SinkContext:
     """Which subtask of which epoch writes: a transaction's identity. ``run`` is a token unique to
-    one run of the job and ``attempt`` the engine's attempt number of the task, so a retried task
-    or a new run never reuses the id of a transaction that may still linger."""
+    one run of the job and ``attempt`` the engine's id of the task attempt (unique within the run,
+    also across retries of a stage), so a retried, speculative or zombie task or a new run never
+    reuses the id of a transaction that may still linger."""
 
     job_id: str
     operator_id: str
