@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState, metadata_source
 from statekit.checkpoint.ownership import JobOwnership
-from statekit.spi.errors import ConfigurationError, StatekitError
+from statekit.spi.errors import ConfigurationError, RestoreError, StatekitError
 from statekit.spi.handles import StreamStateHandle
 from statekit.spi.storage import CheckpointStorageAccess, CompletedCheckpointPointer
 
@@ -124,6 +124,21 @@ class CheckpointStore:
         """The restore point of epoch ``checkpoint_id`` (exactly-once rule)."""
         earlier = [c for c in self._retained if c.checkpoint_id < checkpoint_id]
         return earlier[-1] if earlier else None
+
+    def check_fresh_start(self, epoch: int) -> None:
+        """Raise ``RestoreError`` unless epoch ``epoch`` may start from empty state (no restore
+        point): only the first epoch may, or an epoch that replaces no completed checkpoint. A
+        replay of a later epoch whose restore point retention removed would otherwise restore
+        nothing and replace the completed checkpoints from ``epoch`` on, losing their state."""
+        replaced = [c.checkpoint_id for c in self._retained if c.checkpoint_id >= epoch]
+        if epoch <= 1 or not replaced:
+            return
+        raise RestoreError(
+            f"epoch {epoch} cannot be replayed: its restore point, the latest checkpoint before {epoch}, is no longer "
+            f"retained (the job retains checkpoints {[c.checkpoint_id for c in self._retained]}, num-retained "
+            f"{self.num_retained}), so it would start from empty state and replace checkpoints {replaced} with it. "
+            f"Run the next epoch ({self._retained[-1].checkpoint_id + 1}) instead, or restore the state before "
+            f"epoch {epoch} explicitly from a snapshot (spark.statekit.restore.path, LocalRunner.restore_from)")
 
     # --- changes
     def add(self, metadata: CheckpointMetadata) -> CompletedCheckpoint:

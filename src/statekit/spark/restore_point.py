@@ -66,6 +66,8 @@ def choose_restore_point(store: CheckpointStore, conf: StatekitConf, job_id: str
     if external is None and own is None and epoch is not None:
         external = _first_attempts_restore(store, epoch)
     if external is None:
+        if own is None and epoch is not None:
+            store.check_fresh_start(epoch)
         return RestorePoint(epoch if epoch is not None else (own.checkpoint_id + 1 if own else 1), own, None, store)
     if rolled_back:
         log.warning("job %r continues from %s (spark.statekit.restore.path), although Spark committed micro-batches "
