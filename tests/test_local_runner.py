@@ -167,3 +167,18 @@ def test_a_spark_epoch_whose_restore_point_retention_removed_is_refused_too():
         choose_restore_point(store, conf, "local-job", 3, None)
     assert choose_restore_point(store, conf, "local-job", 4, None).checkpoint.checkpoint_id == 3
     assert choose_restore_point(store, conf, "local-job", None, None).epoch == 4
+
+
+def test_a_restart_with_another_max_parallelism_is_refused(tmp_path):
+    """A runner continuing a job's own checkpoints with another max parallelism would look keys up
+    in other key groups than their state is in: every key would silently start again from empty."""
+    from statekit.storage.filesystem import FileSystemCheckpointStorage
+
+    storage = FileSystemCheckpointStorage(tmp_path.as_uri())
+    first = _runner(parallelism=2, storage=storage, job_id="job")
+    first.run_epoch(make_rows(300, 30, 1))
+    restarted = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=256,
+                            storage=storage, job_id="job")
+    with pytest.raises(ConfigurationError, match="max-parallelism=128"):
+        restarted.run_epoch(make_rows(5, 30, 2))
+    assert [c.checkpoint_id for c in restarted.store.completed()] == [1]

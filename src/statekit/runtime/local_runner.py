@@ -178,6 +178,7 @@ class LocalRunner:
         if earlier is None:
             self.store.check_fresh_start(epoch)
             return None
+        check_max_parallelism(earlier.metadata.operator(self.operator_id), self.max_parallelism)
         return earlier.metadata, self.storage.restore_streams()
 
     def _run_subtask(self, index: int, epoch: int, restored: tuple[CheckpointMetadata, CheckpointStreams] | None,
