@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState, metadata_source
 from statekit.checkpoint.ownership import JobOwnership
-from statekit.spi.errors import ConfigurationError, RestoreError, StatekitError
+from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, StatekitError
 from statekit.spi.handles import StreamStateHandle
 from statekit.spi.storage import CheckpointStorageAccess, CompletedCheckpointPointer
 
@@ -63,6 +63,20 @@ def _key(handle: StreamStateHandle) -> str:
     return handle.stored_as or handle.checksum
 
 
+def _retained_metadata(access: CheckpointStorageAccess, pointer: CompletedCheckpointPointer) -> CheckpointMetadata:
+    """The metadata of a retained checkpoint; when it is damaged, the error says how the job goes
+    on without it (a restore path cannot: the store reads every retained checkpoint first)."""
+    try:
+        return CheckpointMetadata.from_bytes(access.read_metadata(pointer), metadata_source(pointer))
+    except CorruptStateError as exc:
+        raise CorruptStateError(
+            f"{exc}. The job reads the _metadata of every checkpoint it retains when it starts, so it cannot start "
+            f"while this one is damaged: move {pointer.external_pointer} out of the job's directory, and the job "
+            f"continues from its latest other checkpoint (a streaming query then refuses to roll back past "
+            f"micro-batches Spark committed unless spark.statekit.restore.path names the snapshot to continue "
+            f"from)") from exc
+
+
 class SharedStateRegistry:
     """Shared file -> the newest checkpoint id that references it."""
 
@@ -99,8 +113,7 @@ class CheckpointStore:
         self.registry = SharedStateRegistry()
         self._retained: list[CompletedCheckpoint] = []
         for pointer in access.completed():
-            self._retained.append(CompletedCheckpoint(
-                pointer, CheckpointMetadata.from_bytes(access.read_metadata(pointer), metadata_source(pointer))))
+            self._retained.append(CompletedCheckpoint(pointer, _retained_metadata(access, pointer)))
         for checkpoint in self._retained:
             self.registry.register(checkpoint.checkpoint_id, self._shared(checkpoint.metadata))
         #: a snapshot restored in no-claim mode: if it is one of this job's own checkpoints, it is never disposed
