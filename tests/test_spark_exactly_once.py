@@ -85,6 +85,23 @@ def test_a_query_restarted_from_a_savepoint_with_a_new_checkpoint_location(jobs,
     assert jobs.check_checkpoint("after", _rows(batches)) == 1
 
 
+def test_a_replayed_first_micro_batch_restores_the_checkpoint_its_first_attempt_did(jobs, tmp_path):
+    """restore.path may name a job directory (its latest checkpoint). A replay of the first
+    micro-batch restores the checkpoint the first attempt restored, not the job's newest one
+    since: the source job went on to checkpoint 3 meanwhile."""
+    batches = epochs(4, seed=750)
+    source_query = str(tmp_path / "source-query")
+    jobs.stream("source", batches[:2], source_query)
+    jobs.configure({"restore.path": (tmp_path / "checkpoints" / jobs.job_id("source")).as_uri()})
+    fork_query = tmp_path / "fork-query"
+    assert jobs.stream("fork", batches[3:], str(fork_query)) == [(0, ROWS_PER_EPOCH)]
+    assert jobs.check_checkpoint("fork", _rows([batches[0], batches[1], batches[3]])) == 1
+    jobs.stream("source", batches[:3], source_query)  # the source job's latest checkpoint is now 3
+    _uncommit(fork_query, 0)
+    assert jobs.stream("fork", batches[3:], str(fork_query)) == [(0, ROWS_PER_EPOCH)]
+    assert jobs.check_checkpoint("fork", _rows([batches[0], batches[1], batches[3]])) == 1
+
+
 def test_a_driver_restart_with_the_jobmanager_storage_is_refused(jobs, spark, tmp_path):
     spark.conf.unset("spark.statekit.checkpoint.dir")
     jobs.configure({"checkpoint.storage": "jobmanager"})
