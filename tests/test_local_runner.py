@@ -116,3 +116,69 @@ def _expected_outputs(epochs):
     from statekit.conformance_tests.workload import expected_outputs
     as_rows = [[(r["key"], r["category"], r["amount"]) for r in rows] for rows in epochs]
     return expected_outputs(as_rows[1], as_rows[0])
+
+
+def test_replaying_an_epoch_whose_restore_point_retention_removed_is_refused():
+    """With one checkpoint retained, epoch 3's restore point (chk-2) is gone once chk-3 completes:
+    replaying epoch 3 must not restore empty state and replace chk-3, which holds every epoch's state."""
+    rows = [make_rows(300, 40, seed) for seed in range(3)]
+    runner = _runner(parallelism=2, num_retained=1)
+    for epoch_rows in rows:
+        runner.run_epoch(epoch_rows)
+    committed = runner.latest_metadata()
+    with pytest.raises(RestoreError, match=r"epoch 3 .*cannot be replayed.*retains checkpoints \[3\]"):
+        runner.run_epoch(rows[2], checkpoint_id=3)
+    assert runner.latest_metadata() == committed, "the refused replay replaced the committed chk-3"
+    outputs = runner.run_epoch([])
+    assert outputs == [] and runner.latest_metadata().checkpoint_id == 4
+    expected = oracle(rows[0] + rows[1] + rows[2] + rows[2][:1])
+    final = runner.run_epoch(rows[2][:1])  # epoch 5 continues from chk-4: all of the state is there
+    key = rows[2][0][0]
+    assert _final_counts(final)[key] == expected[key]["count"]
+
+
+def test_replaying_the_first_epoch_after_a_restore_from_a_snapshot_is_refused():
+    """The first epoch after ``restore_from`` restored the snapshot; replaying it later must not
+    start from empty state instead."""
+    source = _runner(parallelism=2)
+    source.run_epoch(make_rows(300, 40, 7))
+    resumed = _runner(parallelism=2, job_id="resumed")
+    resumed.restore_from(source.savepoint(), source.streams)
+    rows = make_rows(100, 40, 8)
+    resumed.run_epoch(rows)  # epoch 2, restored from the savepoint of chk-1
+    committed = resumed.latest_metadata()
+    with pytest.raises(RestoreError, match=r"epoch 2 .*cannot be replayed"):
+        resumed.run_epoch(rows, checkpoint_id=2)
+    assert resumed.latest_metadata() == committed, "the refused replay replaced the committed chk-2"
+
+
+def test_a_spark_epoch_whose_restore_point_retention_removed_is_refused_too():
+    """The Spark runner's choice of restore point (driver side, no session needed) applies the same rule."""
+    from statekit.checkpoint.store import CheckpointStore
+    from statekit.spark.conf import StatekitConf
+    from statekit.spark.restore_point import choose_restore_point
+
+    runner = _runner(parallelism=2, num_retained=1)
+    for seed in range(3):
+        runner.run_epoch(make_rows(100, 20, seed))
+    store = CheckpointStore(runner.storage, 1)
+    conf = StatekitConf.parse({})
+    with pytest.raises(RestoreError, match=r"epoch 3 cannot be replayed"):
+        choose_restore_point(store, conf, "local-job", 3, None)
+    assert choose_restore_point(store, conf, "local-job", 4, None).checkpoint.checkpoint_id == 3
+    assert choose_restore_point(store, conf, "local-job", None, None).epoch == 4
+
+
+def test_a_restart_with_another_max_parallelism_is_refused(tmp_path):
+    """A runner continuing a job's own checkpoints with another max parallelism would look keys up
+    in other key groups than their state is in: every key would silently start again from empty."""
+    from statekit.storage.filesystem import FileSystemCheckpointStorage
+
+    storage = FileSystemCheckpointStorage(tmp_path.as_uri())
+    first = _runner(parallelism=2, storage=storage, job_id="job")
+    first.run_epoch(make_rows(300, 30, 1))
+    restarted = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=256,
+                            storage=storage, job_id="job")
+    with pytest.raises(ConfigurationError, match="max-parallelism=128"):
+        restarted.run_epoch(make_rows(5, 30, 2))
+    assert [c.checkpoint_id for c in restarted.store.completed()] == [1]

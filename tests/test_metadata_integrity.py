@@ -377,3 +377,30 @@ def test_a_plugin_handle_that_does_not_check_its_fields_still_gives_a_named_erro
     with pytest.raises(CorruptStateError, match=r"field \$ \(a 'test-unchecked' state handle\) is malformed: "
                                                 r"ValueError: .*'many'"):
         StateHandle.from_json({**good, "size": "many"})
+
+
+def test_a_damaged_retained_checkpoint_says_how_the_job_goes_on_without_it(tmp_path):
+    """A restart reads every retained checkpoint's _metadata, so a restore path cannot get past a
+    damaged one: the error names its directory and says to move it out of the job's directory;
+    done so, the job continues from its latest other checkpoint."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"))
+
+    def runner() -> LocalRunner:
+        return LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=MAX_P,
+                           storage=storage, job_id=JOB)
+
+    rows = ROWS + [make_rows(24, 12, seed=3)]
+    first = runner()
+    for epoch_rows in rows:
+        first.run_epoch(epoch_rows)
+    job_dir = tmp_path / "checkpoints" / JOB
+    (job_dir / "chk-1" / "_metadata").write_bytes(b"")  # e.g. a file system that lost its content
+    with pytest.raises(CorruptStateError) as caught:
+        runner()
+    message = str(caught.value)
+    assert f"move {(job_dir / 'chk-1').as_uri()} out of" in message, message
+    (job_dir / "chk-1").rename(tmp_path / "damaged-chk-1")
+    restarted = runner()
+    restarted.run_epoch([])
+    assert dump_state(restarted.latest_metadata(), restarted.streams, str(tmp_path / "dump")) == \
+        expected_state(rows[0] + rows[1] + rows[2])

@@ -322,3 +322,15 @@ def test_the_change_feed_reads_only_the_key_groups_a_changelog_delta_wrote(backe
     read = [ranges.get((file, offset, length)) for streams in (before.streams, after.streams)
             for _, file, offset, length in streams.opened]
     assert read and set(read) <= touched, "only the changed key groups' bytes are read, one range each"
+
+
+def test_a_job_id_that_leaves_the_checkpoint_directory_is_refused(tmp_path):
+    """checkpoint_dir + job_id name ``<checkpoint_dir>/<job_id>``: a job id is checked as jobs check
+    theirs, so ``../other/job`` never reads a job outside the checkpoint directory."""
+    runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2,
+                         storage=storage_class("filesystem")(f"file://{tmp_path}/other"), job_id="job")
+    runner.run_epoch(make_rows(100, 10, 1))
+    (tmp_path / "checkpoints").mkdir()
+    for job_id in ("../other/job", "job/../../other/job", ".."):
+        with pytest.raises(ConfigurationError, match=r"is not a valid job id"):
+            QueryableState(checkpoint_dir=f"file://{tmp_path}/checkpoints", job_id=job_id)

@@ -231,6 +231,19 @@ def test_moved_savepoint_restores_at_parallelism_3_and_7(location, tmp_path):
                                rows_1 + rows_2 + rows_3, f"a job resumed from it at parallelism {parallelism}")
 
 
+def test_a_second_savepoint_of_the_same_checkpoint_is_refused_before_writing_anything(location, tmp_path):
+    """``savepoint-<job>-<checkpoint id>`` names one savepoint: taking it again fails at once,
+    naming the savepoint, and leaves the completed one exactly as it was (no orphan files in it)."""
+    runner = _runner(location.storage(), tmp_path, parallelism=2)
+    runner.run_epoch(make_rows(3000, 1500, 24))
+    runner.savepoint(location.url_of("savepoints"))
+    before = location.files("savepoints")
+    with pytest.raises(SnapshotError, match=r"savepoint-scenario-job-1 already exists"):
+        runner.savepoint(location.url_of("savepoints"))
+    after = location.files("savepoints")
+    assert after == before, f"the refused savepoint left files in the completed one: {sorted(after.keys() - before.keys())}"
+
+
 # ---------------------------------------------------------------------------- no-claim restore
 
 

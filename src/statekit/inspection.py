@@ -264,9 +264,8 @@ def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | No
     savepoint_id = f"{metadata.job_id}-{metadata.checkpoint_id}"
     fs, root = open_url(savepoint_dir, "--to", storage_options)
     directory = posixpath.join(root, f"{SAVEPOINT_PREFIX}{savepoint_id}")
-    if fs.exists(posixpath.join(directory, METADATA_FILE)):
-        raise InspectionError(f"savepoint {fs.unstrip_protocol(directory)} already exists; delete it or choose another --to")
     existed = fs.exists(directory)
+    # refuses an existing savepoint before writing anything
     location = _files(savepoint_dir, storage_options).savepoint_location(savepoint_dir, savepoint_id)
     try:
         with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir:

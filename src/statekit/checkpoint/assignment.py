@@ -32,7 +32,6 @@ def check_max_parallelism(state: OperatorState, max_parallelism: int) -> None:
 
 def assign(state: OperatorState, subtask_index: int, parallelism: int) -> SubtaskRestore:
     """The handles subtask ``subtask_index`` of ``parallelism`` restores from."""
-    check_max_parallelism(state, state.max_parallelism)
     target = KeyGroupRange.of_subtask(state.max_parallelism, parallelism, subtask_index)
     keyed = tuple(h for subtask in state.subtasks for h in subtask.keyed
                   if h.key_group_range.intersects(target))

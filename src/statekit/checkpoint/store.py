@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState, metadata_source
 from statekit.checkpoint.ownership import JobOwnership
-from statekit.spi.errors import ConfigurationError, StatekitError
+from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, StatekitError
 from statekit.spi.handles import StreamStateHandle
 from statekit.spi.storage import CheckpointStorageAccess, CompletedCheckpointPointer
 
@@ -63,6 +63,20 @@ def _key(handle: StreamStateHandle) -> str:
     return handle.stored_as or handle.checksum
 
 
+def _retained_metadata(access: CheckpointStorageAccess, pointer: CompletedCheckpointPointer) -> CheckpointMetadata:
+    """The metadata of a retained checkpoint; when it is damaged, the error says how the job goes
+    on without it (a restore path cannot: the store reads every retained checkpoint first)."""
+    try:
+        return CheckpointMetadata.from_bytes(access.read_metadata(pointer), metadata_source(pointer))
+    except CorruptStateError as exc:
+        raise CorruptStateError(
+            f"{exc}. The job reads the _metadata of every checkpoint it retains when it starts, so it cannot start "
+            f"while this one is damaged: move {pointer.external_pointer} out of the job's directory, and the job "
+            f"continues from its latest other checkpoint (a streaming query then refuses to roll back past "
+            f"micro-batches Spark committed unless spark.statekit.restore.path names the snapshot to continue "
+            f"from)") from exc
+
+
 class SharedStateRegistry:
     """Shared file -> the newest checkpoint id that references it."""
 
@@ -99,8 +113,7 @@ class CheckpointStore:
         self.registry = SharedStateRegistry()
         self._retained: list[CompletedCheckpoint] = []
         for pointer in access.completed():
-            self._retained.append(CompletedCheckpoint(
-                pointer, CheckpointMetadata.from_bytes(access.read_metadata(pointer), metadata_source(pointer))))
+            self._retained.append(CompletedCheckpoint(pointer, _retained_metadata(access, pointer)))
         for checkpoint in self._retained:
             self.registry.register(checkpoint.checkpoint_id, self._shared(checkpoint.metadata))
         #: a snapshot restored in no-claim mode: if it is one of this job's own checkpoints, it is never disposed
@@ -124,6 +137,21 @@ class CheckpointStore:
         """The restore point of epoch ``checkpoint_id`` (exactly-once rule)."""
         earlier = [c for c in self._retained if c.checkpoint_id < checkpoint_id]
         return earlier[-1] if earlier else None
+
+    def check_fresh_start(self, epoch: int) -> None:
+        """Raise ``RestoreError`` unless epoch ``epoch`` may start from empty state (no restore
+        point): only the first epoch may, or an epoch that replaces no completed checkpoint. A
+        replay of a later epoch whose restore point retention removed would otherwise restore
+        nothing and replace the completed checkpoints from ``epoch`` on, losing their state."""
+        replaced = [c.checkpoint_id for c in self._retained if c.checkpoint_id >= epoch]
+        if epoch <= 1 or not replaced:
+            return
+        raise RestoreError(
+            f"epoch {epoch} cannot be replayed: its restore point, the latest checkpoint before {epoch}, is no longer "
+            f"retained (the job retains checkpoints {[c.checkpoint_id for c in self._retained]}, num-retained "
+            f"{self.num_retained}), so it would start from empty state and replace checkpoints {replaced} with it. "
+            f"Run the next epoch ({self._retained[-1].checkpoint_id + 1}) instead, or restore the state before "
+            f"epoch {epoch} explicitly from a snapshot (spark.statekit.restore.path, LocalRunner.restore_from)")
 
     # --- changes
     def add(self, metadata: CheckpointMetadata) -> CompletedCheckpoint:

@@ -29,6 +29,7 @@ from statekit.runtime.task import PROCESSING_TIME
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateMetaInfo
 from statekit.spi.key_groups import KeyGroupRange, key_group_for_key
+from statekit.spi.names import check_job_id
 from statekit.spi.storage import CheckpointStreams, ResolvedCheckpoint
 from statekit.storage.inline import InlineStreams
 from statekit.storage.layout import METADATA_FILE
@@ -39,9 +40,11 @@ KEY_SCHEMA = "key_schema"
 
 
 def snapshot_url(path: str | None = None, checkpoint_dir: str | None = None, job_id: str | None = None,
-                 checkpoint_id: int | None = None) -> str:
+                 checkpoint_id: int | None = None, job_setting: str = "job_id") -> str:
     """The URL of a snapshot given as a path (a checkpoint, a savepoint, or a job directory for its
-    latest checkpoint), or as a checkpoint directory, a job id and an optional checkpoint id."""
+    latest checkpoint), or as a checkpoint directory, a job id (checked as jobs check theirs, so it
+    names a directory inside the checkpoint directory; ``job_setting`` names it in errors) and an
+    optional checkpoint id."""
     if path:
         if checkpoint_dir or job_id or checkpoint_id is not None:
             raise ConfigurationError("give either a path, or a checkpoint directory and a job id (and a checkpoint "
@@ -50,7 +53,7 @@ def snapshot_url(path: str | None = None, checkpoint_dir: str | None = None, job
     if not checkpoint_dir or not job_id:
         raise ConfigurationError("say which state to read: a path (a checkpoint, savepoint or job directory), or a "
                                  "checkpoint directory and a job id")
-    url = posixpath.join(checkpoint_dir.rstrip("/"), job_id)
+    url = posixpath.join(checkpoint_dir.rstrip("/"), check_job_id(job_id, job_setting))
     return url if checkpoint_id is None else posixpath.join(url, f"chk-{checkpoint_id}")
 
 

@@ -176,7 +176,11 @@ class LocalRunner:
         if self._restore_override is not None:
             return self._restore_override
         earlier = self.store.latest_before(epoch)
-        return (earlier.metadata, self.storage.restore_streams()) if earlier else None
+        if earlier is None:
+            self.store.check_fresh_start(epoch)
+            return None
+        check_max_parallelism(earlier.metadata.operator(self.operator_id), self.max_parallelism)
+        return earlier.metadata, self.storage.restore_streams()
 
     def _run_subtask(self, index: int, epoch: int, restored: tuple[CheckpointMetadata, CheckpointStreams] | None,
                      records: list[tuple[Any, int, Any]], outputs: list[Any],

@@ -63,9 +63,11 @@ def choose_restore_point(store: CheckpointStore, conf: StatekitConf, job_id: str
     external = conf.restore_path if own is None or rolled_back else None
     if rolled_back and external is None:
         raise RestoreError(_rollback_message(store, conf, job_id, own, progress, durable))  # type: ignore[arg-type]
-    if external is None and own is None and epoch is not None:
-        external = _first_attempts_restore(store, epoch)
+    if own is None and epoch is not None and not rolled_back:  # a replay restores what its first attempt did
+        external = _first_attempts_restore(store, epoch) or external
     if external is None:
+        if own is None and epoch is not None:
+            store.check_fresh_start(epoch)
         return RestorePoint(epoch if epoch is not None else (own.checkpoint_id + 1 if own else 1), own, None, store)
     if rolled_back:
         log.warning("job %r continues from %s (spark.statekit.restore.path), although Spark committed micro-batches "
@@ -74,12 +76,15 @@ def choose_restore_point(store: CheckpointStore, conf: StatekitConf, job_id: str
     restored = CompletedCheckpoint(resolved.pointer, CheckpointMetadata.from_bytes(resolved.metadata,
                                                                                    metadata_source(resolved.pointer)))
     store = CheckpointStore(store.access, store.num_retained, restored, conf.restore_mode, store.ownership)
-    return RestorePoint(epoch if epoch is not None else restored.checkpoint_id + 1, restored, external, store)
+    # the snapshot found, not the URL given: a job directory's latest checkpoint moves on
+    return RestorePoint(epoch if epoch is not None else restored.checkpoint_id + 1, restored,
+                        resolved.pointer.external_pointer, store)
 
 
 def _first_attempts_restore(store: CheckpointStore, epoch: int) -> str | None:
     """The external snapshot a completed earlier attempt of ``epoch`` restored from, if any: a
-    replay restores the same even when ``spark.statekit.restore.path`` was unset since."""
+    replay restores the same even when ``spark.statekit.restore.path`` was unset or changed since,
+    or names a job directory whose latest checkpoint is another one now."""
     attempts = [c for c in store.completed() if c.checkpoint_id == epoch]
     return attempts[0].metadata.properties.get(RESTORED_FROM) if attempts else None
 

@@ -94,7 +94,7 @@ def snapshot_location_of(options: dict[str, str], source: str, more: tuple[str, 
     if checkpoint_id is not None and not checkpoint_id.strip().isdigit():
         raise ConfigurationError(f"option checkpoint-id must be a checkpoint number, got {checkpoint_id!r}")
     url = snapshot_url(options.get("path"), options.get("checkpoint-dir"), options.get("job"),
-                       int(checkpoint_id) if checkpoint_id is not None else None)
+                       int(checkpoint_id) if checkpoint_id is not None else None, "option job")
     try:
         storage_options = json.loads(options.get("storage-options") or "{}")
     except ValueError as exc:

@@ -9,7 +9,7 @@ from typing import Any
 
 import fsspec
 
-from statekit.spi.errors import RestoreError
+from statekit.spi.errors import RestoreError, SnapshotError
 from statekit.spi.storage import CompletedCheckpointPointer, ResolvedCheckpoint, SavepointTarget
 from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SAVEPOINT_PREFIX
 from statekit.storage.urls import io_failure, open_url
@@ -29,6 +29,7 @@ class SavepointLocation(SavepointTarget):
         fs, root = open_url(savepoint_dir, SAVEPOINT_DIR_SETTING, storage_options)
         self.fs = fs
         self.directory = posixpath.join(root, f"{SAVEPOINT_PREFIX}{savepoint_id}")
+        _check_absent(fs, self.directory)
         check_writable(fs, self.directory, SAVEPOINT_DIR_SETTING, savepoint_dir)
         # a savepoint's files are all exclusive and live beside its _metadata
         self.streams = FileSystemCheckpointStreams(fs, self.directory, "", memory_threshold, SAVEPOINT_DIR_SETTING)
@@ -36,6 +37,18 @@ class SavepointLocation(SavepointTarget):
     def commit(self, checkpoint_id: int, metadata: bytes) -> CompletedCheckpointPointer:
         write_metadata_atomically(self.fs, posixpath.join(self.directory, METADATA_FILE), metadata, SAVEPOINT_DIR_SETTING)
         return CompletedCheckpointPointer(checkpoint_id, self.fs.unstrip_protocol(self.directory), is_savepoint=True)
+
+
+def _check_absent(fs: fsspec.AbstractFileSystem, directory: str) -> None:
+    """Refuse a savepoint whose ``_metadata`` exists before any of its files is written: its id
+    names one savepoint, and a completed one is never added to nor overwritten."""
+    try:
+        exists = fs.exists(posixpath.join(directory, METADATA_FILE))
+    except OSError as exc:
+        raise SnapshotError(io_failure("read the savepoint at", directory, exc, SAVEPOINT_DIR_SETTING)) from exc
+    if exists:
+        raise SnapshotError(f"savepoint {fs.unstrip_protocol(directory)} already exists (a savepoint of the same "
+                            f"checkpoint); restore from it, or delete it to take it again")
 
 
 def resolve(url: str, storage_options: dict[str, Any] | None = None,
