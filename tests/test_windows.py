@@ -14,6 +14,8 @@ from statekit.backends.heap import HeapStateBackend
 from statekit.backends.lmdb import LMDBStateBackend
 from statekit.backends.rocksdb import RocksDBStateBackend
 from statekit.conformance_tests.compare import assert_same_rows
+from statekit.reading.snapshot_reader import SnapshotReader
+from statekit.registry import storage_class
 from statekit.runtime.event_time import EventTime
 from statekit.runtime.local_runner import LocalRunner
 from statekit.spi import AggregateFunction, ConfigurationError
@@ -251,3 +253,21 @@ def test_bad_window_settings_are_refused():
     with pytest.raises(ConfigurationError, match="allowed_lateness is for event-time windows"):
         windows.aggregate(windows.TumblingWindows.of("1 s", domain=windows.TimeDomain.PROCESSING_TIME), Sum(),
                           allowed_lateness="1 s")
+
+
+def test_a_window_first_filled_within_the_lateness_is_cleared_after_it(backend, tmp_path):
+    function = windows.aggregate(windows.TumblingWindows.of("10 seconds"), windows.Count(), timestamp="ts",
+                                 allowed_lateness="10 seconds")
+    run = LocalRunner(function, lambda row: row["k"], parallelism=1, state_backend=backend, event_time="ts",
+                      watermark_delay="0 ms", late_rows="process",
+                      storage=storage_class("filesystem")(f"file://{tmp_path}/checkpoints"), job_id="job")
+    start = T0 - T0 % 10_000
+    run.run_epoch([{"k": "a", "ts": start + 15_000}])
+    assert run.run_epoch([{"k": "b", "ts": start + 5000}]) == [("b", start, start + 10_000, 1)], \
+        "the first element of a window its end passed, within the lateness, fires it at once"
+    run.run_epoch([{"k": "a", "ts": start + 100_000}])
+    run.run_epoch([])  # the watermark passed the window's end plus the lateness
+    reader = SnapshotReader.open(f"file://{tmp_path}/checkpoints/job")
+    left = [(cell.key, cell.state, cell.namespace) for cell in reader.cells(reader.operator(), 0, 1)]
+    assert [cell for cell in left if cell[0] == "b"] == [], "the window's state outlived its lateness"
+

@@ -193,8 +193,10 @@ class WindowOperator(KeyedProcessFunction):
             if self.assigner.merging:
                 window, state_window = self._merge(window, timers)
             self.contents.add(state_window, value)
-            if event_time and window.max_timestamp <= watermark:  # late, within the lateness: fire now
+            if event_time and window.max_timestamp <= watermark:  # late, within the lateness: fire now,
                 yield from self.contents.emit(ctx.current_key, window, state_window, ctx)
+                # and clear the window when the lateness ends (it may be new, or a merged session)
+                timers.register_event_time_timer(self._cleanup_time(window), window)
             else:
                 self._register(timers, window)
 
