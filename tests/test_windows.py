@@ -271,3 +271,25 @@ def test_a_window_first_filled_within_the_lateness_is_cleared_after_it(backend, 
     left = [(cell.key, cell.state, cell.namespace) for cell in reader.cells(reader.operator(), 0, 1)]
     assert [cell for cell in left if cell[0] == "b"] == [], "the window's state outlived its lateness"
 
+
+def test_a_session_past_its_lateness_merges_with_nothing(backend):
+    function = windows.aggregate(windows.SessionWindows.with_gap("10 seconds"), windows.Count(), timestamp="ts",
+                                 allowed_lateness="100 seconds")
+    run = runner(function, backend, parallelism=1, late_rows="process")
+    run.run_epoch([{"k": "a", "ts": T0}, {"k": "x", "ts": T0 + 50_000}])
+    assert run.run_epoch([{"k": "a", "ts": T0 + 5000}]) == [("a", T0, T0 + 15_000, 2)], \
+        "a late element within the lateness grows the session and fires it"
+    run.run_epoch([{"k": "x", "ts": T0 + 120_000}])
+    assert sorted(run.run_epoch([{"k": "a", "ts": T0 + 15_000}])) == [
+        ("a", T0 + 15_000, T0 + 25_000, 1), ("x", T0 + 50_000, T0 + 60_000, 1)], \
+        "the watermark passed [T0, T0 + 15 s) plus its lateness: it is gone, a new session starts"
+
+
+def test_a_session_the_watermark_closed_does_not_grow_in_that_epoch(backend):
+    function = windows.aggregate(windows.SessionWindows.with_gap("10 seconds"), windows.Count(), timestamp="ts")
+    run = runner(function, backend, parallelism=1)
+    run.run_epoch([{"k": "a", "ts": T0}, {"k": "x", "ts": T0 + 9999}])
+    # the watermark T0 + 9999 closes [T0, T0 + 10 s); an element at its end opens the next session
+    assert run.run_epoch([{"k": "a", "ts": T0 + 10_000}]) == [("a", T0, T0 + 10_000, 1)]
+    assert run.run_epoch([{"k": "x", "ts": T0 + 60_000}]) == []
+    assert sorted(run.run_epoch([])) == [("a", T0 + 10_000, T0 + 20_000, 1), ("x", T0 + 9999, T0 + 19_999, 1)]

@@ -191,7 +191,7 @@ class WindowOperator(KeyedProcessFunction):
                 continue  # late beyond the allowed lateness: dropped, as in Flink
             state_window = window
             if self.assigner.merging:
-                window, state_window = self._merge(window, timers)
+                window, state_window = self._merge(window, timers, watermark if event_time else None)
             self.contents.add(state_window, value)
             if event_time and window.max_timestamp <= watermark:  # late, within the lateness: fire now,
                 yield from self.contents.emit(ctx.current_key, window, state_window, ctx)
@@ -200,12 +200,14 @@ class WindowOperator(KeyedProcessFunction):
             else:
                 self._register(timers, window)
 
-    def _merge(self, new: TimeWindow, timers: TimerService) -> tuple[TimeWindow, TimeWindow]:
-        """Merge ``new`` with the key's sessions it intersects: (the session, its state window)."""
+    def _merge(self, new: TimeWindow, timers: TimerService, watermark: int | None) -> tuple[TimeWindow, TimeWindow]:
+        """Merge ``new`` with the key's sessions it intersects: (the session, its state window). An
+        event-time session the ``watermark`` passed by its lateness is over (its cleanup timer fires
+        after the epoch's rows): it merges with nothing."""
         kept: list[int] = []
         overlapping: list[tuple[TimeWindow, TimeWindow]] = []
         for session, state_window in _sessions(self.sessions.value()):
-            if session.intersects(new):
+            if session.intersects(new) and (watermark is None or self._cleanup_time(session) > watermark):
                 overlapping.append((session, state_window))
             else:
                 kept += (session.start, session.end, state_window.start, state_window.end)
