@@ -260,7 +260,8 @@ def aggregate(assigner: WindowAssigner, function: AggregateFunction, *, timestam
     """Windows that keep one accumulator each (Flink's ``window(...).aggregate(...)``): each element's
     ``value(row)`` (default: the row) is added; when a window closes, ``emit(key, window, result)``
     gives its output row (default ``(key..., start, end, result)``). ``timestamp``: the row's
-    event-time column or a function of the row (event-time windows)."""
+    event-time column or a function of the row (event-time windows). ``allowed_lateness`` acts on
+    late rows, which reach the operator only when the job keeps them (``late_rows="process"``)."""
     if not isinstance(function, AggregateFunction):
         raise ConfigurationError(f"windows.aggregate needs an AggregateFunction instance, got {function!r}")
     return WindowOperator(assigner, _Accumulated(function, emit, accumulator_serializer), timestamp, value,
