@@ -295,6 +295,19 @@ def test_a_session_the_watermark_closed_does_not_grow_in_that_epoch(backend):
     assert sorted(run.run_epoch([])) == [("a", T0 + 10_000, T0 + 20_000, 1), ("x", T0 + 9999, T0 + 19_999, 1)]
 
 
+@pytest.mark.parametrize("assigner", [windows.TumblingWindows.of("10 seconds"),
+                                      windows.SessionWindows.with_gap("10 seconds")], ids=["tumbling", "session"])
+def test_a_late_element_fires_its_window_once_in_the_epoch_its_end_passes(backend, assigner):
+    function = windows.aggregate(assigner, windows.Count(), timestamp="ts", allowed_lateness="10 seconds")
+    run = runner(function, backend, parallelism=1, late_rows="process")
+    start = T0 - T0 % 10_000
+    run.run_epoch([{"k": "a", "ts": start}])  # the window (or session) [start, start + 10 s)
+    run.run_epoch([{"k": "x", "ts": start + 12_000}])  # the watermark is start
+    # the watermark start + 12000 passes the window's end: a late element fires it at once, with
+    # both elements, and its end timer, due at the end of this epoch, does not fire it again
+    assert run.run_epoch([{"k": "a", "ts": start}]) == [("a", start, start + 10_000, 2)]
+    assert run.run_epoch([{"k": "a", "ts": start}]) == [("a", start, start + 10_000, 3)]
+
 @pytest.mark.xfail(strict=True, reason="a row at exactly the epoch's watermark is on time for the runners (late is "
                    "'older than the watermark'), but the window operator drops it when its window's last "
                    "millisecond is the watermark, although that window fires only at the end of this epoch; "

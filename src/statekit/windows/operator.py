@@ -193,9 +193,11 @@ class WindowOperator(KeyedProcessFunction):
             if self.assigner.merging:
                 window, state_window = self._merge(window, timers, watermark if event_time else None)
             self.contents.add(state_window, value)
-            if event_time and window.max_timestamp <= watermark:  # late, within the lateness: fire now,
+            if event_time and window.max_timestamp <= watermark:  # late, within the lateness: fire now
                 yield from self.contents.emit(ctx.current_key, window, state_window, ctx)
-                # and clear the window when the lateness ends (it may be new, or a merged session)
+                # (not again at the epoch's end, if its end timer is still due), and clear the window
+                # when the lateness ends (it may be new, or a merged session)
+                timers.delete_event_time_timer(window.max_timestamp, window)
                 timers.register_event_time_timer(self._cleanup_time(window), window)
             else:
                 self._register(timers, window)
