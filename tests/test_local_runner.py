@@ -2,6 +2,7 @@
 import pytest
 
 from statekit.conformance_tests.workload import WorkloadFunction, expected_key_state, make_rows, oracle
+from statekit import KeyedProcessFunction
 from statekit.runtime import LocalRunner
 from statekit.spi import ConfigurationError, RestoreError
 
@@ -116,3 +117,29 @@ def _expected_outputs(epochs):
     from statekit.conformance_tests.workload import expected_outputs
     as_rows = [[(r["key"], r["category"], r["amount"]) for r in rows] for rows in epochs]
     return expected_outputs(as_rows[1], as_rows[0])
+
+
+class FollowUp(KeyedProcessFunction):
+    """An event-time timer per row; when one fires, a follow-up timer in each domain of another
+    timer service, due at once (namespace "f")."""
+
+    def process(self, row, ctx):
+        ctx.timer_service().register_event_time_timer(row[1])
+
+    def on_timer(self, timestamp, ctx):
+        yield ctx.current_key, ctx.time_domain.value, timestamp, ctx.timer.namespace
+        if ctx.timer.namespace is None:
+            follow_up = ctx.timer_service("follow-up")
+            follow_up.register_event_time_timer(timestamp, "f")
+            follow_up.register_processing_time_timer(follow_up.current_processing_time(), "f")
+
+
+def test_due_timers_of_a_service_first_used_while_timers_fire_fire_in_that_epoch():
+    times = iter(range(1000, 10 ** 9, 1000))
+    runner = LocalRunner(FollowUp(), lambda row: row[0], parallelism=1, event_time=lambda row: row[1],
+                         watermark_delay="0 ms", clock=lambda: next(times))
+    runner.run_epoch([("a", 5), ("b", 7)])
+    fired = runner.run_epoch([])  # the watermark 7, the processing time 2000
+    assert fired[:4] == [("a", "event-time", 5, None), ("a", "event-time", 5, "f"), ("b", "event-time", 7, None),
+                         ("b", "event-time", 7, "f")], "in timestamp order, the new service's timers among the others"
+    assert sorted(fired[4:]) == [("a", "processing-time", 2000, "f"), ("b", "processing-time", 2000, "f")]
