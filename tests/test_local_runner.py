@@ -143,3 +143,17 @@ def test_due_timers_of_a_service_first_used_while_timers_fire_fire_in_that_epoch
     assert fired[:4] == [("a", "event-time", 5, None), ("a", "event-time", 5, "f"), ("b", "event-time", 7, None),
                          ("b", "event-time", 7, "f")], "in timestamp order, the new service's timers among the others"
     assert sorted(fired[4:]) == [("a", "processing-time", 2000, "f"), ("b", "processing-time", 2000, "f")]
+
+
+class Echo(KeyedProcessFunction):
+    def process(self, row, ctx):
+        yield row
+
+
+def test_a_record_without_event_time_is_processed_and_moves_no_watermark_as_under_spark():
+    runner = LocalRunner(Echo(), lambda row: row[0], parallelism=1, event_time=lambda row: row[1],
+                         watermark_delay="0 ms")
+    assert runner.run_epoch([("a", 5), ("b", None)]) == [("a", 5), ("b", None)]
+    assert runner.run_epoch([("c", None), ("d", 4)]) == [("c", None)]  # the watermark 5: d is late
+    properties = runner.latest_metadata().properties
+    assert (properties["watermark_ms"], properties["max_event_time_ms"], properties["late_rows_dropped"]) == (5, 5, 1)
