@@ -2,6 +2,7 @@
 import pytest
 
 from statekit.conformance_tests.workload import WorkloadFunction, expected_key_state, make_rows, oracle
+from statekit import KeyedProcessFunction
 from statekit.runtime import LocalRunner
 from statekit.spi import ConfigurationError, RestoreError
 
@@ -182,3 +183,43 @@ def test_a_restart_with_another_max_parallelism_is_refused(tmp_path):
     with pytest.raises(ConfigurationError, match="max-parallelism=128"):
         restarted.run_epoch(make_rows(5, 30, 2))
     assert [c.checkpoint_id for c in restarted.store.completed()] == [1]
+
+
+class FollowUp(KeyedProcessFunction):
+    """An event-time timer per row; when one fires, a follow-up timer in each domain of another
+    timer service, due at once (namespace "f")."""
+
+    def process(self, row, ctx):
+        ctx.timer_service().register_event_time_timer(row[1])
+
+    def on_timer(self, timestamp, ctx):
+        yield ctx.current_key, ctx.time_domain.value, timestamp, ctx.timer.namespace
+        if ctx.timer.namespace is None:
+            follow_up = ctx.timer_service("follow-up")
+            follow_up.register_event_time_timer(timestamp, "f")
+            follow_up.register_processing_time_timer(follow_up.current_processing_time(), "f")
+
+
+def test_due_timers_of_a_service_first_used_while_timers_fire_fire_in_that_epoch():
+    times = iter(range(1000, 10 ** 9, 1000))
+    runner = LocalRunner(FollowUp(), lambda row: row[0], parallelism=1, event_time=lambda row: row[1],
+                         watermark_delay="0 ms", clock=lambda: next(times))
+    runner.run_epoch([("a", 5), ("b", 7)])
+    fired = runner.run_epoch([])  # the watermark 7, the processing time 2000
+    assert fired[:4] == [("a", "event-time", 5, None), ("a", "event-time", 5, "f"), ("b", "event-time", 7, None),
+                         ("b", "event-time", 7, "f")], "in timestamp order, the new service's timers among the others"
+    assert sorted(fired[4:]) == [("a", "processing-time", 2000, "f"), ("b", "processing-time", 2000, "f")]
+
+
+class Echo(KeyedProcessFunction):
+    def process(self, row, ctx):
+        yield row
+
+
+def test_a_record_without_event_time_is_processed_and_moves_no_watermark_as_under_spark():
+    runner = LocalRunner(Echo(), lambda row: row[0], parallelism=1, event_time=lambda row: row[1],
+                         watermark_delay="0 ms")
+    assert runner.run_epoch([("a", 5), ("b", None)]) == [("a", 5), ("b", None)]
+    assert runner.run_epoch([("c", None), ("d", 4)]) == [("c", None)]  # the watermark 5: d is late
+    properties = runner.latest_metadata().properties
+    assert (properties["watermark_ms"], properties["max_event_time_ms"], properties["late_rows_dropped"]) == (5, 5, 1)

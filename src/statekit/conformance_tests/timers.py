@@ -161,6 +161,18 @@ class TimerTests(BackendTestBase):
         self.queue(keyed_backend).add(7)
         assert drain(self.queue(keyed_backend)) == [(7, "a", VOID_NAMESPACE)]
 
+    def test_a_timestamp_that_is_not_a_64_bit_int_is_refused(self, keyed_backend):
+        queue = self.queue(keyed_backend)
+        set_key(keyed_backend, "a")
+        queue.add(1)
+        for bad, error in (("1", TypeError), (1.0, TypeError), (True, TypeError), (None, TypeError),
+                           (1 << 63, ValueError)):
+            with pytest.raises(error, match="timestamp"):
+                queue.add(bad)
+            with pytest.raises(error, match="timestamp"):  # as on every backend, not a silent no-op or a match
+                queue.remove(bad)
+        assert drain(queue) == [(1, "a", VOID_NAMESPACE)], "a refused timestamp changes no timer"
+
     # --- snapshots
     def test_a_snapshot_holds_the_timers_of_its_synchronous_part(self, state_backend, keyed_backend,
                                                                snapshot_streams, tmp_path):

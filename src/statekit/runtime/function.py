@@ -67,6 +67,11 @@ class KeyedContext:
             service = self._timer_services[name] = TimerService(self._backend, self.time, name, namespace_serializer)
         return service
 
+    @property
+    def timer_services_used(self) -> int:
+        """How many timer services the function used so far (firing timers looks for new queues when it grows)."""
+        return len(self._timer_services)
+
     @overload
     def get_state(self, descriptor: ValueStateDescriptor[V],
                   namespace_serializer: TypeSerializer | None = None) -> ValueState[V]: ...

@@ -43,7 +43,8 @@ class LocalRunner:
                  clock: Callable[[], int] | None = None, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS,
                  event_time: Callable[[Any], Any] | str | None = None, watermark_delay: Any = None,
                  late_rows: str = "drop") -> None:
-        """``event_time``: a record's event time (epoch ms or a datetime), as a function of the record
+        """``event_time``: a record's event time (epoch ms or a datetime; None, as a null under Spark,
+        is processed and moves no watermark), as a function of the record
         or the name of a dict record's field; with ``watermark_delay`` (e.g. ``"10 minutes"``) each
         epoch gets a watermark (``runtime.event_time``) and event-time timers fire."""
         from statekit.backends.heap import HeapStateBackend
@@ -155,12 +156,14 @@ class LocalRunner:
         watermark, seen = self.event_time.epoch_start(previous)
         kept, late = [], 0
         for record in records:
-            timestamp = event_time_ms(self._event_time_of(record))
-            seen = max(seen, timestamp)
-            if timestamp < watermark:
-                late += 1
-                if self.event_time.late_rows is LateRows.DROP:
-                    continue
+            value = self._event_time_of(record)
+            if value is not None:  # as under Spark, a record without event time is processed and moves nothing
+                timestamp = event_time_ms(value)
+                seen = max(seen, timestamp)
+                if timestamp < watermark:
+                    late += 1
+                    if self.event_time.late_rows is LateRows.DROP:
+                        continue
             kept.append(record)
         self._watermark_ms = watermark
         self._event_time_properties = {WATERMARK: watermark, MAX_EVENT_TIME: seen, LATE_ROWS: late}

@@ -226,11 +226,10 @@ class KeyedTask:
         several services merged. A timer registered while firing fires too if it is due. Returns
         how many fired."""
         backend, ctx, on_timer = self.keyed_backend, self.context, self.function.on_timer
-        names = [name for name in backend.state_names() if domain_of(name) is not None]
         fired = 0
         for domain, up_to in ((TimeDomain.EVENT_TIME, ctx.time.watermark_ms),
                               (TimeDomain.PROCESSING_TIME, ctx.time.processing_time_ms)):
-            queues = [backend.create_timer_queue(name) for name in names if domain_of(name) is domain]
+            services, queues = ctx.timer_services_used, self._timer_queues(domain)
             ctx.time_domain = domain
             try:
                 while (timer := _poll_first(queues, up_to)) is not None:
@@ -241,9 +240,15 @@ class KeyedTask:
                         out.extend(produced if produced.__class__ in _ROW_ITERABLES
                                    else checked_rows(produced, self.function, "on_timer", timer.key))
                     fired += 1
+                    if ctx.timer_services_used != services:  # on_timer used another service: its queues too
+                        services, queues = ctx.timer_services_used, self._timer_queues(domain)
             finally:
                 ctx.timer = ctx.time_domain = None
         return fired
+
+    def _timer_queues(self, domain: TimeDomain) -> list[TimerQueue]:
+        backend = self.keyed_backend
+        return [backend.create_timer_queue(name) for name in backend.state_names() if domain_of(name) is domain]
 
     def snapshot(self, options: SnapshotOptions = SnapshotOptions()) -> PendingTaskSnapshot:
         """The synchronous part of the epoch's snapshot (after the function's own hook and a sweep

@@ -79,8 +79,10 @@ class EventTimeTracker:
 
 
 def _milliseconds(column: pa.Array) -> pa.Array:
+    """Epoch milliseconds, rounded down as Spark and ``event_time_ms`` round (-0.5 ms is -1)."""
     if pa.types.is_timestamp(column.type):
-        return pc.divide(column.cast(pa.timestamp("us", column.type.tz)).cast(pa.int64()), 1000)
+        micros = column.cast(pa.timestamp("us", column.type.tz)).cast(pa.timestamp("us"))
+        return pc.divide(pc.floor_temporal(micros, unit="millisecond").cast(pa.int64()), 1000)
     return column.cast(pa.int64())
 
 

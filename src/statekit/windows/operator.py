@@ -191,19 +191,25 @@ class WindowOperator(KeyedProcessFunction):
                 continue  # late beyond the allowed lateness: dropped, as in Flink
             state_window = window
             if self.assigner.merging:
-                window, state_window = self._merge(window, timers)
+                window, state_window = self._merge(window, timers, watermark if event_time else None)
             self.contents.add(state_window, value)
             if event_time and window.max_timestamp <= watermark:  # late, within the lateness: fire now
                 yield from self.contents.emit(ctx.current_key, window, state_window, ctx)
+                # (not again at the epoch's end, if its end timer is still due), and clear the window
+                # when the lateness ends (it may be new, or a merged session)
+                timers.delete_event_time_timer(window.max_timestamp, window)
+                timers.register_event_time_timer(self._cleanup_time(window), window)
             else:
                 self._register(timers, window)
 
-    def _merge(self, new: TimeWindow, timers: TimerService) -> tuple[TimeWindow, TimeWindow]:
-        """Merge ``new`` with the key's sessions it intersects: (the session, its state window)."""
+    def _merge(self, new: TimeWindow, timers: TimerService, watermark: int | None) -> tuple[TimeWindow, TimeWindow]:
+        """Merge ``new`` with the key's sessions it intersects: (the session, its state window). An
+        event-time session the ``watermark`` passed by its lateness is over (its cleanup timer fires
+        after the epoch's rows): it merges with nothing."""
         kept: list[int] = []
         overlapping: list[tuple[TimeWindow, TimeWindow]] = []
         for session, state_window in _sessions(self.sessions.value()):
-            if session.intersects(new):
+            if session.intersects(new) and (watermark is None or self._cleanup_time(session) > watermark):
                 overlapping.append((session, state_window))
             else:
                 kept += (session.start, session.end, state_window.start, state_window.end)
@@ -256,7 +262,8 @@ def aggregate(assigner: WindowAssigner, function: AggregateFunction, *, timestam
     """Windows that keep one accumulator each (Flink's ``window(...).aggregate(...)``): each element's
     ``value(row)`` (default: the row) is added; when a window closes, ``emit(key, window, result)``
     gives its output row (default ``(key..., start, end, result)``). ``timestamp``: the row's
-    event-time column or a function of the row (event-time windows)."""
+    event-time column or a function of the row (event-time windows). ``allowed_lateness`` acts on
+    late rows, which reach the operator only when the job keeps them (``late_rows="process"``)."""
     if not isinstance(function, AggregateFunction):
         raise ConfigurationError(f"windows.aggregate needs an AggregateFunction instance, got {function!r}")
     return WindowOperator(assigner, _Accumulated(function, emit, accumulator_serializer), timestamp, value,

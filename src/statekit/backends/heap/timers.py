@@ -72,7 +72,7 @@ class HeapTimerQueue(TimerQueue):
 
     def remove(self, timestamp: int, namespace: Any = VOID_NAMESPACE) -> None:
         backend = self._backend
-        if self._holds(backend._index, backend._key, namespace, timestamp):
+        if self._holds(backend._index, backend._key, namespace, check_timestamp(timestamp)):
             self._discard(backend._index, backend._key, namespace, timestamp)  # its heap entry is skipped later
 
     def _discard(self, index: int, key: Any, namespace: Any, timestamp: int) -> None:
