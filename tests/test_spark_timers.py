@@ -130,8 +130,8 @@ def test_event_times_before_1970_round_down_to_the_millisecond_as_in_the_local_r
     times = [datetime.datetime(1969, 12, 31, 23, 59, 59, 999_500), datetime.datetime(1970, 1, 1, 0, 0, 0, 500)]
     for tz in (None, "UTC"):
         batch = pa.RecordBatch.from_pydict({"ts": pa.array(times, pa.timestamp("us", tz))})
-        tracker = EventTimeTracker(SubtaskEventTime("ts", 0, drop_late=True), lambda b: pa.array([True] * b.num_rows))
+        tracker = EventTimeTracker(SubtaskEventTime("ts", -1, drop_late=True), lambda b: pa.array([True] * b.num_rows))
         kept = list(tracker.filtered(iter([batch])))
-        # -0.5 ms is millisecond -1 (Spark's floor, and event_time_ms's): before the watermark 0, late
+        # -0.5 ms is millisecond -1 (Spark's floor, and event_time_ms's): at the watermark -1, late
         assert event_time_ms(times[0]) == -1
         assert (tracker.late_rows, sum(b.num_rows for b in kept), tracker.max_event_time_ms) == (1, 1, 0), tz

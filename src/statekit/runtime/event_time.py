@@ -5,9 +5,11 @@ The watermark of epoch N is ``max(watermark of N-1, max event time seen by epoch
 checkpoint (``WATERMARK``, ``MAX_EVENT_TIME``): epoch N+1 starts from them, and a replay of epoch N,
 which restores the checkpoint of N-1, computes the same watermark and so fires the same timers.
 
-Rows whose event time is below the epoch's watermark are *late*: dropped and counted
-(``LATE_ROWS`` in the checkpoint), as Spark's stateful operators drop them, unless the job asks to
-process them.
+Rows whose event time is at or before the epoch's watermark are *late* (``is_late``): dropped and
+counted (``LATE_ROWS`` in the checkpoint), as Spark's stateful operators drop them, unless the job
+asks to process them. A watermark ``w`` says that no more rows of time ``w`` or earlier are
+expected (Flink's rule, and Spark's ``eventTime <= watermark``): the event-time timers and windows
+ending at ``w`` fire in the epoch, so a row at ``w`` would come too late for them.
 """
 from __future__ import annotations
 
@@ -47,6 +49,11 @@ def duration_ms(value: Any, setting: str) -> int:
     if ms < 0:
         raise ConfigurationError(f"{setting} must not be negative, got {value!r}")
     return int(ms)
+
+
+def is_late(timestamp_ms: int, watermark_ms: int) -> bool:
+    """Whether a row of event time ``timestamp_ms`` is late in an epoch of watermark ``watermark_ms``."""
+    return timestamp_ms <= watermark_ms
 
 
 class LateRows(str, enum.Enum):

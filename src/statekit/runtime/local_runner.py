@@ -13,7 +13,9 @@ from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, Subt
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.reading.snapshot_reader import KEY_SCHEMA
-from statekit.runtime.event_time import LATE_ROWS, MAX_EVENT_TIME, WATERMARK, EventTime, LateRows, event_time_ms
+from statekit.runtime.event_time import (
+    LATE_ROWS, MAX_EVENT_TIME, WATERMARK, EventTime, LateRows, event_time_ms, is_late,
+)
 from statekit.runtime.function import Calls, ProcessFunction, calls_of, check_function
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.savepoints import snapshot_as_savepoint
@@ -160,7 +162,7 @@ class LocalRunner:
             if value is not None:  # as under Spark, a record without event time is processed and moves nothing
                 timestamp = event_time_ms(value)
                 seen = max(seen, timestamp)
-                if timestamp < watermark:
+                if is_late(timestamp, watermark):
                     late += 1
                     if self.event_time.late_rows is LateRows.DROP:
                         continue
@@ -207,7 +209,8 @@ class LocalRunner:
                 task.process_key_runs(_rows_by_key(records).key_runs(), outputs)
             elif calls is Calls.GROUPS:
                 produced = task.process_grouped(_rows_by_key(records))
-                outputs.extend(produced if isinstance(produced, list) else produced.to_pylist() if produced is not None else ())
+                if produced is not None:
+                    outputs.extend(produced if isinstance(produced, list) else produced.to_pylist())
             else:
                 task.process_all(records, outputs)
             task.fire_timers(outputs)

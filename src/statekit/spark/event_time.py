@@ -72,7 +72,7 @@ class EventTimeTracker:
             largest = pc.max(pc.filter(times, rows)).as_py()
             if largest is not None and largest > self.max_event_time_ms:
                 self.max_event_time_ms = largest
-            late = pc.fill_null(pc.and_(rows, pc.less(times, self._spec.watermark_ms)), False)
+            late = pc.fill_null(pc.and_(rows, pc.less_equal(times, self._spec.watermark_ms)), False)
             count = pc.sum(late.cast(pa.int64())).as_py() or 0
             self.late_rows += count
             yield batch.filter(pc.invert(late)) if count and self._spec.drop_late else batch
