@@ -153,6 +153,31 @@ def test_replaying_the_first_epoch_after_a_restore_from_a_snapshot_is_refused():
     assert resumed.latest_metadata() == committed, "the refused replay replaced the committed chk-2"
 
 
+def test_replaying_an_epoch_that_restored_a_snapshot_is_refused_even_as_epoch_1():
+    """An epoch numbered 1 that restored a snapshot did not start from empty state: its replay must
+    restore nothing either way, so it is refused rather than run on empty state."""
+    source = _runner(parallelism=2)
+    source.run_epoch(make_rows(300, 40, 7))
+    resumed = _runner(parallelism=2, job_id="resumed")
+    resumed.restore_from(source.savepoint(), source.streams)
+    rows = make_rows(100, 40, 8)
+    resumed.run_epoch(rows, checkpoint_id=1)
+    committed = resumed.latest_metadata()
+    with pytest.raises(RestoreError, match=r"epoch 1 .*cannot be replayed"):
+        resumed.run_epoch(rows, checkpoint_id=1)
+    assert resumed.latest_metadata() == committed, "the refused replay replaced the committed chk-1"
+
+
+def test_a_job_whose_first_epoch_is_not_1_replays_it_from_empty_state():
+    """A job that started at epoch 5 (an explicit epoch number) started from empty state: a replay
+    of epoch 5 does so again and gives the same state."""
+    rows = make_rows(300, 40, 3)
+    runner = _runner(parallelism=2)
+    first = runner.run_epoch(rows, checkpoint_id=5)
+    assert runner.run_epoch(rows, checkpoint_id=5) == first
+    assert [c.checkpoint_id for c in runner.store.completed()] == [5]
+
+
 def test_a_spark_epoch_whose_restore_point_retention_removed_is_refused_too():
     """The Spark runner's choice of restore point (driver side, no session needed) applies the same rule."""
     from statekit.checkpoint.store import CheckpointStore

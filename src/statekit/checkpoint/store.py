@@ -29,6 +29,9 @@ from statekit.spi.storage import CheckpointStorageAccess, CompletedCheckpointPoi
 
 log = logging.getLogger(__name__)
 DEFAULT_NUM_RETAINED = 3
+#: checkpoint property: whether its epoch started from empty state (restored nothing); a replay of
+#: that epoch may start from empty state again (``CheckpointStore.check_fresh_start``)
+FRESH_START = "fresh_start"
 
 
 class RestoreMode(str, enum.Enum):
@@ -140,16 +143,22 @@ class CheckpointStore:
 
     def check_fresh_start(self, epoch: int) -> None:
         """Raise ``RestoreError`` unless epoch ``epoch`` may start from empty state (no restore
-        point): only the first epoch may, or an epoch that replaces no completed checkpoint. A
-        replay of a later epoch whose restore point retention removed would otherwise restore
-        nothing and replace the completed checkpoints from ``epoch`` on, losing their state."""
-        replaced = [c.checkpoint_id for c in self._retained if c.checkpoint_id >= epoch]
-        if epoch <= 1 or not replaced:
+        point): an epoch that replaces no completed checkpoint may, or one whose first replaced
+        checkpoint started from empty state too (``FRESH_START``; for checkpoints written before
+        that property, epoch 1). A replay of a later epoch whose restore point retention removed,
+        or of an epoch that restored a snapshot, would otherwise restore nothing and replace the
+        completed checkpoints from ``epoch`` on, losing their state."""
+        replaced = [c for c in self._retained if c.checkpoint_id >= epoch]
+        if not replaced:
+            return
+        fresh = replaced[0].metadata.properties.get(FRESH_START)
+        if fresh or (fresh is None and epoch <= 1):  # None: a checkpoint written before the property
             return
         raise RestoreError(
             f"epoch {epoch} cannot be replayed: its restore point, the latest checkpoint before {epoch}, is no longer "
             f"retained (the job retains checkpoints {[c.checkpoint_id for c in self._retained]}, num-retained "
-            f"{self.num_retained}), so it would start from empty state and replace checkpoints {replaced} with it. "
+            f"{self.num_retained}), so it would start from empty state and replace checkpoints "
+            f"{[c.checkpoint_id for c in replaced]} with it. "
             f"Run the next epoch ({self._retained[-1].checkpoint_id + 1}) instead, or restore the state before "
             f"epoch {epoch} explicitly from a snapshot (spark.statekit.restore.path, LocalRunner.restore_from)")
 
