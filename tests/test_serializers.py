@@ -126,6 +126,56 @@ def test_unimportable_serializer_snapshot_names_the_package():
         SerializerSnapshot("nonexistent_pkg.ser:Thing", 1).restore_serializer()
 
 
+class FieldsSerializer(TypeSerializer[list]):
+    """A serializer whose config holds a tuple (JSON gives it back as a list)."""
+
+    def __init__(self, fields=("a", "b")):
+        self.fields = fields
+
+    def serialize(self, value):
+        return repr(value).encode()
+
+    def deserialize(self, data):
+        return data
+
+    def config(self):
+        return {"fields": self.fields, "nested": {"pair": (1, 2)}}
+
+
+def test_serializer_with_a_tuple_in_its_config_reads_its_own_checkpoint():
+    """Checkpoint metadata is JSON, where a tuple comes back a list: the restored snapshot must
+    still equal the serializer's own, or the same serializer is refused as incompatible."""
+    import json
+
+    serializer = FieldsSerializer()
+    restored = SerializerSnapshot.from_json(json.loads(json.dumps(serializer.snapshot().to_json())))
+    assert restored == serializer.snapshot()
+    check_compatibility("state", "value", FieldsSerializer(), restored)
+
+
+class RenamedArgSerializer(TypeSerializer[bytes]):
+    VERSION = 2
+
+    def __init__(self, width=8):
+        self.width = width
+
+    def serialize(self, value):
+        return value
+
+    def deserialize(self, data):
+        return data
+
+    def config(self):
+        return {"width": self.width}
+
+
+def test_serializer_that_cannot_be_recreated_from_its_checkpointed_config_is_a_restore_error():
+    from statekit.spi import RestoreError
+    old = SerializerSnapshot(f"{__name__}:RenamedArgSerializer", 1, {"size": 8})
+    with pytest.raises(RestoreError, match=r"RenamedArgSerializer.*version 1.*'size': 8.*from_config"):
+        old.restore_serializer()
+
+
 def test_resolve_and_names():
     assert resolve(None) == PickleSerializer()
     assert serializer_by_name("int64") == Int64Serializer()
