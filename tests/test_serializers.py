@@ -93,6 +93,32 @@ def test_int64_bulk_overflow_is_a_clear_error():
         Int64Serializer().serialize_many([1, 2 ** 64])
 
 
+@pytest.mark.parametrize("kind", ["int64", "int32", "uint8", "uint64"])
+def test_int64_takes_numpy_integers_on_every_path(kind):
+    """A NumPy integer (what a batch function reads from its columns) is the int it holds on every
+    path: ``np.int64(5) + 2**63`` overflows in NumPy, so ``serialize`` failed with a bare
+    OverflowError while ``serialize_arrow`` took the same value."""
+    import numpy as np
+
+    serializer = Int64Serializer()
+    values = [np.dtype(kind).type(v) for v in (0, 5, 100)]
+    expected = [serializer.serialize(int(v)) for v in values]
+    assert [serializer.serialize(v) for v in values] == expected
+    assert serializer.serialize_many(values) == expected
+    assert serializer.serialize_many(iter(values)) == expected
+    assert serializer.serialize_arrow(values).to_pylist() == expected
+    assert serializer.deserialize_many(expected) == [0, 5, 100]
+
+
+def test_int64_numpy_integer_out_of_range_is_a_clear_error():
+    import numpy as np
+
+    with pytest.raises(SerializationError, match=r"cannot encode .*\(uint64\)"):
+        Int64Serializer().serialize(np.uint64(2 ** 64 - 1))
+    with pytest.raises(SerializationError, match="not a 64-bit integer"):
+        Int64Serializer().serialize_many([np.int64(1), np.uint64(2 ** 63)])
+
+
 @pytest.mark.parametrize("serializer,data", [
     (PickleSerializer(), b"not a pickle"), (MsgpackSerializer(), b"\xc1"), (Int64Serializer(), b"123"),
     (Float64Serializer(), b"1")])
