@@ -15,8 +15,9 @@ from statekit.conformance_tests.workload import (
     WorkloadFunction, dump_state, expected_outputs, expected_state, make_rows,
 )
 from statekit.runtime.local_runner import LocalRunner
-from statekit.serializers import Int64Serializer
-from statekit.spi import OperatorBackendParams, StateBackend, SubtaskInfo
+from statekit.serializers import Int64Serializer, StringSerializer
+from statekit.spi import OperatorBackendParams, OperatorStateBackend, StateBackend, SubtaskInfo
+from statekit.spi.errors import SerializationError, StateAccessError
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.inline import InlineStreams
 
@@ -84,6 +85,45 @@ class RescaleTests(BackendTestBase):
         for index, (expected, found) in enumerate(zip(from_checkpoint, from_savepoint)):
             assert found == expected, (f"subtask {index} of {new}: operator state restored from the savepoint "
                                        f"differs from the checkpoint's: {found} != {expected}")
+
+
+    def test_operator_state_registered_again_with_other_serializers_is_refused(self, state_backend):
+        """As keyed state: one name, one set of serializers. A second registration with others
+        switched the state's serializer silently, and its snapshot then failed on the elements
+        written as the first serializer's type."""
+        backend = _fresh_operator_backend(state_backend)
+        try:
+            backend.get_list_state("offsets", Int64Serializer()).add(7)
+            backend.get_broadcast_state("rules", StringSerializer(), Int64Serializer()).put("a", 1)
+            with pytest.raises(StateAccessError, match="'offsets'.*other serializers"):
+                backend.get_list_state("offsets", StringSerializer())
+            with pytest.raises(StateAccessError, match="'rules'.*other serializers"):
+                backend.get_broadcast_state("rules", StringSerializer(), StringSerializer())
+            assert backend.get_list_state("offsets", Int64Serializer()).get() == [7]
+            assert dict(backend.get_broadcast_state("rules", StringSerializer(), Int64Serializer()).items()) == {"a": 1}
+            assert backend.snapshot(1).write(InlineStreams()) is not None
+        finally:
+            backend.dispose()
+
+    @pytest.mark.parametrize("kind", ["list", "union", "broadcast"])
+    def test_operator_state_value_its_serializer_rejects_fails_the_snapshot_naming_the_state(self, state_backend,
+                                                                                            kind):
+        backend = _fresh_operator_backend(state_backend)
+        try:
+            if kind == "broadcast":
+                backend.get_broadcast_state("bad-state", StringSerializer(), Int64Serializer()).put("a", "seven")
+            else:
+                getter = backend.get_list_state if kind == "list" else backend.get_union_list_state
+                getter("bad-state", Int64Serializer()).add("seven")
+            with pytest.raises(SerializationError, match="operator state 'bad-state'.*cannot be snapshotted"):
+                backend.snapshot(1).write(InlineStreams())
+        finally:
+            backend.dispose()
+
+
+def _fresh_operator_backend(state_backend: StateBackend) -> OperatorStateBackend:
+    return state_backend.create_operator_backend(OperatorBackendParams(
+        SubtaskInfo("conformance-job", "op", 0, 1, MAX_P), (), None))
 
 
 def _operator_states(state_backend: StateBackend, metadata: CheckpointMetadata, streams: CheckpointStreams,

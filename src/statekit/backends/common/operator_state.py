@@ -17,10 +17,10 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 
 from statekit.backends.common.snapshot_sink import HashingSink
-from statekit.backends.common.registration import checked_list_elements
+from statekit.backends.common.registration import checked_list_elements, serializers_differ
 from statekit.serializers import resolve
 from statekit.spi.backend import OperatorBackendParams, OperatorStateBackend, PendingSnapshot
-from statekit.spi.errors import CorruptStateError, RestoreError, StateAccessError
+from statekit.spi.errors import CorruptStateError, RestoreError, SerializationError, StateAccessError
 from statekit.spi.handles import ByteRange, OperatorStateHandle, OperatorStateMode, verify_checksum
 from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
 from statekit.spi.state import BroadcastState, ListState
@@ -116,7 +116,12 @@ class DefaultOperatorStateBackend(OperatorStateBackend):
                                                      {} if mode == OperatorStateMode.BROADCAST else [])
         elif state.mode != mode:
             raise StateAccessError(f"operator state {name!r} is {state.mode} state and cannot be used as {mode}")
-        elif not state.registered:
+        elif state.registered:
+            if serializers_differ(state.serializers, serializers):
+                raise StateAccessError(
+                    f"operator state {name!r} is already registered with other serializers ({state.serializers}), "
+                    f"not {serializers}; register it once per name")
+        else:
             for role, new in serializers.items():
                 check_compatibility(name, role.replace("_", " "), new, state.serializers[role].snapshot())
         state.serializers = serializers
@@ -146,11 +151,7 @@ class _OperatorPendingSnapshot(PendingSnapshot):
             ranges: dict[str, tuple[str, ByteRange]] = {}
             for name, (mode, serializers, data) in self._copies.items():
                 start = sink.tell()
-                if mode == OperatorStateMode.BROADCAST:
-                    user_keys = serializers["user_key"].serialize_many(data.keys())
-                    values = serializers["value"].serialize_many(data.values())
-                else:
-                    user_keys, values = [None] * len(data), serializers["value"].serialize_many(data)
+                user_keys, values = _serialized(name, mode, serializers, data)
                 writer.write_batch(pa.RecordBatch.from_arrays(
                     [pa.array(user_keys, pa.binary()), pa.array(values, pa.binary())], schema=SCHEMA))
                 ranges[name] = (mode, ByteRange(start, sink.tell() - start, sink.cut()))
@@ -164,6 +165,19 @@ class _OperatorPendingSnapshot(PendingSnapshot):
         serializer_json = {name: {role: s.snapshot().to_json() for role, s in serializers.items()}
                            for name, (_, serializers, _) in self._copies.items()}
         return OperatorStateHandle(stream, ranges, serializer_json)
+
+
+def _serialized(name: str, mode: str, serializers: dict[str, TypeSerializer],
+                data: Any) -> tuple[list[bytes | None], list[bytes]]:
+    """The user key and value columns of one state; a value its serializer rejects fails the
+    snapshot naming the state (operator state is serialized only when it is snapshotted)."""
+    try:
+        if mode == OperatorStateMode.BROADCAST:
+            keys, values = serializers["user_key"], serializers["value"]
+            return keys.serialize_many(data.keys()), values.serialize_many(data.values())
+        return [None] * len(data), serializers["value"].serialize_many(data)
+    except SerializationError as exc:
+        raise SerializationError(f"operator state {name!r} ({mode} state) cannot be snapshotted: {exc}") from exc
 
 
 def _restore(states: dict[str, _Registered], params: OperatorBackendParams) -> None:
