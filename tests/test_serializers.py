@@ -282,6 +282,37 @@ def test_msgpack_keeps_tuples(value):
     assert back == value and repr(back) == repr(value)  # repr tells tuples from lists
 
 
+def test_msgpack_snapshot_writer_and_task_threads_share_one_serializer(monkeypatch):
+    """A snapshot is written on its own thread (``serialize_many``, through ``serialize_arrow``) while
+    the task may go on serializing with the same instance. msgpack's ``Packer`` fills one buffer and
+    calls back into Python (``default``, for a tuple) half way through a value, where threads switch:
+    the snapshot thread's values then reset the buffer under the task's, which lost its first bytes.
+    Here the snapshot's call runs at exactly that point, in the callback."""
+    from statekit.serializers import msgpack as module
+
+    serializer = MsgpackSerializer()
+    snapshot_values = [[i, ("nested", i)] for i in range(3)]
+    written: list[list[bytes]] = []
+    pack = module._pack
+
+    def pack_while_a_snapshot_is_written(value):
+        monkeypatch.setattr(module, "_pack", pack)  # once
+        written.append(serializer.serialize_arrow(snapshot_values).to_pylist())
+        return pack(value)
+
+    monkeypatch.setattr(module, "_pack", pack_while_a_snapshot_is_written)
+    value = ["key", (1, 2)]
+    assert serializer.deserialize(serializer.serialize(value)) == value
+    assert serializer.deserialize_many(written[0]) == snapshot_values
+
+
+def test_msgpack_serialize_many_of_an_iterator_names_the_bad_value():
+    with pytest.raises(SerializationError, match="set"):
+        MsgpackSerializer().serialize_many(iter([1, (2, 3), {4}]))
+    serializer = MsgpackSerializer()
+    assert serializer.serialize_many(iter([1, (2, 3)])) == [serializer.serialize(v) for v in (1, (2, 3))]
+
+
 def test_msgpack_subclasses_come_back_as_their_base_type():
     from collections import OrderedDict, namedtuple
     from enum import IntEnum
