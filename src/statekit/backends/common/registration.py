@@ -74,6 +74,11 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
             f"as a {descriptor.kind.value} state; use another name")
     if existing.descriptor is not None:
         if existing.descriptor != descriptor and serializers_differ(existing.serializers, serializers):
+            if (existing.ttl_seconds is None) != (ttl_seconds is None):
+                had, has = ("without", "with") if existing.ttl_seconds is None else ("with", "without")
+                raise StateAccessError(
+                    f"state {descriptor.name!r} is already registered {had} TTL and cannot be registered {has} TTL "
+                    f"as well; give every descriptor of the state the same TTL setting")
             raise StateAccessError(
                 f"state {descriptor.name!r} is already registered with other serializers "
                 f"({existing.serializers}); register it once per name")
