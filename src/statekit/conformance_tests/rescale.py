@@ -17,7 +17,7 @@ from statekit.conformance_tests.workload import (
 from statekit.runtime.local_runner import LocalRunner
 from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import OperatorBackendParams, OperatorStateBackend, StateBackend, SubtaskInfo
-from statekit.spi.errors import SerializationError, StateAccessError
+from statekit.spi.errors import ConfigurationError, SerializationError, StateAccessError
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.inline import InlineStreams
 
@@ -117,6 +117,20 @@ class RescaleTests(BackendTestBase):
                 getter("bad-state", Int64Serializer()).add("seven")
             with pytest.raises(SerializationError, match="operator state 'bad-state'.*cannot be snapshotted"):
                 backend.snapshot(1).write(InlineStreams())
+        finally:
+            backend.dispose()
+
+
+    @pytest.mark.parametrize("name", ["", 5, None, ("a",)], ids=["empty", "int", "none", "tuple"])
+    def test_operator_state_name_must_be_a_non_empty_string(self, state_backend, name):
+        """Checkpoints key operator states by name in JSON: a state named 5 came back as "5", and the
+        job's get_list_state(5) then found a new, empty state (a mix of names failed the snapshot
+        with a bare TypeError)."""
+        backend = _fresh_operator_backend(state_backend)
+        try:
+            for register in (backend.get_list_state, backend.get_union_list_state, backend.get_broadcast_state):
+                with pytest.raises(ConfigurationError, match="operator state name must be a non-empty string"):
+                    register(name)
         finally:
             backend.dispose()
 

@@ -20,7 +20,9 @@ from statekit.backends.common.snapshot_sink import HashingSink
 from statekit.backends.common.registration import checked_list_elements, serializers_differ
 from statekit.serializers import resolve
 from statekit.spi.backend import OperatorBackendParams, OperatorStateBackend, PendingSnapshot
-from statekit.spi.errors import CorruptStateError, RestoreError, SerializationError, StateAccessError
+from statekit.spi.errors import (
+    ConfigurationError, CorruptStateError, RestoreError, SerializationError, StateAccessError,
+)
 from statekit.spi.handles import ByteRange, OperatorStateHandle, OperatorStateMode, verify_checksum
 from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
 from statekit.spi.state import BroadcastState, ListState
@@ -110,6 +112,8 @@ class DefaultOperatorStateBackend(OperatorStateBackend):
         return _Broadcast(self._register(name, OperatorStateMode.BROADCAST, serializers).data)
 
     def _register(self, name: str, mode: str, serializers: dict[str, TypeSerializer]) -> _Registered:
+        if not isinstance(name, str) or not name:  # checkpoints key states by name in JSON: 5 would come back "5"
+            raise ConfigurationError(f"an operator state name must be a non-empty string, got {name!r}")
         state = self._states.get(name)
         if state is None:
             state = self._states[name] = _Registered(mode, serializers,
