@@ -135,6 +135,49 @@ class RescaleTests(BackendTestBase):
             backend.dispose()
 
 
+    def test_operator_state_values_are_copies(self, state_backend):
+        """As keyed state's (README): a value read is the caller's own copy and a value written is
+        copied, so changing either in place changes no state; operator state held the caller's
+        objects, and a checkpoint took whatever they had become."""
+        backend = _fresh_operator_backend(state_backend)
+        try:
+            config = {"threshold": 1}
+            broadcast = backend.get_broadcast_state("config")
+            broadcast.put("rules", config)
+            config["threshold"] = 99
+            broadcast.get("rules")["threshold"] = 98
+            dict(broadcast.items())["rules"]["threshold"] = 97
+            element = [1]
+            offsets = backend.get_list_state("offsets")
+            offsets.add(element)
+            offsets.add_all([element])
+            element.append(2)
+            offsets.get()[0].append(3)
+            assert broadcast.get("rules") == {"threshold": 1}, \
+                f"broadcast state changed in place: {broadcast.get('rules')}"
+            assert offsets.get() == [[1], [1]], f"list state changed in place: {offsets.get()}"
+            offsets.update([element])
+            element.clear()
+            assert offsets.get() == [[1, 2]], f"list state changed in place after update: {offsets.get()}"
+        finally:
+            backend.dispose()
+
+    def test_operator_list_state_update_takes_any_iterable(self, state_backend):
+        np = pytest.importorskip("numpy")
+        backend = _fresh_operator_backend(state_backend)
+        try:
+            offsets = backend.get_list_state("offsets", Int64Serializer())
+            offsets.update(np.array([1, 2]).tolist())
+            offsets.update(iter([3, 4]))
+            assert offsets.get() == [3, 4]
+            offsets.update(np.array([5, 6]))  # testing the array for truth failed: "ambiguous"
+            assert offsets.get() == [5, 6]
+            offsets.update(np.array([], dtype=np.int64))
+            assert offsets.get() == []
+        finally:
+            backend.dispose()
+
+
 def _fresh_operator_backend(state_backend: StateBackend) -> OperatorStateBackend:
     return state_backend.create_operator_backend(OperatorBackendParams(
         SubtaskInfo("conformance-job", "op", 0, 1, MAX_P), (), None))

@@ -1,8 +1,10 @@
 """The operator (non-keyed) state backend every statekit backend uses.
 
 Operator state is small by nature, so it lives in Python lists and dicts; the synchronous
-snapshot part copies them. A snapshot is one Arrow IPC file, one record batch per state with
-columns ``user_key, value``; the handle records each state's mode and byte range.
+snapshot part copies them. Values are copied on the way in and out (``common.copies``), as
+keyed state's are: a value read is the caller's own, and changing it in place changes no state.
+A snapshot is one Arrow IPC file, one record batch per state with columns ``user_key, value``;
+the handle records each state's mode and byte range.
 
 Redistribution on restore (``restore_handles`` are indexed by old subtask):
   list       same parallelism: the subtask's own elements; otherwise the elements of all old
@@ -17,6 +19,7 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 
 from statekit.backends.common.snapshot_sink import HashingSink
+from statekit.backends.common.copies import detached, detached_list
 from statekit.backends.common.registration import checked_list_elements, serializers_differ
 from statekit.serializers import resolve
 from statekit.spi.backend import OperatorBackendParams, OperatorStateBackend, PendingSnapshot
@@ -39,18 +42,18 @@ class _OperatorList(ListState):
         raise StateAccessError("operator state has no namespaces")
 
     def get(self) -> list[Any]:
-        return list(self.elements)
+        return detached_list(self.elements)
 
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ListState.add(None): list state elements cannot be None")
-        self.elements.append(value)
+        self.elements.append(detached(value))
 
     def add_all(self, values: Iterable[Any]) -> None:
-        self.elements.extend(checked_list_elements(values))
+        self.elements.extend(detached_list(checked_list_elements(values)))
 
     def update(self, values: Iterable[Any] | None) -> None:
-        self.elements[:] = checked_list_elements(values or ())
+        self.elements[:] = detached_list(checked_list_elements(() if values is None else values))
 
     def clear(self) -> None:
         self.elements.clear()
@@ -61,10 +64,10 @@ class _Broadcast(BroadcastState):
         self.entries = entries
 
     def get(self, key: Any) -> Any:
-        return self.entries.get(key)
+        return detached(self.entries.get(key))
 
     def put(self, key: Any, value: Any) -> None:
-        self.entries[key] = value
+        self.entries[key] = detached(value)
 
     def remove(self, key: Any) -> None:
         self.entries.pop(key, None)
@@ -73,7 +76,7 @@ class _Broadcast(BroadcastState):
         return key in self.entries
 
     def items(self) -> Iterator[tuple[Any, Any]]:
-        return iter(list(self.entries.items()))
+        return iter([(key, detached(value)) for key, value in self.entries.items()])
 
     def clear(self) -> None:
         self.entries.clear()
