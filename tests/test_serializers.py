@@ -121,7 +121,7 @@ def test_int64_numpy_integer_out_of_range_is_a_clear_error():
 
 @pytest.mark.parametrize("serializer,data", [
     (PickleSerializer(), b"not a pickle"), (MsgpackSerializer(), b"\xc1"), (Int64Serializer(), b"123"),
-    (Float64Serializer(), b"1")])
+    (Float64Serializer(), b"1"), (StringSerializer(), b"caf\xe9")])
 def test_undecodable_bytes_are_a_clear_error(serializer, data):
     with pytest.raises(SerializationError):
         serializer.deserialize(data)

@@ -137,7 +137,10 @@ class StringSerializer(TypeSerializer[str]):
             return super().serialize_many(values)  # names the value that does not encode
 
     def deserialize(self, data: bytes) -> str:
-        return bytes(data).decode("utf-8")
+        try:
+            return bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SerializationError(f"StringSerializer cannot decode {len(data)} bytes as UTF-8: {exc}") from None
 
     def serialize_arrow(self, values: Sequence[str]) -> pa.Array:
         import pyarrow as pa
