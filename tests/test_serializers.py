@@ -93,9 +93,35 @@ def test_int64_bulk_overflow_is_a_clear_error():
         Int64Serializer().serialize_many([1, 2 ** 64])
 
 
+@pytest.mark.parametrize("kind", ["int64", "int32", "uint8", "uint64"])
+def test_int64_takes_numpy_integers_on_every_path(kind):
+    """A NumPy integer (what a batch function reads from its columns) is the int it holds on every
+    path: ``np.int64(5) + 2**63`` overflows in NumPy, so ``serialize`` failed with a bare
+    OverflowError while ``serialize_arrow`` took the same value."""
+    import numpy as np
+
+    serializer = Int64Serializer()
+    values = [np.dtype(kind).type(v) for v in (0, 5, 100)]
+    expected = [serializer.serialize(int(v)) for v in values]
+    assert [serializer.serialize(v) for v in values] == expected
+    assert serializer.serialize_many(values) == expected
+    assert serializer.serialize_many(iter(values)) == expected
+    assert serializer.serialize_arrow(values).to_pylist() == expected
+    assert serializer.deserialize_many(expected) == [0, 5, 100]
+
+
+def test_int64_numpy_integer_out_of_range_is_a_clear_error():
+    import numpy as np
+
+    with pytest.raises(SerializationError, match=r"cannot encode .*\(uint64\)"):
+        Int64Serializer().serialize(np.uint64(2 ** 64 - 1))
+    with pytest.raises(SerializationError, match="not a 64-bit integer"):
+        Int64Serializer().serialize_many([np.int64(1), np.uint64(2 ** 63)])
+
+
 @pytest.mark.parametrize("serializer,data", [
     (PickleSerializer(), b"not a pickle"), (MsgpackSerializer(), b"\xc1"), (Int64Serializer(), b"123"),
-    (Float64Serializer(), b"1")])
+    (Float64Serializer(), b"1"), (StringSerializer(), b"caf\xe9")])
 def test_undecodable_bytes_are_a_clear_error(serializer, data):
     with pytest.raises(SerializationError):
         serializer.deserialize(data)
@@ -124,6 +150,56 @@ def test_unimportable_serializer_snapshot_names_the_package():
     from statekit.spi import RestoreError
     with pytest.raises(RestoreError, match="nonexistent_pkg.ser:Thing"):
         SerializerSnapshot("nonexistent_pkg.ser:Thing", 1).restore_serializer()
+
+
+class FieldsSerializer(TypeSerializer[list]):
+    """A serializer whose config holds a tuple (JSON gives it back as a list)."""
+
+    def __init__(self, fields=("a", "b")):
+        self.fields = fields
+
+    def serialize(self, value):
+        return repr(value).encode()
+
+    def deserialize(self, data):
+        return data
+
+    def config(self):
+        return {"fields": self.fields, "nested": {"pair": (1, 2)}}
+
+
+def test_serializer_with_a_tuple_in_its_config_reads_its_own_checkpoint():
+    """Checkpoint metadata is JSON, where a tuple comes back a list: the restored snapshot must
+    still equal the serializer's own, or the same serializer is refused as incompatible."""
+    import json
+
+    serializer = FieldsSerializer()
+    restored = SerializerSnapshot.from_json(json.loads(json.dumps(serializer.snapshot().to_json())))
+    assert restored == serializer.snapshot()
+    check_compatibility("state", "value", FieldsSerializer(), restored)
+
+
+class RenamedArgSerializer(TypeSerializer[bytes]):
+    VERSION = 2
+
+    def __init__(self, width=8):
+        self.width = width
+
+    def serialize(self, value):
+        return value
+
+    def deserialize(self, data):
+        return data
+
+    def config(self):
+        return {"width": self.width}
+
+
+def test_serializer_that_cannot_be_recreated_from_its_checkpointed_config_is_a_restore_error():
+    from statekit.spi import RestoreError
+    old = SerializerSnapshot(f"{__name__}:RenamedArgSerializer", 1, {"size": 8})
+    with pytest.raises(RestoreError, match=r"RenamedArgSerializer.*version 1.*'size': 8.*from_config"):
+        old.restore_serializer()
 
 
 def test_resolve_and_names():
@@ -204,6 +280,37 @@ def test_msgpack_keeps_tuples(value):
     s = MsgpackSerializer()
     back = s.deserialize(s.serialize(value))
     assert back == value and repr(back) == repr(value)  # repr tells tuples from lists
+
+
+def test_msgpack_snapshot_writer_and_task_threads_share_one_serializer(monkeypatch):
+    """A snapshot is written on its own thread (``serialize_many``, through ``serialize_arrow``) while
+    the task may go on serializing with the same instance. msgpack's ``Packer`` fills one buffer and
+    calls back into Python (``default``, for a tuple) half way through a value, where threads switch:
+    the snapshot thread's values then reset the buffer under the task's, which lost its first bytes.
+    Here the snapshot's call runs at exactly that point, in the callback."""
+    from statekit.serializers import msgpack as module
+
+    serializer = MsgpackSerializer()
+    snapshot_values = [[i, ("nested", i)] for i in range(3)]
+    written: list[list[bytes]] = []
+    pack = module._pack
+
+    def pack_while_a_snapshot_is_written(value):
+        monkeypatch.setattr(module, "_pack", pack)  # once
+        written.append(serializer.serialize_arrow(snapshot_values).to_pylist())
+        return pack(value)
+
+    monkeypatch.setattr(module, "_pack", pack_while_a_snapshot_is_written)
+    value = ["key", (1, 2)]
+    assert serializer.deserialize(serializer.serialize(value)) == value
+    assert serializer.deserialize_many(written[0]) == snapshot_values
+
+
+def test_msgpack_serialize_many_of_an_iterator_names_the_bad_value():
+    with pytest.raises(SerializationError, match="set"):
+        MsgpackSerializer().serialize_many(iter([1, (2, 3), {4}]))
+    serializer = MsgpackSerializer()
+    assert serializer.serialize_many(iter([1, (2, 3)])) == [serializer.serialize(v) for v in (1, (2, 3))]
 
 
 def test_msgpack_subclasses_come_back_as_their_base_type():

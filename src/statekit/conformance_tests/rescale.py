@@ -15,8 +15,9 @@ from statekit.conformance_tests.workload import (
     WorkloadFunction, dump_state, expected_outputs, expected_state, make_rows,
 )
 from statekit.runtime.local_runner import LocalRunner
-from statekit.serializers import Int64Serializer
-from statekit.spi import OperatorBackendParams, StateBackend, SubtaskInfo
+from statekit.serializers import Int64Serializer, StringSerializer
+from statekit.spi import OperatorBackendParams, OperatorStateBackend, StateBackend, SubtaskInfo
+from statekit.spi.errors import ConfigurationError, SerializationError, StateAccessError
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.inline import InlineStreams
 
@@ -84,6 +85,102 @@ class RescaleTests(BackendTestBase):
         for index, (expected, found) in enumerate(zip(from_checkpoint, from_savepoint)):
             assert found == expected, (f"subtask {index} of {new}: operator state restored from the savepoint "
                                        f"differs from the checkpoint's: {found} != {expected}")
+
+
+    def test_operator_state_registered_again_with_other_serializers_is_refused(self, state_backend):
+        """As keyed state: one name, one set of serializers. A second registration with others
+        switched the state's serializer silently, and its snapshot then failed on the elements
+        written as the first serializer's type."""
+        backend = _fresh_operator_backend(state_backend)
+        try:
+            backend.get_list_state("offsets", Int64Serializer()).add(7)
+            backend.get_broadcast_state("rules", StringSerializer(), Int64Serializer()).put("a", 1)
+            with pytest.raises(StateAccessError, match="'offsets'.*other serializers"):
+                backend.get_list_state("offsets", StringSerializer())
+            with pytest.raises(StateAccessError, match="'rules'.*other serializers"):
+                backend.get_broadcast_state("rules", StringSerializer(), StringSerializer())
+            assert backend.get_list_state("offsets", Int64Serializer()).get() == [7]
+            assert dict(backend.get_broadcast_state("rules", StringSerializer(), Int64Serializer()).items()) == {"a": 1}
+            assert backend.snapshot(1).write(InlineStreams()) is not None
+        finally:
+            backend.dispose()
+
+    @pytest.mark.parametrize("kind", ["list", "union", "broadcast"])
+    def test_operator_state_value_its_serializer_rejects_fails_the_snapshot_naming_the_state(self, state_backend,
+                                                                                            kind):
+        backend = _fresh_operator_backend(state_backend)
+        try:
+            if kind == "broadcast":
+                backend.get_broadcast_state("bad-state", StringSerializer(), Int64Serializer()).put("a", "seven")
+            else:
+                getter = backend.get_list_state if kind == "list" else backend.get_union_list_state
+                getter("bad-state", Int64Serializer()).add("seven")
+            with pytest.raises(SerializationError, match="operator state 'bad-state'.*cannot be snapshotted"):
+                backend.snapshot(1).write(InlineStreams())
+        finally:
+            backend.dispose()
+
+
+    @pytest.mark.parametrize("name", ["", 5, None, ("a",)], ids=["empty", "int", "none", "tuple"])
+    def test_operator_state_name_must_be_a_non_empty_string(self, state_backend, name):
+        """Checkpoints key operator states by name in JSON: a state named 5 came back as "5", and the
+        job's get_list_state(5) then found a new, empty state (a mix of names failed the snapshot
+        with a bare TypeError)."""
+        backend = _fresh_operator_backend(state_backend)
+        try:
+            for register in (backend.get_list_state, backend.get_union_list_state, backend.get_broadcast_state):
+                with pytest.raises(ConfigurationError, match="operator state name must be a non-empty string"):
+                    register(name)
+        finally:
+            backend.dispose()
+
+
+    def test_operator_state_values_are_copies(self, state_backend):
+        """As keyed state's (README): a value read is the caller's own copy and a value written is
+        copied, so changing either in place changes no state; operator state held the caller's
+        objects, and a checkpoint took whatever they had become."""
+        backend = _fresh_operator_backend(state_backend)
+        try:
+            config = {"threshold": 1}
+            broadcast = backend.get_broadcast_state("config")
+            broadcast.put("rules", config)
+            config["threshold"] = 99
+            broadcast.get("rules")["threshold"] = 98
+            dict(broadcast.items())["rules"]["threshold"] = 97
+            element = [1]
+            offsets = backend.get_list_state("offsets")
+            offsets.add(element)
+            offsets.add_all([element])
+            element.append(2)
+            offsets.get()[0].append(3)
+            assert broadcast.get("rules") == {"threshold": 1}, \
+                f"broadcast state changed in place: {broadcast.get('rules')}"
+            assert offsets.get() == [[1], [1]], f"list state changed in place: {offsets.get()}"
+            offsets.update([element])
+            element.clear()
+            assert offsets.get() == [[1, 2]], f"list state changed in place after update: {offsets.get()}"
+        finally:
+            backend.dispose()
+
+    def test_operator_list_state_update_takes_any_iterable(self, state_backend):
+        np = pytest.importorskip("numpy")
+        backend = _fresh_operator_backend(state_backend)
+        try:
+            offsets = backend.get_list_state("offsets", Int64Serializer())
+            offsets.update(np.array([1, 2]).tolist())
+            offsets.update(iter([3, 4]))
+            assert offsets.get() == [3, 4]
+            offsets.update(np.array([5, 6]))  # testing the array for truth failed: "ambiguous"
+            assert offsets.get() == [5, 6]
+            offsets.update(np.array([], dtype=np.int64))
+            assert offsets.get() == []
+        finally:
+            backend.dispose()
+
+
+def _fresh_operator_backend(state_backend: StateBackend) -> OperatorStateBackend:
+    return state_backend.create_operator_backend(OperatorBackendParams(
+        SubtaskInfo("conformance-job", "op", 0, 1, MAX_P), (), None))
 
 
 def _operator_states(state_backend: StateBackend, metadata: CheckpointMetadata, streams: CheckpointStreams,

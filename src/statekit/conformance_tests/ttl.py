@@ -20,8 +20,8 @@ from statekit.conformance_tests.expect import expect_error
 from statekit.conformance_tests.semantics.common import Average
 from statekit.spi import (
     AggregatingStateDescriptor, IncompatibleSerializerError, KeyedStateBackend, ListStateDescriptor,
-    MapStateDescriptor, ReducingStateDescriptor, StateBackend, StateDescriptor, StateTtlConfig, TtlStateVisibility,
-    TtlUpdateType, ValueStateDescriptor,
+    MapStateDescriptor, ReducingStateDescriptor, StateAccessError, StateBackend, StateDescriptor, StateTtlConfig,
+    TtlStateVisibility, TtlUpdateType, ValueStateDescriptor,
 )
 from statekit.spi.backend import SnapshotOptions, SnapshotType
 from statekit.spi.storage import CheckpointStreams
@@ -336,6 +336,17 @@ class TtlTests(BackendTestBase):
                 assert restored.get_state(ValueStateDescriptor("switched", ttl=longer)) is not None
         finally:
             restored.dispose()
+
+    @pytest.mark.parametrize("before, after", [(None, _config()), (_config(), None)], ids=["enable", "disable"])
+    def test_registering_a_state_again_with_ttl_turned_on_or_off_names_ttl(self, keyed_backend, before, after):
+        """In the same run: the error says that TTL differs (it said 'other serializers', naming
+        the internal TtlSerializer)."""
+        keyed_backend.get_state(ValueStateDescriptor("switched", ttl=before))
+        with expect_error(StateAccessError, "registering a state again with TTL turned "
+                          f"{'on' if after else 'off'} must be refused") as caught:
+            keyed_backend.get_state(ValueStateDescriptor("switched", ttl=after))
+        assert "TTL" in str(caught.value) and "TtlSerializer" not in str(caught.value), \
+            f"the error does not say that TTL changed: {caught.value}"
 
     # --- helpers
     GENERATIONS = {"old": T0, "young": T0 + TTL // 2}

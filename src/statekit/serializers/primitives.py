@@ -26,6 +26,17 @@ def _bad(kind: str, value: Any, exc: Exception) -> SerializationError:
     return SerializationError(f"{kind} cannot encode {value!r} ({type(value).__name__}): {exc}")
 
 
+def _integer(value: Any) -> Any:
+    """What ``Int64Serializer`` packs for a value that is no ``int``: a NumPy integer as the int it
+    holds (NumPy arithmetic would overflow or wrap around), ``bool`` rejected, anything else as it is
+    (an ``int`` subclass packs; the others fail to)."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if value.__class__ is bool:
+        _reject_bool("Int64Serializer", value)
+    return value
+
+
 def _wrong_width(kind: str, data: bytes) -> SerializationError:
     return SerializationError(f"{kind} expects 8 bytes, got {len(data)}")
 
@@ -41,10 +52,9 @@ class Int64Serializer(TypeSerializer[int]):
     FIXED_SIZE = 8
 
     def serialize(self, value: int) -> bytes:
-        if value.__class__ is bool:
-            _reject_bool("Int64Serializer", value)  # type: ignore[arg-type]
+        number = value if value.__class__ is int else _integer(value)
         try:
-            return _I64.pack(value + _SIGN)  # ">Q" rejects anything outside the signed 64-bit range
+            return _I64.pack(number + _SIGN)  # ">Q" rejects anything outside the signed 64-bit range
         except (struct.error, TypeError) as exc:
             raise _bad("Int64Serializer", value, exc) from exc
 
@@ -69,8 +79,7 @@ class Int64Serializer(TypeSerializer[int]):
     def serialize_many(self, values: Iterable[int]) -> list[bytes]:
         pack = _I64.pack
         try:
-            return [pack(v + _SIGN) if v.__class__ is not bool else _reject_bool("Int64Serializer", v)
-                    for v in values]
+            return [pack((v if v.__class__ is int else _integer(v)) + _SIGN) for v in values]
         except (struct.error, TypeError) as exc:
             raise SerializationError(f"Int64Serializer: a value is not a 64-bit integer: {exc}") from exc
 
@@ -128,7 +137,10 @@ class StringSerializer(TypeSerializer[str]):
             return super().serialize_many(values)  # names the value that does not encode
 
     def deserialize(self, data: bytes) -> str:
-        return bytes(data).decode("utf-8")
+        try:
+            return bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SerializationError(f"StringSerializer cannot decode {len(data)} bytes as UTF-8: {exc}") from None
 
     def serialize_arrow(self, values: Sequence[str]) -> pa.Array:
         import pyarrow as pa

@@ -37,10 +37,10 @@ def as_object(value: Any, path: str = "$") -> "JsonObject":
 
 
 def plain(value: Any) -> Any:
-    """``value`` as plain ``dict``/``list`` JSON values."""
+    """``value`` as plain ``dict``/``list`` JSON values (a tuple as a list, as JSON gives it back)."""
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value
 

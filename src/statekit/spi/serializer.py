@@ -62,7 +62,13 @@ class SerializerSnapshot:
             raise RestoreError(
                 f"the checkpoint's state was written with serializer {self.identity!r}, which cannot "
                 f"be imported now ({exc}); install the package that provides it") from exc
-        return target.from_config(self.config)
+        try:
+            return target.from_config(self.config)
+        except Exception as exc:  # noqa: BLE001 - whatever the class's constructor raises
+            raise RestoreError(
+                f"the checkpoint's state was written with serializer {self.identity!r} (version {self.version}, "
+                f"config {self.config}), which {qualname}.from_config cannot recreate now ({type(exc).__name__}: "
+                f"{exc}); let from_config accept the config of every earlier version") from exc
 
     def __hash__(self) -> int:
         return hash((self.identity, self.version, repr(sorted(self.config.items()))))
@@ -126,8 +132,10 @@ class TypeSerializer(ABC, Generic[T]):
         return cls(**config)
 
     def snapshot(self) -> SerializerSnapshot:
+        """The config as a checkpoint gives it back (JSON: a tuple is a list), so that a snapshot
+        compares equal to the one restored from the checkpoint."""
         cls = type(self)
-        return SerializerSnapshot(f"{cls.__module__}:{cls.__qualname__}", cls.VERSION, self.config())
+        return SerializerSnapshot(f"{cls.__module__}:{cls.__qualname__}", cls.VERSION, plain(self.config()))
 
     def resolve_compatibility(self, previous: SerializerSnapshot) -> Compatibility:
         """Can this serializer read bytes written by ``previous``? Default: same identity,

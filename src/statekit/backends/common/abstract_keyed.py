@@ -52,7 +52,7 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
         #: changelog incremental snapshots (unused by backends with native incremental snapshots)
         self._changelog = ChangelogTracker(self.key_group_range, changelog)
         self._registrations: dict[str, RegisteredState] = {}
-        self._states: dict[str, State] = {}
+        self._states: dict[str, tuple[StateDescriptor, State]] = {}  # by name: the descriptor it was made for
         self._timer_queues: dict[str, TimerQueue] = {}
         self._num_key_groups = len(self.key_group_range)
         #: the first key group of the range: ``set_current_key`` subtracts it (the hot path)
@@ -74,9 +74,13 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
 
     def _registered_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> State:
         registration = self._register(descriptor, namespace_serializer)
-        state = self._states.get(descriptor.name)
-        if state is None:
-            state = self._states[descriptor.name] = self._create_state(descriptor, registration)
+        cached = self._states.get(descriptor.name)
+        # the state follows the descriptor it is asked with: a backend kept for the next epoch serves
+        # a new function instance, whose descriptors bind its own reduce/aggregate function and default
+        if cached is not None and (cached[0] is descriptor or cached[0] == descriptor):
+            return cached[1]
+        state = self._create_state(descriptor, registration)
+        self._states[descriptor.name] = (descriptor, state)
         return state
 
     def get_bulk_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> BulkState:

@@ -1,8 +1,10 @@
 """The operator (non-keyed) state backend every statekit backend uses.
 
 Operator state is small by nature, so it lives in Python lists and dicts; the synchronous
-snapshot part copies them. A snapshot is one Arrow IPC file, one record batch per state with
-columns ``user_key, value``; the handle records each state's mode and byte range.
+snapshot part copies them. Values are copied on the way in and out (``common.copies``), as
+keyed state's are: a value read is the caller's own, and changing it in place changes no state.
+A snapshot is one Arrow IPC file, one record batch per state with columns ``user_key, value``;
+the handle records each state's mode and byte range.
 
 Redistribution on restore (``restore_handles`` are indexed by old subtask):
   list       same parallelism: the subtask's own elements; otherwise the elements of all old
@@ -17,10 +19,13 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 
 from statekit.backends.common.snapshot_sink import HashingSink
-from statekit.backends.common.registration import checked_list_elements
+from statekit.backends.common.copies import detached, detached_list
+from statekit.backends.common.registration import checked_list_elements, serializers_differ
 from statekit.serializers import resolve
 from statekit.spi.backend import OperatorBackendParams, OperatorStateBackend, PendingSnapshot
-from statekit.spi.errors import CorruptStateError, RestoreError, StateAccessError
+from statekit.spi.errors import (
+    ConfigurationError, CorruptStateError, RestoreError, SerializationError, StateAccessError,
+)
 from statekit.spi.handles import ByteRange, OperatorStateHandle, OperatorStateMode, verify_checksum
 from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
 from statekit.spi.state import BroadcastState, ListState
@@ -37,18 +42,18 @@ class _OperatorList(ListState):
         raise StateAccessError("operator state has no namespaces")
 
     def get(self) -> list[Any]:
-        return list(self.elements)
+        return detached_list(self.elements)
 
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ListState.add(None): list state elements cannot be None")
-        self.elements.append(value)
+        self.elements.append(detached(value))
 
     def add_all(self, values: Iterable[Any]) -> None:
-        self.elements.extend(checked_list_elements(values))
+        self.elements.extend(detached_list(checked_list_elements(values)))
 
     def update(self, values: Iterable[Any] | None) -> None:
-        self.elements[:] = checked_list_elements(values or ())
+        self.elements[:] = detached_list(checked_list_elements(() if values is None else values))
 
     def clear(self) -> None:
         self.elements.clear()
@@ -59,10 +64,10 @@ class _Broadcast(BroadcastState):
         self.entries = entries
 
     def get(self, key: Any) -> Any:
-        return self.entries.get(key)
+        return detached(self.entries.get(key))
 
     def put(self, key: Any, value: Any) -> None:
-        self.entries[key] = value
+        self.entries[key] = detached(value)
 
     def remove(self, key: Any) -> None:
         self.entries.pop(key, None)
@@ -71,7 +76,7 @@ class _Broadcast(BroadcastState):
         return key in self.entries
 
     def items(self) -> Iterator[tuple[Any, Any]]:
-        return iter(list(self.entries.items()))
+        return iter([(key, detached(value)) for key, value in self.entries.items()])
 
     def clear(self) -> None:
         self.entries.clear()
@@ -110,13 +115,20 @@ class DefaultOperatorStateBackend(OperatorStateBackend):
         return _Broadcast(self._register(name, OperatorStateMode.BROADCAST, serializers).data)
 
     def _register(self, name: str, mode: str, serializers: dict[str, TypeSerializer]) -> _Registered:
+        if not isinstance(name, str) or not name:  # checkpoints key states by name in JSON: 5 would come back "5"
+            raise ConfigurationError(f"an operator state name must be a non-empty string, got {name!r}")
         state = self._states.get(name)
         if state is None:
             state = self._states[name] = _Registered(mode, serializers,
                                                      {} if mode == OperatorStateMode.BROADCAST else [])
         elif state.mode != mode:
             raise StateAccessError(f"operator state {name!r} is {state.mode} state and cannot be used as {mode}")
-        elif not state.registered:
+        elif state.registered:
+            if serializers_differ(state.serializers, serializers):
+                raise StateAccessError(
+                    f"operator state {name!r} is already registered with other serializers ({state.serializers}), "
+                    f"not {serializers}; register it once per name")
+        else:
             for role, new in serializers.items():
                 check_compatibility(name, role.replace("_", " "), new, state.serializers[role].snapshot())
         state.serializers = serializers
@@ -146,11 +158,7 @@ class _OperatorPendingSnapshot(PendingSnapshot):
             ranges: dict[str, tuple[str, ByteRange]] = {}
             for name, (mode, serializers, data) in self._copies.items():
                 start = sink.tell()
-                if mode == OperatorStateMode.BROADCAST:
-                    user_keys = serializers["user_key"].serialize_many(data.keys())
-                    values = serializers["value"].serialize_many(data.values())
-                else:
-                    user_keys, values = [None] * len(data), serializers["value"].serialize_many(data)
+                user_keys, values = _serialized(name, mode, serializers, data)
                 writer.write_batch(pa.RecordBatch.from_arrays(
                     [pa.array(user_keys, pa.binary()), pa.array(values, pa.binary())], schema=SCHEMA))
                 ranges[name] = (mode, ByteRange(start, sink.tell() - start, sink.cut()))
@@ -164,6 +172,19 @@ class _OperatorPendingSnapshot(PendingSnapshot):
         serializer_json = {name: {role: s.snapshot().to_json() for role, s in serializers.items()}
                            for name, (_, serializers, _) in self._copies.items()}
         return OperatorStateHandle(stream, ranges, serializer_json)
+
+
+def _serialized(name: str, mode: str, serializers: dict[str, TypeSerializer],
+                data: Any) -> tuple[list[bytes | None], list[bytes]]:
+    """The user key and value columns of one state; a value its serializer rejects fails the
+    snapshot naming the state (operator state is serialized only when it is snapshotted)."""
+    try:
+        if mode == OperatorStateMode.BROADCAST:
+            keys, values = serializers["user_key"], serializers["value"]
+            return keys.serialize_many(data.keys()), values.serialize_many(data.values())
+        return [None] * len(data), serializers["value"].serialize_many(data)
+    except SerializationError as exc:
+        raise SerializationError(f"operator state {name!r} ({mode} state) cannot be snapshotted: {exc}") from exc
 
 
 def _restore(states: dict[str, _Registered], params: OperatorBackendParams) -> None:

@@ -73,7 +73,12 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
             f"state {descriptor.name!r} is a {existing.kind.value} state and cannot be registered "
             f"as a {descriptor.kind.value} state; use another name")
     if existing.descriptor is not None:
-        if existing.descriptor != descriptor and _serializers_differ(existing.serializers, serializers):
+        if existing.descriptor != descriptor and serializers_differ(existing.serializers, serializers):
+            if (existing.ttl_seconds is None) != (ttl_seconds is None):
+                had, has = ("without", "with") if existing.ttl_seconds is None else ("with", "without")
+                raise StateAccessError(
+                    f"state {descriptor.name!r} is already registered {had} TTL and cannot be registered {has} TTL "
+                    f"as well; give every descriptor of the state the same TTL setting")
             raise StateAccessError(
                 f"state {descriptor.name!r} is already registered with other serializers "
                 f"({existing.serializers}); register it once per name")
@@ -91,7 +96,8 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
     return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds)
 
 
-def _serializers_differ(a: dict[str, TypeSerializer], b: dict[str, TypeSerializer]) -> bool:
+def serializers_differ(a: dict[str, TypeSerializer], b: dict[str, TypeSerializer]) -> bool:
+    """Whether two states' serializers by role write differently (their snapshots differ)."""
     return {r: s.snapshot() for r, s in a.items()} != {r: s.snapshot() for r, s in b.items()}
 
 

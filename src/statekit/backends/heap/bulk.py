@@ -8,7 +8,7 @@ from itertools import groupby, repeat
 from operator import is_
 from typing import TYPE_CHECKING, Any, Sequence
 
-from statekit.backends.heap.copies import ATOMIC, detached, detached_list
+from statekit.backends.common.copies import ATOMIC, detached, detached_list
 from statekit.backends.heap.states import HeapStateAccess
 from statekit.spi.bulk_state import (
     BulkAggregatingState, BulkListState, BulkReducingState, BulkState, BulkValueState, KeyBatch, check_aligned,

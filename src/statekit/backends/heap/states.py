@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from statekit.backends.common.registration import checked_list_elements
-from statekit.backends.heap.copies import ATOMIC, detached, detached_list
+from statekit.backends.common.copies import ATOMIC, detached, detached_list
 from statekit.spi.errors import StateAccessError
 from statekit.spi.state import (
     AggregatingState, ListState, MapState, ReducingState, State, ValueState, VOID_NAMESPACE,

@@ -8,7 +8,7 @@ import pytest
 
 from statekit.conformance_tests.base import BackendTestBase, set_key
 from statekit.conformance_tests.semantics.common import mixed_keys, prefix_keys, assert_keys, reducing_state, concat
-from statekit.spi import KeyedStateBackend, ReducingStateDescriptor, VOID_NAMESPACE
+from statekit.spi import KeyedStateBackend, ReducingStateDescriptor, ValueStateDescriptor, VOID_NAMESPACE
 
 # --------------------------------------------------------------------------------------------
 # ReducingState
@@ -30,6 +30,22 @@ class ReducingStateSemantics(BackendTestBase):
         for value in inputs:
             state.add(value)
         assert state.get() == want, f"after adding {inputs!r} state reads {state.get()!r}, expected {want!r}"
+
+    def test_reducing_state_follows_the_descriptor_it_is_asked_with(self, keyed_backend: KeyedStateBackend) -> None:
+        """A backend kept for the next epoch (Spark's parked backends) serves a new function
+        instance, whose descriptor binds its own reduce function and default: the state asked for
+        with it must use them, as a backend restored from storage does, not the previous epoch's."""
+        scaled = _Scaled(1)
+        set_key(keyed_backend, "k")
+        keyed_backend.get_state(ReducingStateDescriptor("r", reduce_function=scaled.add)).add(1)
+        later = _Scaled(10)  # the next epoch's function instance
+        state = keyed_backend.get_state(ReducingStateDescriptor("r", reduce_function=later.add))
+        state.add(1)
+        assert state.get() == 11, f"the state reduced with the first descriptor's function: {state.get()!r}, not 11"
+        value = keyed_backend.get_state(ValueStateDescriptor("v", default=1))
+        assert value.value() == 1
+        assert keyed_backend.get_state(ValueStateDescriptor("v", default=2)).value() == 2, \
+            "the state kept the default of the first descriptor it was asked with"
 
     def test_reducing_single_value_and_falsy_result(self, keyed_backend: KeyedStateBackend) -> None:
         state = reducing_state(keyed_backend, ReducingStateDescriptor("r", reduce_function=operator.add))
@@ -68,3 +84,13 @@ class ReducingStateSemantics(BackendTestBase):
                 assert state.get() == want, f"key {key!r} namespace {ns!r} reads {state.get()!r}, expected {want}"
         assert_keys(keyed_backend, "r", keys)
         assert_keys(keyed_backend, "r", keys, "w")
+
+
+class _Scaled:
+    """A reduce function bound to its function instance (``a + b * factor``)."""
+
+    def __init__(self, factor: int) -> None:
+        self.factor = factor
+
+    def add(self, a: int, b: int) -> int:
+        return a + b * self.factor

@@ -1,0 +1,50 @@
+"""Values as state that lives in Python objects holds them (heap keyed state, operator state), so
+that it behaves like state stored as bytes.
+
+*Values are copies.* A value read from state is the caller's own copy, and a value passed to
+``update``/``add``/``put`` is copied on the way in: a change reaches the state only through a
+state method, never by mutating an object in place (RocksDB and LMDB store serialized bytes and
+behave so by construction). Held objects are therefore never shared with user code, which is
+also what lets a copy-on-write snapshot keep its point in time. Atomic values (None, bool,
+numbers, str, bytes) and tuples/frozensets, lists and dicts of them, the common case, are
+copied shallowly or not at all; anything else is deep-copied.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from statekit.spi.errors import SerializationError
+
+#: immutable types held and handed out as they are
+ATOMIC = frozenset({type(None), bool, int, float, complex, str, bytes})
+
+
+def detached(value: Any) -> Any:
+    """A copy of ``value`` that shares no mutable object with it (``value`` itself if immutable)."""
+    kind = type(value)
+    if kind in ATOMIC:
+        return value
+    # ``ATOMIC.issuperset(map(type, ...))``: whether every element is atomic, in one C-level pass
+    if kind is tuple or kind is frozenset:
+        return value if ATOMIC.issuperset(map(type, value)) else _deep_copy(value)
+    if kind is list:
+        return list(value) if ATOMIC.issuperset(map(type, value)) else _deep_copy(value)
+    if kind is dict and ATOMIC.issuperset(map(type, value)) and ATOMIC.issuperset(map(type, value.values())):
+        return dict(value)
+    return _deep_copy(value)
+
+
+def _deep_copy(value: Any) -> Any:
+    try:
+        return copy.deepcopy(value)
+    except Exception as exc:  # noqa: BLE001 - deepcopy fails as pickling does: TypeError, PicklingError, ...
+        raise SerializationError(f"a {type(value).__name__} cannot be kept in state: copying it failed "
+                                 f"({type(exc).__name__}: {exc}); state values must be serializable") from exc
+
+
+def detached_list(values: list[Any]) -> list[Any]:
+    """A new list of detached elements."""
+    if ATOMIC.issuperset(map(type, values)):
+        return list(values)
+    return [detached(v) for v in values]
