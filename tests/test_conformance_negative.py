@@ -149,3 +149,11 @@ def test_a_backend_whose_timers_are_not_state_fails_the_timers_level(tmp_path):
             ("after the switch from heap", "rows missing"),
     }, "timers")
     assert "TestTimers::test_timers_fire_in_order_up_to_the_bound" in run.passed, "its queue itself is right"
+
+
+def test_a_backend_that_drops_values_it_cannot_serialize_fails_the_semantics_level(tmp_path):
+    """A write the serializer rejects, swallowed: no error and no value (the old one stays)."""
+    run = run_suite(tmp_path, "--backend", "broken_backends.swallowed_serialization:SwallowedSerializationBackend",
+                    "--level", "semantics")
+    assert_fails_exactly(run, {"TestSemantics::test_value_unserializable_value_raises_statekit_error": (
+        "update(lock) raised no error and was not kept: value() reads 'old'",)}, "semantics")
