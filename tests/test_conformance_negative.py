@@ -157,3 +157,30 @@ def test_a_backend_that_drops_values_it_cannot_serialize_fails_the_semantics_lev
                     "--level", "semantics")
     assert_fails_exactly(run, {"TestSemantics::test_value_unserializable_value_raises_statekit_error": (
         "update(lock) raised no error and was not kept: value() reads 'old'",)}, "semantics")
+
+
+def test_a_storage_that_declares_its_files_inline_still_fails_the_corruption_tests(tmp_path):
+    """writes_files=False on a storage that writes files would skip every test of stored files."""
+    run = run_suite(tmp_path, "--backend", "heap", "--storage",
+                    "broken_storages.modest_declarations:InlineClaimingStorage", "--level", "storage")
+    inline = ("writes_files=False says the storage keeps every byte inline, but a",)
+    assert_fails_exactly(run, {f"TestStorage::{name}": inline for name in (
+        "test_flipped_byte_is_a_checksum_error_naming_the_file", "test_flipped_byte_fails_a_whole_restore",
+        "test_truncated_file_is_a_clear_error", "test_missing_file_is_a_restore_error_naming_it")}, "storage")
+
+
+def test_a_storage_that_declares_itself_not_durable_and_without_shared_files_still_fails(tmp_path):
+    """durable=False and shared_files=False on a storage that is both would skip the tests it fails."""
+    run = run_suite(tmp_path, "--backend", "heap", "--storage",
+                    "broken_storages.modest_declarations:NonDurableClaimingStorage", "--level", "storage")
+    shared = ("shared_files=False says the storage keeps no shared files, but",)
+    assert_fails_exactly(run, {
+        **{f"TestStorage::{name}": shared for name in (
+            "test_shared_files_are_deleted_once_unreferenced",
+            "test_shared_file_of_a_retained_checkpoint_is_never_deleted",
+            "test_registry_is_rebuilt_after_a_restart", "test_no_claim_restore_never_deletes_the_restored_files",
+            "test_claim_restore_adopts_the_restored_files",
+            "test_abort_deletes_only_the_aborted_checkpoints_new_shared_files")},
+        "TestStorage::test_committed_checkpoint_is_seen_by_a_new_access":
+            ("durable=False says a new access starts empty, but it sees checkpoints [1]",),
+    }, "storage")
