@@ -488,3 +488,13 @@ def test_console_entry_point(heap_job, tmp_path):
                             capture_output=True, text=True, env=env, timeout=120)
     assert failed.returncode == 2
     assert failed.stderr.startswith("statekit: error:") and "Traceback" not in failed.stderr
+
+
+def test_a_backend_module_that_fails_on_import_is_one_error_line(capsys, monkeypatch, heap_job, tmp_path):
+    """--backend module:Class whose module raises on import (a plugin's bug, not an ImportError)."""
+    (tmp_path / "plugin_that_raises.py").write_text("raise RuntimeError('the plugin is broken')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, err = run(capsys, "savepoint", "create", "--from", str(heap_job.dir), "--to", str(tmp_path / "sp"),
+                         "--backend", "plugin_that_raises:Backend")
+    assert (code, out) == (2, "") and len(err.strip().splitlines()) == 1, err
+    assert "'plugin_that_raises:Backend' cannot be loaded: RuntimeError: the plugin is broken" in err, err
