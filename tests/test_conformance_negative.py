@@ -151,12 +151,16 @@ def test_a_backend_whose_timers_are_not_state_fails_the_timers_level(tmp_path):
     assert "TestTimers::test_timers_fire_in_order_up_to_the_bound" in run.passed, "its queue itself is right"
 
 
-def test_a_backend_that_drops_values_it_cannot_serialize_fails_the_semantics_level(tmp_path):
-    """A write the serializer rejects, swallowed: no error and no value (the old one stays)."""
+def test_a_backend_that_drops_what_it_cannot_serialize_fails_the_semantics_level(tmp_path):
+    """A value or a key the serializer rejects, swallowed: no error, and the write is lost."""
     run = run_suite(tmp_path, "--backend", "broken_backends.swallowed_serialization:SwallowedSerializationBackend",
                     "--level", "semantics")
-    assert_fails_exactly(run, {"TestSemantics::test_value_unserializable_value_raises_statekit_error": (
-        "update(lock) raised no error and was not kept: value() reads 'old'",)}, "semantics")
+    assert_fails_exactly(run, {
+        "TestSemantics::test_value_unserializable_value_raises_statekit_error":
+            ("update(lock) raised no error and was not kept: value() reads 'old'",),
+        "TestSemantics::test_key_that_does_not_serialize_is_a_clear_error_and_leaves_other_keys":
+            ("a key that does not serialize raised no error and lost its write: value() reads None",),
+    }, "semantics")
 
 
 def test_a_storage_that_declares_its_files_inline_still_fails_the_corruption_tests(tmp_path):

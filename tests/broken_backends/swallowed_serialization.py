@@ -1,5 +1,6 @@
-"""A backend that drops a value its serializer rejects without a word: the write is lost, no
-error says why (the failure a ``try: ... except SerializationError: pass`` in a plugin makes)."""
+"""A backend that drops what its serializers reject without a word: a value that does not
+serialize is not written, and neither is any state of a key that does not serialize (the failure a
+``try: ... except SerializationError: pass`` in a plugin makes). No error says why."""
 from __future__ import annotations
 
 import functools
@@ -14,9 +15,12 @@ WRITES = ("update", "add", "add_all", "put", "put_all")
 
 @functools.cache
 def _swallowing(state_class: type) -> type:
-    """``state_class`` whose writes ignore a SerializationError."""
+    """``state_class`` whose writes do nothing under a key that does not serialize, and ignore a
+    SerializationError of the value."""
     def swallowing(write: Any) -> Any:
         def write_or_drop(self: Any, *args: Any) -> Any:
+            if self._backend.unserializable_key:
+                return None
             try:
                 return write(self, *args)
             except SerializationError:
@@ -28,6 +32,16 @@ def _swallowing(state_class: type) -> type:
 
 
 class SwallowingKeyedBackend(HeapKeyedStateBackend):
+    unserializable_key = False
+
+    def set_current_key(self, key: Any, key_group: int) -> None:
+        try:  # serialized eagerly, as a byte store does, and the error dropped
+            self.key_serializer.serialize(key)
+            self.unserializable_key = False
+        except SerializationError:
+            self.unserializable_key = True
+        super().set_current_key(key, key_group)
+
     def _create_state(self, descriptor: StateDescriptor, table: Any) -> Any:
         state = super()._create_state(descriptor, table)
         state.__class__ = _swallowing(type(state))
