@@ -191,3 +191,11 @@ def test_a_storage_that_declares_itself_not_durable_and_without_shared_files_sti
         "TestStorage::test_committed_checkpoint_is_seen_by_a_new_access":
             ("durable=False says a new access starts empty, but it sees checkpoints [1]",),
     }, "storage")
+
+
+def test_a_backend_without_ttl_that_accepts_ttl_descriptors_fails_the_semantics_level(tmp_path):
+    """Every built-in backend declares ``ttl``, so only a backend that does not runs the rule that
+    a TTL descriptor is then refused: here it can fail, and the rest of the level still passes."""
+    run = run_suite(tmp_path, "--backend", "broken_backends.false_ttl:SilentTtlBackend", "--level", "semantics")
+    assert_fails_exactly(run, {f"TestSemantics::test_ttl_without_capability_raises[{kind}]": ("CapabilityError",)
+                               for kind in ("value", "list", "map", "reducing", "aggregating")}, "semantics")
