@@ -278,7 +278,7 @@ CASES = [
                                                                 "changes-to": "1"}),
         ConfigurationError, ("changes-from=2 must be an earlier checkpoint than changes-to=1",)),
     Bad("restore-path-missing", lambda tmp: resolve(str(tmp / "nothing" / "chk-3")), RestoreError,
-        ("spark.statekit.restore.path=", "_metadata does not exist")),
+        ("spark.statekit.restore.path=", "nothing/chk-3' does not exist")),
 ]
 
 

@@ -427,7 +427,7 @@ def corrupt_checkpoint(tmp_path) -> Path:
 @pytest.mark.parametrize("case", [
     "describe-missing", "describe-incomplete", "describe-corrupt", "describe-garbage", "list-missing",
     "create-unknown-backend", "create-not-a-backend", "create-from-incomplete", "create-from-corrupt",
-    "create-wrong-backend", "usage",
+    "create-wrong-backend", "usage", "state-get-wrong-job",
 ])
 def test_errors_exit_2_with_one_line(capsys, case, heap_job, rocks_job, corrupt_checkpoint, tmp_path):
     garbage = tmp_path / "garbage" / "chk-5"
@@ -450,6 +450,9 @@ def test_errors_exit_2_with_one_line(capsys, case, heap_job, rocks_job, corrupt_
         "create-wrong-backend": (["savepoint", "create", "--from", str(rocks_job.dir), "--to", str(tmp_path / "sp"),
                                   "--backend", "heap"], "IncrementalRocksDBStateHandle"),
         "usage": (["savepoint", "create", "--from", str(heap_job.dir)], "--to"),
+        # a job id that names nothing is not "a checkpoint without _metadata that never completed"
+        "state-get-wrong-job": (["state", "get", str(heap_job.root / "no-such-job"), "--state", "count", "--key", "k"],
+                                "no-such-job' does not exist: give a _metadata file"),
     }[case]
     code, out, err = run(capsys, *argv)
     assert code == 2
@@ -485,3 +488,13 @@ def test_console_entry_point(heap_job, tmp_path):
                             capture_output=True, text=True, env=env, timeout=120)
     assert failed.returncode == 2
     assert failed.stderr.startswith("statekit: error:") and "Traceback" not in failed.stderr
+
+
+def test_a_backend_module_that_fails_on_import_is_one_error_line(capsys, monkeypatch, heap_job, tmp_path):
+    """--backend module:Class whose module raises on import (a plugin's bug, not an ImportError)."""
+    (tmp_path / "plugin_that_raises.py").write_text("raise RuntimeError('the plugin is broken')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, err = run(capsys, "savepoint", "create", "--from", str(heap_job.dir), "--to", str(tmp_path / "sp"),
+                         "--backend", "plugin_that_raises:Backend")
+    assert (code, out) == (2, "") and len(err.strip().splitlines()) == 1, err
+    assert "'plugin_that_raises:Backend' cannot be loaded: RuntimeError: the plugin is broken" in err, err

@@ -121,8 +121,11 @@ def test_handles_relative_to_the_wrong_root_fail_resolution_and_shared_files(tmp
     }, "storage")
 
 
-def test_a_backend_that_declares_ttl_but_ignores_it_fails_the_whole_ttl_level(tmp_path):
-    run = run_suite(tmp_path, "--backend", "broken_backends.false_ttl:FalseTtlBackend", "--level", "ttl")
+@pytest.mark.parametrize("backend", ["FalseTtlBackend", "HiddenTtlBackend"])
+def test_a_backend_that_declares_ttl_but_ignores_it_fails_the_whole_ttl_level(tmp_path, backend):
+    """HiddenTtlBackend's ``Capabilities.declared()`` leaves out the ``ttl`` its field (what the
+    runtime reads) declares: the suite reads the field, so its TTL tests run rather than skip."""
+    run = run_suite(tmp_path, "--backend", f"broken_backends.false_ttl:{backend}", "--level", "ttl")
     ttl_tests = {name for name in [*run.failures, *run.passed] if name.startswith("TestTtl::")}
     assert len(ttl_tests) >= 30, run.output[-3000:]
     assert_fails_exactly(run, {name: () for name in ttl_tests}, "ttl")
@@ -149,3 +152,50 @@ def test_a_backend_whose_timers_are_not_state_fails_the_timers_level(tmp_path):
             ("after the switch from heap", "rows missing"),
     }, "timers")
     assert "TestTimers::test_timers_fire_in_order_up_to_the_bound" in run.passed, "its queue itself is right"
+
+
+def test_a_backend_that_drops_what_it_cannot_serialize_fails_the_semantics_level(tmp_path):
+    """A value or a key the serializer rejects, swallowed: no error, and the write is lost."""
+    run = run_suite(tmp_path, "--backend", "broken_backends.swallowed_serialization:SwallowedSerializationBackend",
+                    "--level", "semantics")
+    assert_fails_exactly(run, {
+        "TestSemantics::test_value_unserializable_value_raises_statekit_error":
+            ("update(lock) raised no error and was not kept: value() reads 'old'",),
+        "TestSemantics::test_key_that_does_not_serialize_is_a_clear_error_and_leaves_other_keys":
+            ("a key that does not serialize raised no error and lost its write: value() reads None",),
+    }, "semantics")
+
+
+def test_a_storage_that_declares_its_files_inline_still_fails_the_corruption_tests(tmp_path):
+    """writes_files=False on a storage that writes files would skip every test of stored files."""
+    run = run_suite(tmp_path, "--backend", "heap", "--storage",
+                    "broken_storages.modest_declarations:InlineClaimingStorage", "--level", "storage")
+    inline = ("writes_files=False says the storage keeps every byte inline, but a",)
+    assert_fails_exactly(run, {f"TestStorage::{name}": inline for name in (
+        "test_flipped_byte_is_a_checksum_error_naming_the_file", "test_flipped_byte_fails_a_whole_restore",
+        "test_truncated_file_is_a_clear_error", "test_missing_file_is_a_restore_error_naming_it")}, "storage")
+
+
+def test_a_storage_that_declares_itself_not_durable_and_without_shared_files_still_fails(tmp_path):
+    """durable=False and shared_files=False on a storage that is both would skip the tests it fails."""
+    run = run_suite(tmp_path, "--backend", "heap", "--storage",
+                    "broken_storages.modest_declarations:NonDurableClaimingStorage", "--level", "storage")
+    shared = ("shared_files=False says the storage keeps no shared files, but",)
+    assert_fails_exactly(run, {
+        **{f"TestStorage::{name}": shared for name in (
+            "test_shared_files_are_deleted_once_unreferenced",
+            "test_shared_file_of_a_retained_checkpoint_is_never_deleted",
+            "test_registry_is_rebuilt_after_a_restart", "test_no_claim_restore_never_deletes_the_restored_files",
+            "test_claim_restore_adopts_the_restored_files",
+            "test_abort_deletes_only_the_aborted_checkpoints_new_shared_files")},
+        "TestStorage::test_committed_checkpoint_is_seen_by_a_new_access":
+            ("durable=False says a new access starts empty, but it sees checkpoints [1]",),
+    }, "storage")
+
+
+def test_a_backend_without_ttl_that_accepts_ttl_descriptors_fails_the_semantics_level(tmp_path):
+    """Every built-in backend declares ``ttl``, so only a backend that does not runs the rule that
+    a TTL descriptor is then refused: here it can fail, and the rest of the level still passes."""
+    run = run_suite(tmp_path, "--backend", "broken_backends.false_ttl:SilentTtlBackend", "--level", "semantics")
+    assert_fails_exactly(run, {f"TestSemantics::test_ttl_without_capability_raises[{kind}]": ("CapabilityError",)
+                               for kind in ("value", "list", "map", "reducing", "aggregating")}, "semantics")

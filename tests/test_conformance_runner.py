@@ -52,7 +52,7 @@ def test_the_suite_runs_by_name_and_reports_every_level(tmp_path, module, option
     assert "\n".join(table) in report, report
     for line in ("  incremental    1  FullSnapshotsHeap does not declare capability 'incremental_snapshots'",
                  "  snapshots      1  FullSnapshotsHeap does not declare capability 'incremental_snapshots'",
-                 "  storage        1  the storage keeps every byte inline (writes_files=False): no file to damage",
+                 "  storage        1  the storage kept a 65536-byte stream inline: no file to damage",
                  "statekit conformance: PASSED (3 skipped, reasons above)"):
         assert line in report.splitlines(), report
 

@@ -4,6 +4,7 @@ workload's oracle key by key; key lookups read one key group; the change feed be
 checkpoints equals the oracle's difference; TTL, timers and undecodable values."""
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import subprocess
 import sys
@@ -280,6 +281,30 @@ def test_the_state_get_command(tmp_path):
     assert failed.returncode == 2 and "holds no operator 'other'" in failed.stderr
     assert "spark.read.format('statekit')" in subprocess.run(
         [sys.executable, "-m", "statekit.cli", "checkpoints", "describe", job], capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("key_types, key, given", [
+    (["double"], 1.5, "1.5"), (["boolean"], True, "true"), (["date"], _dt.date(2024, 1, 31), "2024-01-31"),
+    (["timestamp"], _dt.datetime(2024, 1, 31, 12, tzinfo=_dt.timezone.utc), "2024-01-31T12:00:00+00:00"),
+    (["date", "int"], (_dt.date(2024, 1, 31), 7), '["2024-01-31", 7]'),
+    (["string", "double"], ("a", 2.0), '["a", 2]'),
+], ids=lambda p: p if isinstance(p, str) else None)
+def test_state_get_types_the_key_text_as_the_key_columns(capsys, tmp_path, key_types, key, given):
+    """``--key`` text names a key of any recorded column type (a date column took only JSON, so no
+    date could be given), and text that is not of the column's type is one clear error line, not a
+    traceback of json's."""
+    from statekit.cli import main
+
+    runner = _runner("heap", tmp_path, incremental=False, function=_Remember(), key_types=key_types)
+    runner.run_epoch([(key, 42)])
+    job = f"file://{tmp_path}/checkpoints/job"
+    assert main(["state", "get", job, "--state", "latest", "--key", given]) == 0
+    assert capsys.readouterr().out.strip() == "42"
+    wrong = "not-a-value" if len(key_types) == 1 else '["not-a-value", "not-a-value"]'
+    assert main(["state", "get", job, "--state", "latest", "--key", wrong]) == 2
+    err = capsys.readouterr().err.strip()
+    typed = next(t for t in key_types if t != "string")
+    assert err.startswith("statekit: error: --key") and f"is a {typed}" in err and "\n" not in err, err
 
 
 @pytest.mark.parametrize("backend", ["heap", "rocksdb", "lmdb"])

@@ -98,7 +98,8 @@ backend that wrote it (``--backend``, default the metadata's ``backend`` propert
      "value": the value | [elements] | {map key: value} | [timer timestamps] | null}
 
 ``--key`` is typed as the job's key column recorded in the checkpoint (several key columns: a
-JSON array); a snapshot without them takes JSON, or else the text itself. Values that are not
+JSON array; dates and timestamps in ISO 8601, e.g. ``2024-01-31``); text that is not of the
+column's type is an error. A snapshot without key columns takes JSON, or else the text itself. Values that are not
 JSON print as their ``repr``.
 """
 from __future__ import annotations
@@ -107,7 +108,7 @@ import argparse
 import json
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from statekit.inspection import InspectionError, create_savepoint, describe, error_text, list_checkpoints
@@ -306,26 +307,48 @@ def _cmd_create(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: how ``--key`` text becomes a value of a key column's Spark SQL type
+_KEY_PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
+    **{name: (int, "an integer") for name in ("bigint", "int", "smallint", "tinyint")},
+    "double": (float, "a number"), "float": (float, "a number"),
+    "boolean": (lambda text: {"true": True, "false": False}[text.strip().lower()], "true or false"),
+    "date": (date.fromisoformat, "a date, e.g. 2024-01-31"),
+    "timestamp": (datetime.fromisoformat, "a timestamp, e.g. 2024-01-31T12:00:00+00:00"),
+    "binary": (lambda text: text.encode("utf-8"), "text"),
+}
+
+
+def _column_value(value: Any, column: KeyColumn, text: str) -> Any:
+    """``value`` (the text of ``--key``, or an element of its JSON array) as a value of ``column``'s type."""
+    if column.type in ("float", "double") and type(value) is int:
+        return float(value)
+    if not isinstance(value, str) or column.type not in _KEY_PARSERS:
+        return value
+    parse, wanted = _KEY_PARSERS[column.type]
+    try:
+        return parse(value)
+    except (ValueError, KeyError):
+        raise InspectionError(f"--key {text!r}: key column {column.name!r} is a {column.type}; "
+                              f"give {wanted}, not {value!r}") from None
+
+
 def _key_of(text: str, columns: tuple[KeyColumn, ...] | None) -> Any:
     """The key a ``--key`` names: typed as the job's recorded key columns (several columns: a
     JSON array); without them, JSON if it parses, else the text itself."""
-    integers = {"bigint", "int", "smallint", "tinyint"}
     if columns is not None and len(columns) == 1:
-        if columns[0].type in integers:
-            try:
-                return int(text)
-            except ValueError:
-                raise InspectionError(f"--key {text!r}: key column {columns[0].name!r} is a "
-                                      f"{columns[0].type}; give an integer") from None
-        return text if columns[0].type == "string" else json.loads(text)
+        return _column_value(text, columns[0], text)
     try:
         value = json.loads(text)
     except ValueError:
-        if columns is not None:
-            raise InspectionError(f"--key {text!r}: the job has key columns {[c.name for c in columns]}; give "
-                                  f"their values as a JSON array, e.g. '[\"a\", 1]'") from None
-        return text
-    return tuple(value) if isinstance(value, list) else value
+        if columns is None:
+            return text
+        value = None
+    if columns is None:
+        return tuple(value) if isinstance(value, list) else value
+    if not isinstance(value, list) or len(value) != len(columns):
+        raise InspectionError(f"--key {text!r}: the job has key columns {[c.name for c in columns]}; give "
+                              f"their values as a JSON array, e.g. '[\"a\", 1]'")
+    return tuple(_column_value(item, column, text) for item, column in zip(value, columns))
 
 
 def _cmd_state_get(args: argparse.Namespace) -> int:

@@ -228,9 +228,6 @@ def _files(url: str, storage_options: dict[str, Any] | None) -> CheckpointStorag
 
 
 def _resolve(url: str, storage_options: dict[str, Any] | None, setting: str) -> ResolvedCheckpoint:
-    fs, path = open_url(url, setting, storage_options)
-    if not fs.exists(path):
-        raise InspectionError(f"{url!r} does not exist")
     return _files(url, storage_options).resolve_checkpoint(url, setting)
 
 

@@ -146,6 +146,8 @@ def _load(spec: str, setting: str) -> Any:
             target = getattr(target, part)
     except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigurationError(f"{setting}={spec!r} cannot be loaded: {exc}") from exc
+    except Exception as exc:  # the module itself raised on import: a plugin's bug, say which
+        raise ConfigurationError(f"{setting}={spec!r} cannot be loaded: {type(exc).__name__}: {exc}") from exc
     return target
 
 

@@ -20,3 +20,27 @@ class FalseTtlBackend(HeapStateBackend):
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> IgnoresTtlKeyedBackend:
         return IgnoresTtlKeyedBackend(params, self.changelog)
+
+
+class HidingCapabilities(Capabilities):
+    """Capabilities whose ``declared()`` leaves TTL out, while the field (what statekit's runtime
+    reads) says TTL is supported."""
+
+    def declared(self) -> dict[str, bool]:
+        return {**super().declared(), "ttl": False}
+
+
+class HiddenTtlBackend(FalseTtlBackend):
+    """TTL on for the runtime, reported off to the suite: its TTL tests would all skip."""
+    name = "hidden-ttl"
+    capabilities = HidingCapabilities(incremental_snapshots=True, async_snapshots=True, ttl=True)
+
+
+class SilentTtlBackend(HeapStateBackend):
+    """Declares no ``ttl`` and still accepts TTL descriptors (keeping their entries forever): a job
+    that asked for TTL gets none, without the CapabilityError that says so."""
+    name = "silent-ttl"
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=False)
+
+    def create_keyed_backend(self, params: KeyedBackendParams) -> IgnoresTtlKeyedBackend:
+        return IgnoresTtlKeyedBackend(params, self.changelog)

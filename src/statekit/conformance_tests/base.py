@@ -25,14 +25,14 @@ OPTIONAL_CAPABILITIES = tuple(f.name for f in fields(Capabilities))
 
 
 def declared_capabilities(state_backend: StateBackend | type[StateBackend]) -> dict[str, bool]:
-    """The optional capabilities a backend (or backend class) declares, by name. Fields a plugin
-    adds to its own ``Capabilities`` subclass are not capabilities: they are left out."""
+    """The optional capabilities a backend (or backend class) declares, by name, read from the
+    fields statekit's runtime reads (not from an overridable ``declared()``). Fields a plugin adds
+    to its own ``Capabilities`` subclass are not capabilities: they are left out."""
     capabilities = state_backend.capabilities
     if not isinstance(capabilities, Capabilities):
         raise AssertionError(f"{_name(state_backend)}.capabilities must be a statekit.spi.Capabilities, "
                              f"not {type(capabilities).__name__}")
-    declared = capabilities.declared()
-    return {name: bool(declared[name]) for name in OPTIONAL_CAPABILITIES}
+    return {name: bool(getattr(capabilities, name)) for name in OPTIONAL_CAPABILITIES}
 
 
 def requires(state_backend: StateBackend, capability: str) -> None:

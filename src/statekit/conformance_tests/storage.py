@@ -15,12 +15,14 @@ declarations (``CheckpointStorage``); a test class may override each as a class 
 
 * ``writes_files``: ``True`` when a stream of ``file_payload_size`` bytes must be stored apart
   from the metadata (the tests that damage stored bytes then fail instead of skipping if it
-  stays inline), ``False`` when the storage keeps every byte inline (they skip), ``None`` to
-  decide per written handle;
+  stays inline), ``False`` when the storage keeps every byte inline (they skip; a stream stored
+  apart then fails them), ``None`` to decide per written handle;
 * ``shared_files``: the same for streams written with ``StateScope.SHARED`` (``True``: they
-  must be ``access.is_shared()``; ``False``: the shared-file tests skip);
+  must be ``access.is_shared()``; ``False``: the shared-file tests skip, and fail on a stream that
+  ``is_shared()``);
 * ``durable``: whether a second ``create_access(job)`` sees the checkpoints committed through
-  the first (``False`` for driver-memory storages such as ``jobmanager``);
+  the first (``False`` for driver-memory storages such as ``jobmanager``: checked, a new access
+  must then start empty);
 * ``file_payload_size``: bytes written where a test needs a stored stream (must exceed the
   storage's memory threshold); ``large_payload_size``: the "large stream" round trip (> 1 MiB).
 
@@ -199,19 +201,22 @@ class StorageTestBase:
             pytest.skip(f"{type(checkpoint_storage).__name__} is not durable: a new access starts empty")
 
     def require_file(self, handle: StreamStateHandle) -> None:
-        """Skip (or fail, when ``writes_files`` is True) unless ``handle`` is not inline."""
+        """Skip unless ``handle`` is not inline; fail where that contradicts ``writes_files`` (a
+        declaration cannot skip the tests that damage the files a storage does write)."""
         if isinstance(handle, InlineStateHandle):
             if self.writes_files:
                 raise AssertionError(f"a stream of {handle.size} bytes stayed inline, but writes_files=True "
                                      f"says it must become a file (raise file_payload_size above the memory "
                                      f"threshold, or set writes_files=None)")
             pytest.skip(f"the storage kept a {handle.size}-byte stream inline: no file to damage")
+        if self.writes_files is False:
+            raise AssertionError(f"writes_files=False says the storage keeps every byte inline, but a "
+                                 f"{handle.size}-byte stream was stored apart ({_describe(handle)}): declare "
+                                 f"writes_files=True or None, so that the tests of stored files run")
 
     def write_file(self, access: CheckpointStorageAccess, checkpoint_id: int, seed: int = 0,
                    size: int | None = None) -> tuple[StreamStateHandle, bytes]:
         """An exclusive stream that must be a file (skips the test when the storage keeps it inline)."""
-        if self.writes_files is False:
-            pytest.skip("the storage keeps every byte inline (writes_files=False): no file to damage")
         data = payload(size or self.file_payload_size, seed)
         handle = write_stream(access.streams(checkpoint_id, SUBTASK), data)
         self.require_file(handle)
@@ -219,10 +224,12 @@ class StorageTestBase:
 
     def write_shared(self, access: CheckpointStorageAccess, checkpoint_id: int, seed: int) -> StreamStateHandle:
         """A stream in shared scope that ``access.is_shared`` recognizes (or skip the test)."""
-        if self.shared_files is False:
-            pytest.skip("the storage keeps no shared files (shared_files=False)")
         handle = write_stream(access.streams(checkpoint_id, SUBTASK), payload(self.file_payload_size, seed),
                               StateScope.SHARED, name=f"shared-{seed}")
+        if access.is_shared(handle) and self.shared_files is False:
+            raise AssertionError(f"shared_files=False says the storage keeps no shared files, but a stream written "
+                                 f"with StateScope.SHARED ({_describe(handle)}) is_shared(): declare "
+                                 f"shared_files=True or None, so that the shared-file tests run")
         if not access.is_shared(handle):
             if self.shared_files:
                 raise AssertionError(f"a stream written with StateScope.SHARED ({_describe(handle)}) is not "
@@ -328,11 +335,18 @@ class StorageCommitTests(StorageTestBase):
         assert restored == make_metadata(1, [handle]), "committed metadata does not parse back to itself"
 
     def test_committed_checkpoint_is_seen_by_a_new_access(self, checkpoint_storage, access):
-        self.require_durable(checkpoint_storage)
+        """Durable: a new access sees the committed checkpoint. Not durable: it starts empty, as
+        declared (a durable storage that declares otherwise would skip the restart, pointer and
+        ownership tests)."""
         data = payload(self.file_payload_size, 7)
         handle = write_stream(access.streams(1, SUBTASK), data)
         metadata = make_metadata(1, [handle]).to_bytes()
         access.commit(1, metadata)
+        if not self.durable:
+            seen = ids(checkpoint_storage.create_access(self.job_id).completed())
+            assert seen == [], (f"durable=False says a new access starts empty, but it sees checkpoints {seen}: "
+                                f"declare durable=True, so that the tests of a durable storage run")
+            return
         fresh = checkpoint_storage.create_access(self.job_id)
         assert ids(fresh.completed()) == [1], f"a new access sees completed checkpoints {ids(fresh.completed())}"
         latest = fresh.latest_completed()
@@ -700,8 +714,6 @@ class StorageCorruptionTests(StorageTestBase):
         a key group's bytes: restoring it (canonical reader) fails naming the file."""
         from statekit.runtime.local_runner import LocalRunner
 
-        if self.writes_files is False:
-            pytest.skip("the storage keeps every byte inline (writes_files=False): no file to damage")
         runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=1, max_parallelism=MAX_PARALLELISM,
                              storage=checkpoint_storage, job_id=self.job_id, local_dir=str(tmp_path / "local"))
         runner.run_epoch(make_rows(3000, 1500, seed=11))

@@ -67,8 +67,10 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None,
 def _resolve(fs: fsspec.AbstractFileSystem, path: str, url: str, setting: str) -> ResolvedCheckpoint:
     metadata_path = posixpath.join(path, METADATA_FILE)
     if not fs.exists(metadata_path):
-        match = CHECKPOINT_DIR_PATTERN.match(posixpath.basename(path))
-        if match or not fs.exists(path):
+        if not fs.exists(path):  # e.g. a wrong job id: not "a checkpoint that never completed"
+            raise RestoreError(f"{setting}={url!r} does not exist: give a _metadata file, a chk-<n> or "
+                               f"savepoint-<id> directory, or a job directory")
+        if CHECKPOINT_DIR_PATTERN.match(posixpath.basename(path)):
             raise RestoreError(f"{setting}={url!r} is not a completed checkpoint or savepoint: {metadata_path} "
                                f"does not exist (a checkpoint without _metadata never completed)")
         completed = completed_checkpoint_ids(fs, path)

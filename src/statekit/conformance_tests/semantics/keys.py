@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from statekit.conformance_tests.base import BackendTestBase, set_key
+from statekit.conformance_tests.expect import expect_error
 from statekit.conformance_tests.semantics.common import (
     mixed_keys, assert_keys, value_state, list_state, map_state, reducing_state,
 )
@@ -14,6 +15,7 @@ from statekit.spi import (
     KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, SerializationError,
     ValueStateDescriptor,
 )
+from statekit.storage.inline import InlineStreams
 
 # --------------------------------------------------------------------------------------------
 # backend.keys()
@@ -73,12 +75,18 @@ class KeyIterationSemantics(BackendTestBase):
         try:
             keyed_backend.set_current_key(threading.Lock(), keyed_backend.key_group_range.start)
             state.update(2)
-            state.value()
+            got = state.value()
         except SerializationError:
             pass
         except Exception as exc:  # noqa: BLE001 - the point is the error type
             pytest.fail(f"a key that does not serialize raised {type(exc).__name__}: {exc}; expected statekit's "
                         f"SerializationError")
+        else:  # no error yet: the write was kept, and the snapshot holding it is where it fails
+            assert got == 2, f"a key that does not serialize raised no error and lost its write: value() reads {got!r}"
+            with expect_error(SerializationError, "a key that does not serialize raised no error, so a snapshot "
+                                                  "holding its state must fail with statekit's SerializationError"):
+                keyed_backend.snapshot(1).write(InlineStreams())
+            state.clear()
         set_key(keyed_backend, "good")
         assert state.value() == 1, f"after a key that does not serialize, key 'good' reads {state.value()!r}"
         state.update(3)

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from statekit.conformance_tests.base import BackendTestBase, set_key
+from statekit.conformance_tests.expect import expect_error
 from statekit.conformance_tests.semantics.common import (
     NAMESPACES, ROUND_TRIP_VALUES, mixed_keys, prefix_keys, assert_keys, value_state, Average,
 )
@@ -16,6 +17,7 @@ from statekit.spi import (
     SerializationError, StateAccessError, StateDescriptor, ValueStateDescriptor, VOID_NAMESPACE,
     key_group_for_key,
 )
+from statekit.storage.inline import InlineStreams
 
 # --------------------------------------------------------------------------------------------
 # ValueState
@@ -284,23 +286,28 @@ class ValueStateSemantics(BackendTestBase):
             keyed_backend.get_state(other)
 
     def test_value_unserializable_value_raises_statekit_error(self, keyed_backend: KeyedStateBackend) -> None:
-        """A backend that serializes in update() raises SerializationError and keeps the old value.
-
-        A heap backend may defer serialization to the snapshot; that path belongs to the
-        snapshot level, so here only an eager failure is checked.
-        """
+        """A value the serializer rejects fails with SerializationError, in update() (keeping the
+        old value) or, for a heap backend that defers serialization, in the snapshot that holds it.
+        It is never dropped without an error: update() that does not raise has stored the value."""
         for bad in (lambda x: x, threading.Lock()):
             with pytest.raises(SerializationError):
                 PickleSerializer().serialize(bad)
         state = value_state(keyed_backend, ValueStateDescriptor("v"))
-        set_key(keyed_backend, "k")
-        for bad in (lambda x: x, threading.Lock()):
+        for i, bad in enumerate((lambda x: x, threading.Lock())):
+            set_key(keyed_backend, ("k", i))
             state.update("old")
             try:
                 state.update(bad)
             except SerializationError:
                 assert state.value() == "old", \
                     f"a failed update({type(bad).__name__}) left value() = {state.value()!r}, expected 'old'"
+                continue
             except Exception as exc:  # noqa: BLE001 - the point is the error type
                 pytest.fail(f"update({type(bad).__name__}) raised {type(exc).__name__}: {exc}; "
                             f"expected statekit's SerializationError (or no error until the snapshot)")
+            assert state.value() is not None and state.value() != "old", \
+                f"update({type(bad).__name__}) raised no error and was not kept: value() reads {state.value()!r}"
+            with expect_error(SerializationError, f"update({type(bad).__name__}) raised no error, so a snapshot "
+                                                  f"holding the value must fail with statekit's SerializationError"):
+                keyed_backend.snapshot(i + 1).write(InlineStreams())
+            state.clear()
