@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import operator
+from typing import Any
 import threading
 
 import pytest
@@ -10,7 +11,7 @@ from statekit.conformance_tests.base import BackendTestBase, set_key
 from statekit.conformance_tests.semantics.common import (
     NAMESPACES, ROUND_TRIP_VALUES, mixed_keys, prefix_keys, assert_keys, value_state, Average,
 )
-from statekit.serializers import PickleSerializer
+from statekit.serializers import BytesSerializer, PickleSerializer, StringSerializer
 from statekit.spi import (
     AggregatingStateDescriptor, KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
     SerializationError, StateAccessError, StateDescriptor, ValueStateDescriptor, VOID_NAMESPACE,
@@ -216,6 +217,31 @@ class ValueStateSemantics(BackendTestBase):
         assert_keys(keyed_backend, "v", ["k"])
         assert_keys(keyed_backend, "v", ["k"], VOID_NAMESPACE)
         assert_keys(keyed_backend, "v", [], "other")
+
+    @pytest.mark.parametrize("serializer, namespace", [(StringSerializer(), ""), (BytesSerializer(), b"")],
+                             ids=["string", "bytes"])
+    def test_value_namespace_of_no_bytes_is_refused(self, keyed_backend: KeyedStateBackend, serializer: Any,
+                                                    namespace: Any) -> None:
+        """A namespace its serializer writes as no bytes would be stored (and snapshotted) as the void
+        namespace: it is refused with StateAccessError, when set or at the latest when written, and the
+        void namespace keeps its value."""
+        state = keyed_backend.get_state(ValueStateDescriptor("v"), serializer)
+        set_key(keyed_backend, "k")
+        state.update("void")
+        with pytest.raises(StateAccessError):
+            state.set_current_namespace(namespace)
+            state.update("empty")
+        state.set_current_namespace(VOID_NAMESPACE)
+        assert state.value() == "void", \
+            f"after namespace {namespace!r} was refused, the void namespace reads {state.value()!r}, expected 'void'"
+
+    def test_timer_namespace_of_no_bytes_is_refused(self, keyed_backend: KeyedStateBackend) -> None:
+        """A timer in a namespace its serializer writes as no bytes is refused and leaves no timer."""
+        queue = keyed_backend.create_timer_queue("_timers/no-bytes", StringSerializer())
+        set_key(keyed_backend, "k")
+        with pytest.raises(StateAccessError):
+            queue.add(5, "")
+        assert queue.peek_timestamp() is None, "a refused timer was left in the queue"
 
     def test_value_keys_per_namespace(self, keyed_backend: KeyedStateBackend) -> None:
         state = value_state(keyed_backend, ValueStateDescriptor("v"))
