@@ -87,10 +87,9 @@ class StateTable:
                     owned_marker[i] = True
 
     def keys(self, namespace: Any) -> Iterator[Any]:
-        for group in self.groups[:self.size]:
-            entries = group.get(namespace)
-            if entries:
-                yield from list(entries)
+        """The keys with state in ``namespace`` as of this call (listed at once, so that state may be
+        changed while iterating, as the byte stores' snapshot iterators allow)."""
+        return iter([key for group in self.groups[:self.size] for key in group.get(namespace, ())])
 
     def is_empty(self) -> bool:
         return not any(self.groups[:self.size])
