@@ -14,7 +14,7 @@ from statekit.conformance_tests.semantics.common import (
 from statekit.serializers import BytesSerializer, PickleSerializer, StringSerializer
 from statekit.spi import (
     AggregatingStateDescriptor, KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
-    SerializationError, StateAccessError, StateDescriptor, ValueStateDescriptor, VOID_NAMESPACE,
+    SerializationError, StateAccessError, StateDescriptor, StatekitError, ValueStateDescriptor, VOID_NAMESPACE,
     key_group_for_key,
 )
 
@@ -308,6 +308,27 @@ class ValueStateSemantics(BackendTestBase):
         value_state(keyed_backend, ValueStateDescriptor("taken"))
         with pytest.raises(StateAccessError):
             keyed_backend.get_state(other)
+
+    def test_state_used_after_dispose_fails(self, keyed_backend: KeyedStateBackend) -> None:
+        """After ``dispose()`` the state objects it handed out, ``keys()`` and ``snapshot()`` fail with a
+        StatekitError: none reads state that is gone, loses a write or snapshots nothing without a word."""
+        value = value_state(keyed_backend, ValueStateDescriptor("v"))
+        mapped = keyed_backend.get_state(MapStateDescriptor("m"))
+        set_key(keyed_backend, "k")
+        value.update(1)
+        mapped.put("a", 1)
+        keyed_backend.dispose()
+        uses = {"ValueState.value()": value.value, "ValueState.update()": lambda: value.update(2),
+                "MapState.put()": lambda: mapped.put("b", 2), "MapState.items()": lambda: list(mapped.items()),
+                "keys()": lambda: list(keyed_backend.keys("v")), "snapshot()": lambda: keyed_backend.snapshot(1)}
+        for name, use in uses.items():
+            try:
+                result = use()
+            except StatekitError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - the point is the error type
+                pytest.fail(f"{name} after dispose() raised {type(exc).__name__}: {exc}; expected a StatekitError")
+            pytest.fail(f"{name} after dispose() returned {result!r}; expected a StatekitError")
 
     def test_value_unserializable_value_raises_statekit_error(self, keyed_backend: KeyedStateBackend) -> None:
         """A backend that serializes in update() raises SerializationError and keeps the old value.
