@@ -148,7 +148,7 @@ class HeapListState(HeapState, ListState):
             existing.extend(new)
 
     def update(self, values: Iterable[Any] | None) -> None:
-        new = detached_list(checked_list_elements(values or ()))
+        new = detached_list(checked_list_elements(values))
         if new:
             self._put(new)
         else:
