@@ -234,6 +234,7 @@ class ValueStateSemantics(BackendTestBase):
         state.set_current_namespace(VOID_NAMESPACE)
         assert state.value() == "void", \
             f"after namespace {namespace!r} was refused, the void namespace reads {state.value()!r}, expected 'void'"
+        assert_keys(keyed_backend, "v", [], namespace)
 
     def test_timer_namespace_of_no_bytes_is_refused(self, keyed_backend: KeyedStateBackend) -> None:
         """A timer in a namespace its serializer writes as no bytes is refused and leaves no timer."""
