@@ -180,7 +180,8 @@ class KeyedStateBackend(ABC):
 
     @abstractmethod
     def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
-        """Every key that has state ``state_name`` in ``namespace``, in this range."""
+        """Every key that has state ``state_name`` in ``namespace``, in this range, as the keys were
+        when the iteration began: state may be changed while iterating."""
 
     @abstractmethod
     def state_names(self) -> list[str]:

@@ -32,6 +32,8 @@ class TimeWindow:
 class TimeWindowSerializer(TypeSerializer[TimeWindow]):
     """16 bytes: start and end as big-endian signed 64-bit integers."""
 
+    FIXED_SIZE = 16
+
     def serialize(self, value: TimeWindow) -> bytes:
         try:
             return _TWO_LONGS.pack(value.start, value.end)

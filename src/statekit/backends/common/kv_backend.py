@@ -152,7 +152,10 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
         registration = self._registrations.get(state_name)
         if registration is None:
             return iter(())
-        wanted = encode_namespace(namespace, registration.namespace_serializer)
+        try:
+            wanted = encode_namespace(namespace, registration.namespace_serializer)
+        except StateAccessError:  # a namespace of no bytes, which no state can be in
+            return iter(())
         lower, upper = key_group_bounds(self.key_group_range)
         return self._distinct_keys(self._table(state_name).items(lower, upper), wanted)
 

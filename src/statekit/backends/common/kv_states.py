@@ -125,7 +125,7 @@ class KVListState(KVState, ListState):
             self._table.put(cell, (existing or b"") + encode_list(self._serializer.serialize_many(new)))
 
     def update(self, values: Iterable[Any] | None) -> None:
-        new = checked_list_elements(values or ())
+        new = checked_list_elements(values)
         if new:
             self._table.put(self._write_cell(), encode_list(self._serializer.serialize_many(new)))
         else:

@@ -101,9 +101,10 @@ def serializers_differ(a: dict[str, TypeSerializer], b: dict[str, TypeSerializer
     return {r: s.snapshot() for r, s in a.items()} != {r: s.snapshot() for r, s in b.items()}
 
 
-def checked_list_elements(values: Iterable[Any]) -> list[Any]:
-    """The elements of a list-state write; a ``None`` element fails the whole write."""
-    elements = list(values)
+def checked_list_elements(values: Iterable[Any] | None) -> list[Any]:
+    """The elements of a list-state write (``None``: none); a ``None`` element fails the whole write.
+    ``values`` is never tested for truth: a numpy array has none."""
+    elements = [] if values is None else list(values)
     if any(v is None for v in elements):
         raise StateAccessError("list state elements cannot be None; nothing was changed")
     return elements

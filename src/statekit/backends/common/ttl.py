@@ -243,7 +243,7 @@ class TtlListState(_TtlState, ListState):
             self.inner.add_all([(now, value) for value in elements])
 
     def update(self, values: Iterable[Any] | None) -> None:
-        elements = checked_list_elements(values or ())
+        elements = checked_list_elements(values)
         now = self.now()
         self.inner.update([(now, value) for value in elements])
 

@@ -136,8 +136,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         return _HeapPendingSnapshot(self, shared, checkpoint_id, incremental=True, changed=changed)
 
     def dispose(self) -> None:
-        self._tables.clear()
-        self._states.clear()
+        for table in self._tables.values():
+            table.dispose()  # the state objects handed out fail from now on, as do keys() and snapshots
 
     # --- TTL sweep: entries are replaced, never changed in place (a pending snapshot may share them)
     def _sweep_key_group(self, registration: RegisteredState, index: int, deadline: int) -> int:

@@ -26,18 +26,26 @@ KeyGroupMap = dict[Any, dict[Any, Any]]  # namespace -> key -> value (timers: th
 _MUTABLE_CONTAINER = {StateKind.LIST: list, StateKind.MAP: dict, StateKind.TIMERS: set}
 
 
-class _NoCurrentKey(dict):  # type: ignore[type-arg]
-    """Sits in the slot after the last key group, where the backend points before any
-    ``set_current_key``: state access there fails instead of touching a real key group."""
+class _Unusable(dict):  # type: ignore[type-arg]
+    """A key-group slot whose every access fails with ``message``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self._message = message
 
     def get(self, *args: Any) -> Any:
-        raise StateAccessError("keyed state was accessed with no current key; call set_current_key first "
-                               "(state is only available inside process(), not in open())")
+        raise StateAccessError(self._message)
 
     __getitem__ = __setitem__ = get
 
 
-NO_CURRENT_KEY = _NoCurrentKey()
+#: sits in the slot after the last key group, where the backend points before any ``set_current_key``:
+#: state access there fails instead of touching a real key group
+NO_CURRENT_KEY = _Unusable("keyed state was accessed with no current key; call set_current_key first "
+                           "(state is only available inside process(), not in open())")
+_DISPOSED_MESSAGE = "keyed state was used after its heap backend was disposed"
+#: every slot of a disposed table: its state objects fail instead of reading or writing lost state
+DISPOSED = _Unusable(_DISPOSED_MESSAGE)
 
 
 class StateTable:
@@ -70,6 +78,7 @@ class StateTable:
 
     def share(self) -> tuple[list[KeyGroupMap], list[bool]]:
         """Synchronous snapshot part: the current key-group maps, now shared with the caller."""
+        self._check_usable()
         view = self.groups[:self.size]
         self.owned = [False] * self.size + [True]
         self._sharing.add(id(self.owned))
@@ -86,11 +95,20 @@ class StateTable:
                 if groups[i] is g:
                     owned_marker[i] = True
 
+    def dispose(self) -> None:
+        """Drop the state: every access from now on fails (a pending snapshot keeps its view)."""
+        self.groups[:] = [DISPOSED] * len(self.groups)  # in place: the state objects hold this list
+        self.owned = [True] * len(self.owned)
+
     def keys(self, namespace: Any) -> Iterator[Any]:
-        for group in self.groups[:self.size]:
-            entries = group.get(namespace)
-            if entries:
-                yield from list(entries)
+        """The keys with state in ``namespace`` as of this call (listed at once, so that state may be
+        changed while iterating, as the byte stores' snapshot iterators allow)."""
+        return iter([key for group in self.groups[:self.size] for key in group.get(namespace, ())])
 
     def is_empty(self) -> bool:
+        self._check_usable()
         return not any(self.groups[:self.size])
+
+    def _check_usable(self) -> None:
+        if self.groups[self.size] is DISPOSED:
+            raise StateAccessError(_DISPOSED_MESSAGE)

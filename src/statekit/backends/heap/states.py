@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
+from statekit.backends.common.namespaces import encode_namespace, may_encode_empty
 from statekit.backends.common.registration import checked_list_elements
 from statekit.backends.common.copies import ATOMIC, detached, detached_list
 from statekit.spi.errors import StateAccessError
@@ -29,8 +30,13 @@ class HeapStateAccess:
         self._groups = table.groups
         self._name = table.registration.name
         self._namespace: Any = VOID_NAMESPACE
+        serializer = table.registration.namespace_serializer
+        #: the namespace serializer, where it may write no bytes for a namespace (refused when set)
+        self._checked_namespaces = serializer if may_encode_empty(serializer) else None
 
     def set_current_namespace(self, namespace: Any) -> None:
+        if self._checked_namespaces is not None:
+            encode_namespace(namespace, self._checked_namespaces)
         self._namespace = namespace
 
 
@@ -142,7 +148,7 @@ class HeapListState(HeapState, ListState):
             existing.extend(new)
 
     def update(self, values: Iterable[Any] | None) -> None:
-        new = detached_list(checked_list_elements(values or ()))
+        new = detached_list(checked_list_elements(values))
         if new:
             self._put(new)
         else:

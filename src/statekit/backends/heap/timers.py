@@ -59,6 +59,7 @@ class HeapTimerQueue(TimerQueue):
         index, key = backend._index, backend._key
         if self._holds(index, key, namespace, check_timestamp(timestamp)):
             return
+        order = self._order(key, namespace)  # before any change: it refuses a namespace of no bytes
         group = self._table.writable(index)
         entries = group.get(namespace)
         if entries is None:
@@ -68,7 +69,7 @@ class HeapTimerQueue(TimerQueue):
             timestamps = entries[key] = set()
         timestamps.add(timestamp)
         self._changed(index, key, namespace)
-        heapq.heappush(self._heap, (timestamp, backend._key_group, self._order(key, namespace), key, namespace))
+        heapq.heappush(self._heap, (timestamp, backend._key_group, order, key, namespace))
 
     def remove(self, timestamp: int, namespace: Any = VOID_NAMESPACE) -> None:
         backend = self._backend

@@ -25,7 +25,7 @@ from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.rocksdb.handle import IncrementalRocksDBStateHandle
 from statekit.backends.rocksdb.incremental import IncrementalSnapshot
 from statekit.backends.rocksdb.options import OPTIONS, RocksDBOptions
-from statekit.backends.rocksdb.table import CheckpointView, ColumnFamilyTable, bounded_items
+from statekit.backends.rocksdb.table import CheckpointView, ColumnFamilyTable, bounded_items, disposed
 from statekit.backends.rocksdb.transfer import download
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot,
@@ -120,12 +120,17 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         for column_family in self._column_families.values():
             column_family.flush()
 
+    def _live_db(self) -> Rdict:
+        if self._db is None:
+            disposed()
+        return self._db
+
     def _table(self, name: str) -> ColumnFamilyTable:
         table = self._tables.get(name)
         if table is None:
             cf = self._column_families.get(name)
             if cf is None:
-                cf = self._db.create_column_family(name, self._options.column_family_options())
+                cf = self._live_db().create_column_family(name, self._options.column_family_options())
                 self._column_families[name] = cf
             table = self._tables[name] = ColumnFamilyTable(self._db, cf, self._db.get_column_family_handle(name))
         return table
@@ -136,6 +141,7 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
 
     def _native_checkpoint(self, label: str) -> str:
         """Hard-link the current database into a new directory: a consistent, cheap copy."""
+        self._live_db()
         directory = os.path.join(self.instance_dir, f"{label}-{uuid.uuid4().hex[:12]}")
         self._flush()
         Checkpoint(self._db).create_checkpoint(directory)

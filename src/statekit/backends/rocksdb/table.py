@@ -51,7 +51,8 @@ class ColumnFamilyTable(KVTable):
         """Drop every reference to the native column family: RocksDB releases its LOCK only when
         none is left, and state objects (held by user functions) may outlive the backend."""
         self._db = self._cf = self._handle = None
-        self.get = self.put = self.delete = _disposed  # type: ignore[method-assign,assignment]
+        for method in ("get", "put", "delete", "items", "delete_range", "ingest", "write_many"):
+            setattr(self, method, disposed)  # a clear error, not an AttributeError of None
 
     def get(self, key: bytes) -> bytes | None:  # replaced per instance
         return self._cf.get(key)
@@ -95,7 +96,7 @@ class ColumnFamilyTable(KVTable):
             self._db.write(batch)
 
 
-def _disposed(*args: Any) -> Any:
+def disposed(*args: Any) -> Any:
     raise StatekitError("keyed state was used after its RocksDB backend was disposed")
 
 

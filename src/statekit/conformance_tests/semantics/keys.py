@@ -64,6 +64,27 @@ class KeyIterationSemantics(BackendTestBase):
         for w in range(3):
             assert_keys(keyed_backend, "b", [i for i in range(0, 100, 5) if i % 3 == w], ("window", w))
 
+    def test_keys_while_keys_are_changed(self, keyed_backend: KeyedStateBackend) -> None:
+        """State may be changed while iterating ``keys()`` (Flink's ``applyToAllKeys`` pattern): the
+        iteration yields the keys as they were when it began, each once, whatever is cleared or
+        added meanwhile (a key added to a key group not yet reached is not yielded)."""
+        state = value_state(keyed_backend, ValueStateDescriptor("v"))
+        keys = list(range(1_000))
+        for key in keys:
+            set_key(keyed_backend, key)
+            state.update(key)
+        seen = []
+        for key in keyed_backend.keys("v"):
+            seen.append(key)
+            set_key(keyed_backend, key)
+            state.clear()
+            set_key(keyed_backend, key + 10_000)  # a new key, in whichever key group it falls
+            state.update(key)
+        assert sorted(seen) == keys, \
+            f"keys() yielded {len(seen)} keys ({len(set(seen))} distinct) while keys were moved, expected the " \
+            f"{len(keys)} there were when it began; not among them: {sorted(set(seen) - set(keys))[:5]}"
+        assert_keys(keyed_backend, "v", [key + 10_000 for key in keys])
+
     def test_key_that_does_not_serialize_is_a_clear_error_and_leaves_other_keys(
             self, keyed_backend: KeyedStateBackend) -> None:
         """A key the key serializer rejects fails with SerializationError when it is made current or,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 import pytest
 
 from statekit.conformance_tests.base import BackendTestBase, set_key
@@ -74,6 +75,16 @@ class ListStateSemantics(BackendTestBase):
         assert state.get() == [9, 8], f"after update([9, 8]) list reads {state.get()!r}"
         state.update(v for v in "ab")
         assert state.get() == ["a", "b"], f"after update(generator) list reads {state.get()!r}"
+
+    def test_list_update_takes_any_iterable(self, keyed_backend: KeyedStateBackend) -> None:
+        """``update`` takes any iterable, also one whose truth value is an error (a numpy array, as a
+        vectorized function has at hand); an empty one clears."""
+        state = list_state(keyed_backend, ListStateDescriptor("l"))
+        set_key(keyed_backend, "k")
+        state.update(np.array([1, 2]))
+        assert state.get() == [1, 2], f"after update(np.array([1, 2])) list reads {state.get()!r}"
+        state.update(np.array([], dtype=np.int64))
+        assert state.get() == [], f"after update(an empty array) list reads {state.get()!r}, expected []"
 
     @pytest.mark.parametrize("empty", [[], None, ()], ids=["empty-list", "none", "empty-tuple"])
     def test_list_update_empty_or_none_clears(self, keyed_backend: KeyedStateBackend, empty: Any) -> None:

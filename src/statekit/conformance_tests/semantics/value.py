@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import operator
+from typing import Any
 import threading
 
 import pytest
@@ -11,10 +12,10 @@ from statekit.conformance_tests.expect import expect_error
 from statekit.conformance_tests.semantics.common import (
     NAMESPACES, ROUND_TRIP_VALUES, mixed_keys, prefix_keys, assert_keys, value_state, Average,
 )
-from statekit.serializers import PickleSerializer
+from statekit.serializers import BytesSerializer, PickleSerializer, StringSerializer
 from statekit.spi import (
     AggregatingStateDescriptor, KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
-    SerializationError, StateAccessError, StateDescriptor, ValueStateDescriptor, VOID_NAMESPACE,
+    SerializationError, StateAccessError, StateDescriptor, StatekitError, ValueStateDescriptor, VOID_NAMESPACE,
     key_group_for_key,
 )
 from statekit.storage.inline import InlineStreams
@@ -219,6 +220,32 @@ class ValueStateSemantics(BackendTestBase):
         assert_keys(keyed_backend, "v", ["k"], VOID_NAMESPACE)
         assert_keys(keyed_backend, "v", [], "other")
 
+    @pytest.mark.parametrize("serializer, namespace", [(StringSerializer(), ""), (BytesSerializer(), b"")],
+                             ids=["string", "bytes"])
+    def test_value_namespace_of_no_bytes_is_refused(self, keyed_backend: KeyedStateBackend, serializer: Any,
+                                                    namespace: Any) -> None:
+        """A namespace its serializer writes as no bytes would be stored (and snapshotted) as the void
+        namespace: it is refused with StateAccessError, when set or at the latest when written, and the
+        void namespace keeps its value."""
+        state = keyed_backend.get_state(ValueStateDescriptor("v"), serializer)
+        set_key(keyed_backend, "k")
+        state.update("void")
+        with pytest.raises(StateAccessError):
+            state.set_current_namespace(namespace)
+            state.update("empty")
+        state.set_current_namespace(VOID_NAMESPACE)
+        assert state.value() == "void", \
+            f"after namespace {namespace!r} was refused, the void namespace reads {state.value()!r}, expected 'void'"
+        assert_keys(keyed_backend, "v", [], namespace)
+
+    def test_timer_namespace_of_no_bytes_is_refused(self, keyed_backend: KeyedStateBackend) -> None:
+        """A timer in a namespace its serializer writes as no bytes is refused and leaves no timer."""
+        queue = keyed_backend.create_timer_queue("_timers/no-bytes", StringSerializer())
+        set_key(keyed_backend, "k")
+        with pytest.raises(StateAccessError):
+            queue.add(5, "")
+        assert queue.peek_timestamp() is None, "a refused timer was left in the queue"
+
     def test_value_keys_per_namespace(self, keyed_backend: KeyedStateBackend) -> None:
         state = value_state(keyed_backend, ValueStateDescriptor("v"))
         for i in range(30):
@@ -284,6 +311,27 @@ class ValueStateSemantics(BackendTestBase):
         value_state(keyed_backend, ValueStateDescriptor("taken"))
         with pytest.raises(StateAccessError):
             keyed_backend.get_state(other)
+
+    def test_state_used_after_dispose_fails(self, keyed_backend: KeyedStateBackend) -> None:
+        """After ``dispose()`` the state objects it handed out, ``keys()`` and ``snapshot()`` fail with a
+        StatekitError: none reads state that is gone, loses a write or snapshots nothing without a word."""
+        value = value_state(keyed_backend, ValueStateDescriptor("v"))
+        mapped = keyed_backend.get_state(MapStateDescriptor("m"))
+        set_key(keyed_backend, "k")
+        value.update(1)
+        mapped.put("a", 1)
+        keyed_backend.dispose()
+        uses = {"ValueState.value()": value.value, "ValueState.update()": lambda: value.update(2),
+                "MapState.put()": lambda: mapped.put("b", 2), "MapState.items()": lambda: list(mapped.items()),
+                "keys()": lambda: list(keyed_backend.keys("v")), "snapshot()": lambda: keyed_backend.snapshot(1)}
+        for name, use in uses.items():
+            try:
+                result = use()
+            except StatekitError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - the point is the error type
+                pytest.fail(f"{name} after dispose() raised {type(exc).__name__}: {exc}; expected a StatekitError")
+            pytest.fail(f"{name} after dispose() returned {result!r}; expected a StatekitError")
 
     def test_value_unserializable_value_raises_statekit_error(self, keyed_backend: KeyedStateBackend) -> None:
         """A value the serializer rejects fails with SerializationError, in update() (keeping the
