@@ -12,7 +12,7 @@ from statekit.backends.common.registration import RegisteredState
 from statekit.backends.heap import HeapStateBackend
 from statekit.backends.heap.backend import HeapKeyedStateBackend
 from statekit.spi import KeyedBackendParams, VOID_NAMESPACE
-from statekit.spi.timers import Timer, TimerQueue
+from statekit.spi.timers import Timer, TimerQueue, check_timestamp
 
 
 class InMemoryTimerQueue(TimerQueue):
@@ -23,6 +23,7 @@ class InMemoryTimerQueue(TimerQueue):
         self._live: set[tuple[int, Any, Any]] = set()
 
     def add(self, timestamp: int, namespace: Any = VOID_NAMESPACE) -> None:
+        timestamp = check_timestamp(timestamp)
         key = self._backend.current_key
         if (timestamp, key, namespace) not in self._live:
             self._live.add((timestamp, key, namespace))
@@ -32,7 +33,7 @@ class InMemoryTimerQueue(TimerQueue):
             heapq.heappush(self._heap, (timestamp, self._backend.current_key_group, order, key, namespace))
 
     def remove(self, timestamp: int, namespace: Any = VOID_NAMESPACE) -> None:
-        self._live.discard((timestamp, self._backend.current_key, namespace))
+        self._live.discard((check_timestamp(timestamp), self._backend.current_key, namespace))
 
     def poll(self, up_to: int) -> Timer | None:
         while self._heap and self._heap[0][0] <= up_to:
