@@ -91,6 +91,8 @@ class SQLiteKeyedStateBackend(KVKeyedStateBackend):
     def dispose(self) -> None:
         if os.getpid() != self._pid:
             return  # a forked child: the database, the lock and the files are the parent's
+        for table in self._tables.values():
+            table.close()
         self._tables.clear()
         store, self._store = self._store, None
         lock, self._lock = self._lock, None

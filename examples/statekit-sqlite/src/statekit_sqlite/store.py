@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import sqlite3
 import weakref
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from statekit.backends.common import KVTable, KVView
+from statekit.spi.errors import StatekitError
 
 SCHEMA = ("CREATE TABLE IF NOT EXISTS kv (state TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, "
           "PRIMARY KEY (state, key)) WITHOUT ROWID")
@@ -79,6 +80,11 @@ class SQLiteTable(KVTable):
         self._db = store.writer
         self._name = name
 
+    def close(self) -> None:
+        """The backend was disposed: state objects (held by user functions) may outlive it, and
+        every later use of this table is a clear error, not one of a closed connection."""
+        self._db = _CLOSED
+
     def get(self, key: bytes) -> bytes | None:
         row = self._db.execute(GET, (self._name, key)).fetchone()
         return None if row is None else row[0]
@@ -109,6 +115,16 @@ class SQLiteTable(KVTable):
             return iter(first)
         # nothing was written since ``first`` was read: the view continues it exactly
         return _continued(first, self._store.open_view(), self._name, first[-1][0] + b"\x00", upper)
+
+
+class _ClosedConnection:
+    """Stands in for the writer connection of a disposed backend's tables."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise StatekitError("keyed state was used after its sqlite backend was disposed")
+
+
+_CLOSED: Any = _ClosedConnection()
 
 
 class SQLiteView(KVView):
