@@ -102,10 +102,6 @@ def test_a_replayed_first_micro_batch_restores_the_checkpoint_its_first_attempt_
     assert jobs.check_checkpoint("fork", _rows([batches[0], batches[1], batches[3]])) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="the Spark runner builds a new CheckpointStore every epoch and only the epoch "
-                                        "that restored knows the no-claim restore point: when that is one of the job's "
-                                        "own checkpoints, retention deletes it two epochs later. Keeping it needs the "
-                                        "restore mode recorded with the job (a design decision)")
 def test_a_no_claim_restore_of_the_jobs_own_checkpoint_is_never_deleted(jobs, tmp_path):
     """README: restore.mode no-claim never deletes the restored files (the local runner keeps them,
     tests/test_storage_scenarios.py); here the restore path is the job's own chk-2 after chk-3 was lost."""

@@ -10,7 +10,9 @@
 * the registry is rebuilt from the retained ``_metadata`` files when a coordinator starts, so it
   survives restarts;
 * files of a snapshot restored in **no-claim** mode (the default) are never deleted; in
-  **claim** mode that snapshot's shared files are adopted and follow retention;
+  **claim** mode that snapshot's shared files are adopted and follow retention. When the
+  no-claim snapshot is one of the job's own checkpoints, every later checkpoint records its id
+  (``NO_CLAIM_KEPT``), so the coordinators of later epochs keep it too;
 * with a ``JobOwnership``, every commit first checks that this run still owns the job and
   records the run in the checkpoint, and a fenced run removes nothing (``checkpoint.ownership``).
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Iterator
 
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState, metadata_source
@@ -32,6 +34,9 @@ DEFAULT_NUM_RETAINED = 3
 #: checkpoint property: whether its epoch started from empty state (restored nothing); a replay of
 #: that epoch may start from empty state again (``CheckpointStore.check_fresh_start``)
 FRESH_START = "fresh_start"
+#: checkpoint property: ids of the job's own checkpoints restored from in no-claim mode, which no
+#: later coordinator may delete (each new checkpoint carries the list forward)
+NO_CLAIM_KEPT = "no_claim_kept"
 
 
 class RestoreMode(str, enum.Enum):
@@ -119,15 +124,25 @@ class CheckpointStore:
             self._retained.append(CompletedCheckpoint(pointer, _retained_metadata(access, pointer)))
         for checkpoint in self._retained:
             self.registry.register(checkpoint.checkpoint_id, self._shared(checkpoint.metadata))
-        #: a snapshot restored in no-claim mode: if it is one of this job's own checkpoints, it is never disposed
-        self._unclaimed = (restored_from.metadata if restored_from is not None
-                           and restore_mode is RestoreMode.NO_CLAIM else None)
+        #: the job's own checkpoints restored from in no-claim mode: never disposed, nor their shared files
+        self._kept = self._recorded_kept()
+        if restored_from is not None and restore_mode is RestoreMode.NO_CLAIM and any(
+                c.metadata == restored_from.metadata for c in self._retained):
+            self._kept.add(restored_from.checkpoint_id)
+        for checkpoint in self._retained:
+            if checkpoint.checkpoint_id in self._kept:
+                self.registry.protected.update(_key(h) for h in self._shared(checkpoint.metadata))
         if restored_from is not None:
-            shared = [_key(h) for h in self._shared(restored_from.metadata)]
             if restore_mode is RestoreMode.CLAIM:
                 self.registry.register(restored_from.checkpoint_id, self._shared(restored_from.metadata))
             else:
-                self.registry.protected.update(shared)
+                self.registry.protected.update(_key(h) for h in self._shared(restored_from.metadata))
+
+    def _recorded_kept(self) -> set[int]:
+        """The kept ids the retained checkpoints record, of checkpoints still retained."""
+        retained = {c.checkpoint_id for c in self._retained}
+        recorded = (c.metadata.properties.get(NO_CLAIM_KEPT) for c in self._retained)
+        return {i for ids in recorded if isinstance(ids, list) for i in ids if i in retained}
 
     # --- queries
     def completed(self) -> list[CompletedCheckpoint]:
@@ -174,7 +189,10 @@ class CheckpointStore:
         for stale in [c for c in self._retained if c.checkpoint_id >= metadata.checkpoint_id]:
             log.warning("checkpoint %d of a replayed epoch supersedes completed checkpoint %d",
                         metadata.checkpoint_id, stale.checkpoint_id)
+            self._kept.discard(stale.checkpoint_id)  # a replayed epoch rewrites it in place
             self._dispose(stale, keep=new_files, sweep=False)
+        if self._kept:
+            metadata = replace(metadata, properties={**metadata.properties, NO_CLAIM_KEPT: sorted(self._kept)})
         pointer = self.access.commit(metadata.checkpoint_id, metadata.to_bytes())
         completed = CompletedCheckpoint(pointer, metadata)
         self._retained.append(completed)
@@ -209,7 +227,7 @@ class CheckpointStore:
         """Drop a checkpoint; ``keep`` and ``sweep=False`` serve a superseded attempt of a replayed
         epoch, whose replacement has the same id and may share its directory and shared files."""
         self._retained.remove(checkpoint)
-        if checkpoint.metadata == self._unclaimed:
+        if checkpoint.checkpoint_id in self._kept:
             log.info("keeping checkpoint %d: it was restored from in no-claim mode", checkpoint.checkpoint_id)
         else:
             self.access.dispose(checkpoint.pointer, keep)

@@ -660,6 +660,22 @@ class StorageRetentionTests(StorageTestBase):
         assert access.read_metadata(source.pointer) == source.metadata.to_bytes(), \
             "no-claim restore from chk-1 deleted or changed its _metadata"
 
+    def test_no_claim_restore_of_an_own_checkpoint_outlives_the_coordinator(self, checkpoint_storage, access):
+        """Each coordinator (a Spark epoch builds its own) keeps the job's own checkpoint that an
+        earlier one restored in no-claim mode: the later checkpoints record it."""
+        store, source, own, (s1, s2, s3) = self._restored_store(access, RestoreMode.NO_CLAIM)
+        self._add(store, 2, [s1, s3])
+        for checkpoint_id in (3, 4):
+            other = checkpoint_storage.create_access(self.job_id) if self.durable else access
+            restarted = CheckpointStore(other, num_retained=1)  # no restore point: it knows only what storage says
+            self._add(restarted, checkpoint_id, [s3] if checkpoint_id == 3 else [])
+        assert self._alive(access, s1=s1, s2=s2, s3=s3) == {"s1": True, "s2": True, "s3": False}, \
+            "chk-1 restored in no-claim mode, then chk-2 (S1, S3), chk-3 (S3), chk-4 by new coordinators with " \
+            "num_retained=1: S1 and S2 of chk-1 must stay, S3 must go"
+        assert is_readable(access, own), f"a later coordinator deleted the no-claim chk-1's exclusive {_describe(own)}"
+        assert access.read_metadata(source.pointer) == source.metadata.to_bytes(), \
+            "a later coordinator deleted or changed the _metadata of chk-1, restored from in no-claim mode"
+
     def test_claim_restore_adopts_the_restored_files(self, access):
         store, source, own, (s1, s2, s3) = self._restored_store(access, RestoreMode.CLAIM)
         self._add(store, 2, [s1, s3])
