@@ -453,3 +453,26 @@ def test_a_sink_class_instead_of_a_sink_is_refused(spark, tmp_path):
     with pytest.raises(ConfigurationError, match="ParquetFileSink is a sink class: pass a sink, e.g. ParquetFileSink"):
         process_keyed_stream(stream, "key", WorkloadFunction(), OUTPUT, ParquetFileSink,
                              checkpoint_location=str(tmp_path / "c"))
+
+
+def test_restored_output_a_sink_cannot_commit_is_a_clear_error_or_skipped_when_allowed(tmp_path):
+    """The restored snapshot records output of another kind of sink, or of a target this sink does
+    not write to: the error names the snapshot, its job and the way on."""
+    from statekit.runtime.sink_coordinator import SinkCoordinator
+    from statekit.storage.inline import InlineStreams
+    staged = {"id": "statekit~old~op~1~0~run~7", "staged": f"{STAGING_DIR}/gone.parquet", "final": "gone.parquet"}
+    outputs = [{"subtask": 0, "epoch": 1, "rows": 3, "transaction": staged}]
+    for kind, error, message in (
+            ("write-ahead", SinkError, r"the restored snapshot file:///sp \(job 'old'\) records output of a "
+                                       r"write-ahead sink.*run job 'old' once more.*ignore-lost-transactions=true"),
+            ("two-phase-commit", TransactionLostError, r"job 'old' \(restored from file:///sp\).*does this job's sink "
+                                                       r"write to the target job 'old' wrote to\?.*ignore-lost")):
+        restored = CheckpointMetadata(1, "old", {}, properties={
+            SINK_PROPERTY: {"operator": "op", "kind": kind, "outputs": outputs}})
+        for ignore_lost in (False, True):
+            coordinator = SinkCoordinator(ParquetFileSink(tmp_path.as_uri()), "new", "op", ignore_lost=ignore_lost)
+            if ignore_lost:
+                coordinator.commit_restored(restored, "file:///sp", InlineStreams())
+            else:
+                with pytest.raises(error, match=message):
+                    coordinator.commit_restored(restored, "file:///sp", InlineStreams())

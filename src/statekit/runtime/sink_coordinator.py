@@ -137,7 +137,7 @@ class SinkCoordinator:
                              if source is not None else
                              "was the transaction rolled back by hand, or did the target expire it?")
                     raise TransactionLostError(
-                        f"{exc}. The checkpoint and the state are intact, but these {entry.get('rows', '?')} rows can "
+                        f"{what}: {exc}. The checkpoint and the state are intact, but these {entry.get('rows', '?')} rows can "
                         f"no longer be committed to {self.sink.describe()} ({cause}). To continue without them, set "
                         f"{IGNORE_LOST_SETTING}=true and run the job again") from exc
                 log.error("%s: lost, continuing (%s=true): %s", what, IGNORE_LOST_SETTING, exc)
