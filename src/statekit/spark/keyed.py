@@ -210,7 +210,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                        conf.local_dir, conf.batch_max_bytes, processing_time, conf.ttl_sweep_seconds,
                        subtask_event_time(job.event_time, restored_properties),
                        sink=job.sink.sink if job.sink is not None else None,
-                       sink_run=job.sink.run if job.sink is not None else "0")
+                       sink_run=job.sink.run if job.sink is not None else "0",
+                       checkpoint_format=conf.checkpoint_format)
 
     run = SubtaskRun(spark, spec)
     if job.pre_aggregation is not None:
