@@ -150,15 +150,18 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
 
     # --- snapshots
     def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
-        native = options.incremental or options.format is SnapshotFormat.NATIVE
-        if options.snapshot_type is SnapshotType.SAVEPOINT or not native:
+        if options.snapshot_type is SnapshotType.SAVEPOINT:
             return super().snapshot(checkpoint_id, options)
-        checkpoint_dir = self._native_checkpoint(f"chk-{checkpoint_id}")
         # an older checkpoint still in flight may, once it completes, make retention drop the
         # confirmed checkpoint and the files only it holds, before this one is registered: then
         # this one uploads its own (Flink's FLINK-29913)
         reusable = {} if any(c < checkpoint_id for c in self._in_flight) else dict(self._confirmed)
         self._in_flight.add(checkpoint_id)
+        if not (options.incremental or options.format is SnapshotFormat.NATIVE):
+            # a full canonical checkpoint holds no SST files: once it completes, none are confirmed
+            self._uploaded(checkpoint_id, {})
+            return super().snapshot(checkpoint_id, options)
+        checkpoint_dir = self._native_checkpoint(f"chk-{checkpoint_id}")
         return NativeSnapshot(checkpoint_dir, options.incremental, reusable, self._uploaded,
                               self.key_group_range, checkpoint_id, self.backend_id, self.state_metas(),
                               self.key_serializer.snapshot().to_json())
