@@ -105,10 +105,13 @@ class _Job:
             seconds += time.perf_counter() - started
         streams = {_identity(s): s.size for h in handles for s in h.stream_handles()}
         written = sum(size for identity, size in streams.items() if identity not in self.written)
-        if incremental:  # full checkpoints stay outside the incremental chain
+        if incremental:
             self.written.update(streams)
-            for backend in self.backends:
+        for backend in self.backends:  # full checkpoints are measured, never completed: the chain goes on
+            if incremental:
                 backend.notify_checkpoint_complete(checkpoint_id)
+            else:
+                backend.notify_checkpoint_aborted(checkpoint_id)
         return written, seconds, OperatorState("op", PARALLELISM, MAX_P, tuple(SubtaskState((h,)) for h in handles))
 
     def restore_seconds(self, operator: OperatorState, parallelism: int) -> list[float]:
