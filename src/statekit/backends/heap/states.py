@@ -33,7 +33,9 @@ class HeapStateAccess:
         self._plain_namespaces = table.namespaces.plain
 
     def set_current_namespace(self, namespace: Any) -> None:
-        self._namespace = namespace if type(namespace) in self._plain_namespaces else self._namespaces.held(namespace)
+        if type(namespace) not in self._plain_namespaces:
+            namespace = self._namespaces.held(namespace)
+        self._namespace = namespace
 
 
 class HeapState(HeapStateAccess, State):

@@ -11,6 +11,8 @@ import heapq
 from typing import TYPE_CHECKING, Any
 
 from statekit.backends.common.key_layout import varint
+from statekit.backends.common.namespaces import encode_namespace
+from statekit.backends.heap.copies import SerializedKey
 from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.timers import Timer, TimerQueue, check_timestamp
 
@@ -29,6 +31,8 @@ class HeapTimerQueue(TimerQueue):
         self._table = table
         self._name = table.registration.name
         self._namespaces = table.namespaces
+        self._plain_namespaces = table.namespaces.plain
+        self._namespace_serializer = table.registration.namespace_serializer
         self._serialize_key = backend.key_serializer.serialize
         start = backend.key_group_range.start
         self._heap: list[_Entry] = [
@@ -41,7 +45,9 @@ class HeapTimerQueue(TimerQueue):
 
     def _order(self, key: Any, namespace: Any) -> bytes:
         key_bytes = self._serialize_key(key)
-        namespace_bytes = self._namespaces.to_bytes(namespace)
+        # ``Namespaces.to_bytes``, inlined: one call less per timer added
+        namespace_bytes = (namespace.data if type(namespace) is SerializedKey
+                           else encode_namespace(namespace, self._namespace_serializer))
         return varint(len(key_bytes)) + key_bytes + varint(len(namespace_bytes)) + namespace_bytes
 
     def _holds(self, index: int, key: Any, namespace: Any, timestamp: int) -> bool:
@@ -57,9 +63,8 @@ class HeapTimerQueue(TimerQueue):
     def add(self, timestamp: int, namespace: Any = VOID_NAMESPACE) -> None:
         backend = self._backend
         index, key = backend._index, backend._key
-        namespaces = self._namespaces
-        if type(namespace) not in namespaces.plain:
-            namespace = namespaces.held(namespace)  # refuses a namespace of no bytes
+        if type(namespace) not in self._plain_namespaces:
+            namespace = self._namespaces.held(namespace)  # refuses a namespace of no bytes
         if self._holds(index, key, namespace, check_timestamp(timestamp)):
             return
         order = self._order(key, namespace)
@@ -76,9 +81,8 @@ class HeapTimerQueue(TimerQueue):
 
     def remove(self, timestamp: int, namespace: Any = VOID_NAMESPACE) -> None:
         backend = self._backend
-        namespaces = self._namespaces
-        if type(namespace) not in namespaces.plain:
-            namespace = namespaces.held(namespace)
+        if type(namespace) not in self._plain_namespaces:
+            namespace = self._namespaces.held(namespace)
         if self._holds(backend._index, backend._key, namespace, check_timestamp(timestamp)):
             self._discard(backend._index, backend._key, namespace, timestamp)  # its heap entry is skipped later
 
@@ -100,7 +104,9 @@ class HeapTimerQueue(TimerQueue):
             timestamp, key_group, _, key, namespace = heapq.heappop(heap)
             if self._holds(key_group - start, key, namespace, timestamp):
                 self._discard(key_group - start, key, namespace, timestamp)
-                return Timer(timestamp, key, key_group, self._namespaces.namespace(namespace))
+                if type(namespace) is SerializedKey:
+                    namespace = self._namespaces.namespace(namespace)
+                return Timer(timestamp, key, key_group, namespace)
         return None
 
     def peek_timestamp(self) -> int | None:
