@@ -13,13 +13,12 @@ from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, Subt
 from statekit.checkpoint.store import CheckpointStore
 from statekit.conformance_tests.base import MAX_PARALLELISM, BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.compare import assert_same_state
-from statekit.conformance_tests.snapshot_support import INCREMENTAL, fill_states, read_states
+from statekit.conformance_tests.snapshot_support import INCREMENTAL, fill_states, read_states, small_threshold_files
 from statekit.conformance_tests.workload import COUNT, LAST, SUMS
 from statekit.spi import (
     KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, SnapshotOptions, StateBackend, ValueStateDescriptor,
 )
 from statekit.spi.storage import CheckpointStreams
-from statekit.storage.filesystem import FileSystemCheckpointStorage
 from statekit.storage.inline import InlineStreams
 
 
@@ -125,8 +124,7 @@ class IncrementalSnapshotTests(BackendTestBase):
         disposes the first, and with it the files only it held. The third builds on the full one
         (the latest completed), so it must not reference what the first one held."""
         requires(state_backend, "incremental_snapshots")
-        access = FileSystemCheckpointStorage((tmp_path / "checkpoints").as_uri(), memory_threshold=0) \
-            .create_access("conformance-job")
+        access = small_threshold_files((tmp_path / "checkpoints").as_uri()).create_access("conformance-job")
         store = CheckpointStore(access, num_retained=1)
         expected = fill_states(keyed_backend, range(1500))
         for checkpoint_id, options in ((1, INCREMENTAL), (2, SnapshotOptions()), (3, INCREMENTAL)):
