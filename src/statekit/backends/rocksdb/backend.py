@@ -159,7 +159,7 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         self._in_flight.add(checkpoint_id)
         return IncrementalSnapshot(checkpoint_dir, reusable, self._uploaded,
                                    self.key_group_range, checkpoint_id, self.backend_id, self.state_metas(),
-                                   self.key_serializer.snapshot().to_json())
+                                   self.key_bytes.snapshot().to_json())
 
     def _uploaded(self, checkpoint_id: int, shared: dict[str, StreamStateHandle]) -> None:
         """The SST files checkpoint ``checkpoint_id`` uploaded or reused: confirmed once it completes."""
