@@ -121,9 +121,9 @@ class KeyBytes:
 
     def restored(self, key_format: int) -> "KeyBytes":
         """These key bytes once state written in ``key_format`` is restored too: the older format of
-        the two. State restored from several snapshots of different formats (possible only where a
-        subtask without state started afresh) is written in the oldest, under which the newer
-        bytes are found as well when the key is given in UTC."""
+        the two. State restored from snapshots of different formats (a rescale that merges the
+        state of a subtask that had none, and so started afresh, with older state) is written in
+        the oldest, under which the newer bytes are found as well when the key is given in UTC."""
         return self if key_format >= self.key_format else KeyBytes(self.serializer, key_format)
 
 
