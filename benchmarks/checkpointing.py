@@ -4,7 +4,9 @@
   changed (RocksDB: shared SST files; heap and LMDB: changelog deltas on a base);
 * full checkpoint throughput vs the disk's sequential write bandwidth (a file of the same size
   written and fsynced; checkpoint files are not fsynced, so the fraction may exceed 1), the best
-  of three interleaved rounds of each;
+  of three interleaved rounds of each; for a backend with native snapshots (RocksDB) also in its
+  native format (``spark.statekit.checkpoint.format=native``: its SST files copied), and the
+  restore from it vs from the canonical one;
 * full checkpoints with each snapshot compression (lz4, zstd) vs none: bytes and seconds;
 * restore at the same parallelism from the incremental checkpoint vs from the full one;
 * rescale 4 -> 8 vs plain restore 4 -> 4, from the same incremental checkpoint (restores: best
@@ -33,9 +35,10 @@ from benchmarks.report import record, report
 from statekit.backends.common.canonical import COMPRESSIONS, DEFAULT_COMPRESSION
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import OperatorState, SubtaskState
+from statekit.registry import backend_class
 from statekit.serializers import BytesSerializer
 from statekit.spi import (
-    KeyedStateBackend, SnapshotOptions, StreamStateHandle, ValueStateDescriptor, operator_index_for_key_group,
+    KeyedStateBackend, SnapshotFormat, SnapshotOptions, StreamStateHandle, ValueStateDescriptor, operator_index_for_key_group,
 )
 from statekit.storage.filesystem import FileSystemCheckpointStorage
 
@@ -89,21 +92,26 @@ class _Job:
             self.backends[subtask].set_current_key(key_name(i), self.groups[i])
             self.states[subtask].update(incompressible(i + version, VALUE_BYTES))
 
-    def checkpoint(self, checkpoint_id: int, incremental: bool) -> tuple[int, float, OperatorState]:
+    def checkpoint(self, checkpoint_id: int, incremental: bool, snapshot_format: SnapshotFormat = SnapshotFormat.CANONICAL
+                   ) -> tuple[int, float, OperatorState]:
         """Bytes of the streams this checkpoint wrote (files and inline; not those it references
         from earlier checkpoints) and seconds (sync and async parts, all subtasks)."""
         handles, seconds = [], 0.0
+        options = SnapshotOptions(incremental=incremental, format=snapshot_format)
         for i, backend in enumerate(self.backends):
             started = time.perf_counter()
-            pending = backend.snapshot(checkpoint_id, SnapshotOptions(incremental=incremental))
+            pending = backend.snapshot(checkpoint_id, options)
             handles.append(pending.write(self.access.streams(checkpoint_id, f"op-{i}")))
             seconds += time.perf_counter() - started
         streams = {_identity(s): s.size for h in handles for s in h.stream_handles()}
         written = sum(size for identity, size in streams.items() if identity not in self.written)
-        if incremental:  # full checkpoints stay outside the incremental chain
+        if incremental:
             self.written.update(streams)
-            for backend in self.backends:
+        for backend in self.backends:  # full checkpoints are measured, never completed: the chain goes on
+            if incremental:
                 backend.notify_checkpoint_complete(checkpoint_id)
+            else:
+                backend.notify_checkpoint_aborted(checkpoint_id)
         return written, seconds, OperatorState("op", PARALLELISM, MAX_P, tuple(SubtaskState((h,)) for h in handles))
 
     def restore_seconds(self, operator: OperatorState, parallelism: int) -> list[float]:
@@ -160,11 +168,17 @@ def compare(backend_name: str, work: str, groups: array) -> list[dict]:
                    "bytes", group="checkpoint", aim=2 * churn, **details),
             record(f"{backend_name} checkpoint seconds at {label}: incremental vs full", incremental_seconds,
                    full_seconds, "s", group="checkpoint", aim=2 * churn, **details)]
+    native = _native(job)
     results += _throughput(job, checkpoint_id + 1, work, common)
+    if native:
+        _, _, native_full = job.checkpoint(checkpoint_id + 100, incremental=False,
+                                           snapshot_format=SnapshotFormat.NATIVE)
     job.dispose()
     at_rescaled = job.rescaled_checkpoint(incremental, RESCALED, checkpoint_id + 2)
     restores = {"incremental": (incremental, PARALLELISM), "full": (full, PARALLELISM),
                 "rescaled": (incremental, RESCALED), "at rescaled": (at_rescaled, RESCALED)}
+    if native:
+        restores["native full"] = (native_full, PARALLELISM)
     best = {name: float("inf") for name in restores}
     slowest = dict(best)
     for _ in range(RESTORE_ROUNDS):  # interleaved, best of each: load on the machine hits every side alike
@@ -174,6 +188,8 @@ def compare(backend_name: str, work: str, groups: array) -> list[dict]:
     results += [
         record(f"{backend_name} restore {PARALLELISM}->{PARALLELISM} seconds: incremental vs full checkpoint",
                best["incremental"], best["full"], "s", group="checkpoint", **common),
+        *([record(f"{backend_name} restore {PARALLELISM}->{PARALLELISM} seconds: native vs canonical full checkpoint",
+                  best["native full"], best["full"], "s", group="checkpoint", **common)] if native else []),
         record(f"{backend_name} rescale {PARALLELISM}->{RESCALED} vs restore {PARALLELISM}->{PARALLELISM} seconds",
                best["rescaled"], best["incremental"], "s", group="checkpoint",
                aim=1.5 if backend_name == "rocksdb" else None, **common),
@@ -189,15 +205,18 @@ def compare(backend_name: str, work: str, groups: array) -> list[dict]:
 def _throughput(job: _Job, checkpoint_id: int, work: str, common: dict[str, Any]) -> list[dict]:
     """Full checkpoints vs the disk, best of interleaved rounds; then each compression vs none."""
     name = job.name
-    seconds, disk, full_bytes = float("inf"), 0.0, 0
-    for _ in range(THROUGHPUT_ROUNDS):  # interleaved, best of each: load on the machine hits both alike
-        full_bytes, round_seconds, _ = job.checkpoint(checkpoint_id, incremental=False)
-        checkpoint_id += 1
-        seconds = min(seconds, round_seconds)
-        disk = max(disk, disk_write_bandwidth(work, full_bytes))
-    results = [record(f"{name} full checkpoint throughput vs disk write+fsync", full_bytes / seconds, disk, "bytes/s",
-                      group="checkpoint", aim=THROUGHPUT_AIM, **common, full_bytes=full_bytes,
-                      compression=DEFAULT_COMPRESSION)]
+    formats = [SnapshotFormat.CANONICAL] + ([SnapshotFormat.NATIVE] if _native(job) else [])
+    seconds, sizes, disk = dict.fromkeys(formats, float("inf")), dict.fromkeys(formats, 0), 0.0
+    for _ in range(THROUGHPUT_ROUNDS):  # interleaved, best of each: load on the machine hits every side alike
+        for snapshot_format in formats:
+            sizes[snapshot_format], round_seconds, _ = job.checkpoint(checkpoint_id, False, snapshot_format)
+            checkpoint_id += 1
+            seconds[snapshot_format] = min(seconds[snapshot_format], round_seconds)
+        disk = max(disk, disk_write_bandwidth(work, sizes[SnapshotFormat.CANONICAL]))
+    results = [record(f"{name} {'' if f is SnapshotFormat.CANONICAL else 'native '}full checkpoint throughput vs disk "
+                      f"write+fsync", sizes[f] / seconds[f], disk, "bytes/s", group="checkpoint", aim=THROUGHPUT_AIM,
+                      **common, full_bytes=sizes[f], compression=DEFAULT_COMPRESSION, format=f.value)
+               for f in formats]
     measured: dict[str, tuple[int, float]] = {}
     for _ in range(THROUGHPUT_ROUNDS):
         for compression in COMPRESSIONS:
@@ -219,6 +238,11 @@ def _throughput(job: _Job, checkpoint_id: int, work: str, common: dict[str, Any]
                 record(f"{name} full checkpoint seconds: {compression} vs no compression", round_seconds,
                        plain_seconds, "s", group="checkpoint", **details)]
     return results
+
+
+def _native(job: _Job) -> bool:
+    """Whether the backend writes full checkpoints in a native format of its own on request."""
+    return backend_class(job.name).capabilities.native_snapshots
 
 
 def _compare_in_temporary_directory(backend_name: str, groups: array) -> list[dict]:

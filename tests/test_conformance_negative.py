@@ -40,6 +40,8 @@ def test_dropped_writes_after_a_snapshot_fail_the_snapshot_and_incremental_level
         "TestSnapshots::test_pending_checkpoint_not_yet_confirmed": ("checkpoint 3, taken while 2 was pending:",),
         "TestSnapshots::test_rescale_from_an_incremental_chain":
             ("state of 3 subtasks restored from an incremental chain:",),
+        "TestSnapshots::test_an_incremental_checkpoint_after_a_full_one_survives_retention":
+            ("state restored from incremental checkpoint 3",),
         **both_modes("TestSnapshots::test_list_cells_spanning_record_batches_restore_whole[{mode}]",
                      "snapshot 2: key 0's list of 65547 elements restored with 65546"),
         **{f"TestSnapshots::test_random_changes_through_a_chain_match_a_model[{seed}]":
@@ -116,6 +118,7 @@ def test_handles_relative_to_the_wrong_root_fail_resolution_and_shared_files(tmp
         "TestStorage::test_shared_file_of_a_retained_checkpoint_is_never_deleted": shared,
         "TestStorage::test_registry_is_rebuilt_after_a_restart": shared,
         "TestStorage::test_no_claim_restore_never_deletes_the_restored_files": ("S3",),
+        "TestStorage::test_no_claim_restore_of_an_own_checkpoint_outlives_the_coordinator": ("S3 must go",),
         "TestStorage::test_claim_restore_adopts_the_restored_files": ("S2 follows retention",),
         "TestStorage::test_abort_deletes_only_the_aborted_checkpoints_new_shared_files": ("its new shared S2",),
     }, "storage")
@@ -186,6 +189,7 @@ def test_a_storage_that_declares_itself_not_durable_and_without_shared_files_sti
             "test_shared_files_are_deleted_once_unreferenced",
             "test_shared_file_of_a_retained_checkpoint_is_never_deleted",
             "test_registry_is_rebuilt_after_a_restart", "test_no_claim_restore_never_deletes_the_restored_files",
+            "test_no_claim_restore_of_an_own_checkpoint_outlives_the_coordinator",
             "test_claim_restore_adopts_the_restored_files",
             "test_abort_deletes_only_the_aborted_checkpoints_new_shared_files")},
         "TestStorage::test_committed_checkpoint_is_seen_by_a_new_access":

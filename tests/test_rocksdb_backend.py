@@ -14,11 +14,13 @@ from statekit.checkpoint.store import CheckpointStore
 from statekit.conformance_tests.base import open_keyed_backend, set_key
 from statekit.serializers import BytesSerializer
 from statekit.spi import (
-    ConfigurationError, KeyGroupRange, SnapshotOptions, StatekitError, ValueStateDescriptor, key_group_for_key,
+    ConfigurationError, KeyGroupRange, SnapshotFormat, SnapshotOptions, StatekitError, ValueStateDescriptor,
+    key_group_for_key,
 )
 from statekit.storage.filesystem import FileSystemCheckpointStorage
 
 INCREMENTAL = SnapshotOptions(incremental=True)
+NATIVE_FULL = SnapshotOptions(format=SnapshotFormat.NATIVE)
 VALUE = ValueStateDescriptor("value", BytesSerializer())
 
 
@@ -38,9 +40,9 @@ class Checkpointer:
         self.store = CheckpointStore(self.access, num_retained)
         self.backend = backend
 
-    def checkpoint(self, checkpoint_id):
+    def checkpoint(self, checkpoint_id, options=INCREMENTAL):
         streams = self.access.streams(checkpoint_id, "op-0")
-        handle = self.backend.snapshot(checkpoint_id, INCREMENTAL).write(streams)
+        handle = self.backend.snapshot(checkpoint_id, options).write(streams)
         assert isinstance(handle, IncrementalRocksDBStateHandle)
         operator = OperatorState("op", 1, 128, (SubtaskState((handle,)),))
         self.store.add(CheckpointMetadata(checkpoint_id, "job", {"op": operator}))
@@ -121,6 +123,36 @@ def test_retention_deletes_unreferenced_sst_files_only(rocksdb, tmp_path):
     checkpointer.checkpoint(8)
     checkpointer.checkpoint(9)
     assert checkpointer.shared_files_on_disk() == checkpointer.shared_files_referenced()
+
+
+def test_a_native_full_checkpoint_stands_alone(rocksdb, tmp_path):
+    """A full checkpoint in RocksDB's format holds its own copy of every file, exclusive to it: the
+    incremental checkpoint after it shares none of them, and once retention deleted it, the
+    incremental one still restores every key."""
+    checkpointer = Checkpointer(rocksdb, tmp_path, num_retained=1)
+    _write_keys(rocksdb, range(20_000), 1)
+    first = checkpointer.checkpoint(1)  # incremental: confirms its SST files
+    full = checkpointer.checkpoint(2, NATIVE_FULL)
+    assert full.shared == {} and any(name.endswith(".sst") for name in full.private), \
+        f"a native full checkpoint must hold its SST files as its own: shared {sorted(full.shared)}"
+    full_files = [h.path for name, h in full.private.items() if name.endswith(".sst")]
+    assert not set(full_files) & {h.path for h in first.shared.values()}
+    _write_keys(rocksdb, range(0, 20_000, 10), 3)
+    third = checkpointer.checkpoint(3)  # incremental, after the full one: uploads its files anew
+    assert {h.path for h in third.shared.values()}.isdisjoint(h.path for h in first.shared.values())
+    assert not any(os.path.exists(os.path.join(checkpointer.access.job_root, path)) for path in full_files), \
+        "retention must delete the native full checkpoint's files with it"
+    restored = open_keyed_backend(RocksDBStateBackend(), str(tmp_path / "restored"), restore_handles=[third],
+                                  restore_streams=checkpointer.access.restore_streams())
+    try:
+        state = restored.get_state(VALUE)
+        found = 0
+        for k in range(20_000):
+            set_key(restored, f"key-{k:08d}")
+            found += state.value() is not None
+        assert found == 20_000
+    finally:
+        restored.dispose()
 
 
 def test_incremental_restore_reads_back_every_key(rocksdb, tmp_path):

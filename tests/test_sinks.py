@@ -10,6 +10,7 @@ rows once; a transaction rolled back behind the job's back is a clear error, or 
 job is told to ignore it. The kills of whole drivers are in ``test_sink_exactly_once``.
 """
 import os
+import shutil
 import sqlite3
 import sys
 import time
@@ -347,9 +348,6 @@ def test_jobs_sharing_a_directory_never_replace_each_others_files(tmp_path):
     assert _parquet_rows(str(tmp_path)) == Counter({("first", 1): 1, ("second", 1): 1})
 
 
-@pytest.mark.xfail(strict=True, reason="open: an epoch restores an external snapshot (spark.statekit.restore.path) "
-                   "without committing the output it records; doing so needs decisions on savepoints (their "
-                   "write-ahead logs stay with the source checkpoint) and on whose publication key applies")
 def test_a_job_restored_from_another_jobs_checkpoint_commits_the_output_that_checkpoint_records(
         spark, statekit_settings, tmp_path):
     """Job 'sinks' stops after checkpoint 1 completed but before its output was committed; it goes
@@ -367,6 +365,52 @@ def test_a_job_restored_from_another_jobs_checkpoint_commits_the_output_that_che
                          checkpoint_location=str(tmp_path / "next" / "spark-checkpoint"), job_id="sinks-next",
                          trigger={"availableNow": True}).awaitTermination()
     assert _parquet_rows(str(tmp_path / "out")) == job.expected()
+
+
+class FlakyPublish(SqliteWriteAheadSink):
+    """Every publication fails ``failures`` times first (counted in a file: publications run on the driver)."""
+
+    def __init__(self, database, table, counter, failures):
+        super().__init__(database, table)
+        self.counter, self.failures = counter, failures
+
+    def publish(self, context, batches):
+        calls = int(self.counter.read_text()) if self.counter.exists() else 0
+        self.counter.write_text(str(calls + 1))
+        if calls < self.failures:
+            raise ValueError("disk quota exceeded")
+        super().publish(context, batches)
+
+
+def test_a_savepoint_carries_unpublished_write_ahead_output_to_the_job_that_restores_it(
+        spark, statekit_settings, tmp_path):
+    """Job 'sinks' stops after checkpoint 1 completed but before its logged output was published; a
+    savepoint of it is taken and the job's checkpoints are removed. A new job restored from the
+    savepoint publishes that output (from the savepoint's copy of the log), once: under the source
+    job's key, so restoring the savepoint again publishes nothing twice."""
+    from statekit.sinks.sqlite import published
+    from statekit.spark.savepoints import savepoint
+    database = tmp_path / "out.sqlite"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE output (key TEXT, count INTEGER)")
+    job = Job(spark, statekit_settings, tmp_path)
+    statekit_settings({"checkpoint.filesystem.memory-threshold": "0"})  # the logs are files, not inline
+    with pytest.raises(Exception, match="Nothing is lost"):
+        job.run(FlakyPublish(str(database), "output", tmp_path / "calls", 1))
+    statekit_settings({"savepoint.dir": (tmp_path / "savepoints").as_uri()})
+    url = savepoint(spark, "sinks")
+    shutil.rmtree(tmp_path / "checkpoints" / "sinks")
+    statekit_settings({"restore.path": url})
+    for name in ("next", "again"):  # two jobs restore it, and each processes epoch 2's rows
+        write_micro_batches(tmp_path / name, job.epochs[1:])
+        stream = spark.readStream.schema(SCHEMA).json(str(tmp_path / name / "source"))
+        process_keyed_stream(stream, "key", WorkloadFunction(), OUTPUT, SqliteWriteAheadSink(str(database), "output"),
+                             checkpoint_location=str(tmp_path / name / "spark-checkpoint"), job_id=f"sinks-{name}",
+                             trigger={"availableNow": True}).awaitTermination()
+    with sqlite3.connect(database) as connection:
+        found = Counter(connection.execute("SELECT key, count FROM output").fetchall())
+    assert found == job.expected() + Counter(expected_outputs(job.epochs[1], job.epochs[0]))
+    assert [(epoch, subtask) for _, epoch, subtask, _ in published(str(database), "sinks")] == [(1, 0), (1, 1)]
 
 
 def test_postgres_table_names_are_matched_as_the_rows_are_written_exactly(postgres):
@@ -409,3 +453,26 @@ def test_a_sink_class_instead_of_a_sink_is_refused(spark, tmp_path):
     with pytest.raises(ConfigurationError, match="ParquetFileSink is a sink class: pass a sink, e.g. ParquetFileSink"):
         process_keyed_stream(stream, "key", WorkloadFunction(), OUTPUT, ParquetFileSink,
                              checkpoint_location=str(tmp_path / "c"))
+
+
+def test_restored_output_a_sink_cannot_commit_is_a_clear_error_or_skipped_when_allowed(tmp_path):
+    """The restored snapshot records output of another kind of sink, or of a target this sink does
+    not write to: the error names the snapshot, its job and the way on."""
+    from statekit.runtime.sink_coordinator import SinkCoordinator
+    from statekit.storage.inline import InlineStreams
+    staged = {"id": "statekit~old~op~1~0~run~7", "staged": f"{STAGING_DIR}/gone.parquet", "final": "gone.parquet"}
+    outputs = [{"subtask": 0, "epoch": 1, "rows": 3, "transaction": staged}]
+    for kind, error, message in (
+            ("write-ahead", SinkError, r"the restored snapshot file:///sp \(job 'old'\) records output of a "
+                                       r"write-ahead sink.*run job 'old' once more.*ignore-lost-transactions=true"),
+            ("two-phase-commit", TransactionLostError, r"job 'old' \(restored from file:///sp\).*does this job's sink "
+                                                       r"write to the target job 'old' wrote to\?.*ignore-lost")):
+        restored = CheckpointMetadata(1, "old", {}, properties={
+            SINK_PROPERTY: {"operator": "op", "kind": kind, "outputs": outputs}})
+        for ignore_lost in (False, True):
+            coordinator = SinkCoordinator(ParquetFileSink(tmp_path.as_uri()), "new", "op", ignore_lost=ignore_lost)
+            if ignore_lost:
+                coordinator.commit_restored(restored, "file:///sp", InlineStreams())
+            else:
+                with pytest.raises(error, match=message):
+                    coordinator.commit_restored(restored, "file:///sp", InlineStreams())

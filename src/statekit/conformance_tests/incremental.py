@@ -8,14 +8,17 @@ from typing import Any
 import pytest
 
 from statekit.conformance_tests import chain_model
-from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
+from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.store import CheckpointStore
+from statekit.conformance_tests.base import MAX_PARALLELISM, BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.compare import assert_same_state
 from statekit.conformance_tests.snapshot_support import INCREMENTAL, fill_states, read_states
 from statekit.conformance_tests.workload import COUNT, LAST, SUMS
 from statekit.spi import (
-    KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, StateBackend, ValueStateDescriptor,
+    KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, SnapshotOptions, StateBackend, ValueStateDescriptor,
 )
 from statekit.spi.storage import CheckpointStreams
+from statekit.storage.filesystem import FileSystemCheckpointStorage
 from statekit.storage.inline import InlineStreams
 
 
@@ -112,6 +115,29 @@ class IncrementalSnapshotTests(BackendTestBase):
                             f"key {k}, namespace {window!r}, restored from checkpoint {checkpoint_id}"
             finally:
                 restored.dispose()
+
+    def test_an_incremental_checkpoint_after_a_full_one_survives_retention(self, state_backend, keyed_backend,
+                                                                           tmp_path):
+        """Incremental, full, incremental, with one checkpoint retained: completing the full one
+        disposes the first, and with it the files only it held. The third builds on the full one
+        (the latest completed), so it must not reference what the first one held."""
+        requires(state_backend, "incremental_snapshots")
+        access = FileSystemCheckpointStorage((tmp_path / "checkpoints").as_uri(), memory_threshold=0) \
+            .create_access("conformance-job")
+        store = CheckpointStore(access, num_retained=1)
+        expected = fill_states(keyed_backend, range(1500))
+        for checkpoint_id, options in ((1, INCREMENTAL), (2, SnapshotOptions()), (3, INCREMENTAL)):
+            if checkpoint_id == 3:
+                expected.update(fill_states(keyed_backend, range(0, 1500, 7), base=3000))
+            handle = keyed_backend.snapshot(checkpoint_id, options).write(access.streams(checkpoint_id, "op-0"))
+            operator = OperatorState("op", 1, MAX_PARALLELISM, (SubtaskState((handle,)),))
+            store.add(CheckpointMetadata(checkpoint_id, "conformance-job", {"op": operator}))
+            keyed_backend.notify_checkpoint_complete(checkpoint_id)
+        restored = self._restored(state_backend, tmp_path, handle, access.restore_streams(), "after-retention")
+        try:
+            assert_same_state(read_states(restored), expected, "state restored from incremental checkpoint 3")
+        finally:
+            restored.dispose()
 
     def test_aborted_checkpoint_changes_reach_the_next_one(self, state_backend, keyed_backend,
                                                            snapshot_streams, tmp_path):

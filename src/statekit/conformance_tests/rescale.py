@@ -36,10 +36,11 @@ class RescaleTests(BackendTestBase):
     @pytest.mark.parametrize("old,new", RESCALE_MATRIX, ids=[f"{a}to{b}" for a, b in RESCALE_MATRIX])
     def test_rescale_matrix(self, state_backend, checkpoint_storage, tmp_path, old, new, mode):
         rows_1, rows_2 = make_rows(3000, 800, seed=old), make_rows(2000, 800, seed=new + 1000)
+        options = snapshot_options_for(mode, state_backend)
         runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=old, max_parallelism=MAX_P,
                              state_backend=state_backend, local_dir=str(tmp_path / "local"),
                              storage=checkpoint_storage, job_id=f"rescale-{old}-{new}-{mode}",
-                             incremental=snapshot_options_for(mode, state_backend).incremental)
+                             incremental=options.incremental, checkpoint_format=options.format)
         runner.run_epoch(rows_1)
         runner.rescale(new)
         outputs = runner.run_epoch(rows_2)

@@ -8,7 +8,7 @@ import pytest
 
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.workload import COUNT, LAST, MAXIMUM, MEAN, SUMS, Row
-from statekit.spi import SnapshotOptions, KeyedStateBackend, StateBackend, key_group_for_key
+from statekit.spi import KeyedStateBackend, SnapshotFormat, SnapshotOptions, StateBackend, key_group_for_key
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.inline import InlineStreams
 
@@ -45,14 +45,18 @@ def read_states(backend: KeyedStateBackend) -> dict[str, Any]:
     return found
 
 
-SNAPSHOT_MODES = ["full", "incremental"]
+SNAPSHOT_MODES = ["full", "incremental", "native"]
 
 
 def snapshot_options_for(mode: str, state_backend: StateBackend) -> SnapshotOptions:
-    """Options of a snapshot mode; incremental needs the capability (else the test skips)."""
+    """Options of a snapshot mode: a full canonical checkpoint, an incremental one, a full native
+    one; the last two need their capability (else the test skips)."""
     if mode == "incremental":
         requires(state_backend, "incremental_snapshots")
-    return SnapshotOptions(incremental=mode == "incremental")
+    if mode == "native":
+        requires(state_backend, "native_snapshots")
+    return SnapshotOptions(incremental=mode == "incremental",
+                           format=SnapshotFormat.NATIVE if mode == "native" else SnapshotFormat.CANONICAL)
 
 
 def mutate_everything(backend: KeyedStateBackend, salt: int = 0) -> None:

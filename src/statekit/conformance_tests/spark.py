@@ -150,11 +150,13 @@ class SparkTestBase:
 
 
 class SparkCheckpointTests(SparkTestBase):
-    @pytest.mark.parametrize("mode", ["full", "incremental"])
+    @pytest.mark.parametrize("mode", ["full", "incremental", "native"])
     def test_every_epoch_commits_a_checkpoint_holding_the_oracle_state(self, spark_jobs, mode):
-        if mode == "incremental":
-            requires(spark_jobs.backend(), "incremental_snapshots")
-        spark_jobs.configure({"checkpoint.incremental": str(mode == "incremental").lower()})
+        """``native``: full checkpoints in the backend's own format (``spark.statekit.checkpoint.format``)."""
+        if mode != "full":
+            requires(spark_jobs.backend(), "incremental_snapshots" if mode == "incremental" else "native_snapshots")
+        spark_jobs.configure({"checkpoint.incremental": str(mode == "incremental").lower(),
+                              "checkpoint.format": "native" if mode == "native" else "canonical"})
         history: list[Row] = []
         ids = [spark_jobs.run_epoch(f"epochs-{mode}", rows, history) for rows in epochs(3, seed=100)]
         assert ids == [1, 2, 3], f"one checkpoint per epoch was expected, got checkpoint ids {ids}"

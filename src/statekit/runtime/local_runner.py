@@ -22,7 +22,7 @@ from statekit.runtime.savepoints import snapshot_as_savepoint
 from statekit.runtime.task import (
     DEFAULT_TTL_SWEEP_SECONDS, PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms,
 )
-from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
+from statekit.spi.backend import SnapshotFormat, SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.key_groups import (
     canonical_key, check_parallelism, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
 )
@@ -44,7 +44,7 @@ class LocalRunner:
                  local_dir: str | None = None, incremental: bool = False,
                  clock: Callable[[], int] | None = None, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS,
                  event_time: Callable[[Any], Any] | str | None = None, watermark_delay: Any = None,
-                 late_rows: str = "drop") -> None:
+                 late_rows: str = "drop", checkpoint_format: SnapshotFormat = SnapshotFormat.CANONICAL) -> None:
         """``event_time``: a record's event time (epoch ms or a datetime; None, as a null under Spark,
         is processed and moves no watermark), as a function of the record
         or the name of a dict record's field; with ``watermark_delay`` (e.g. ``"10 minutes"``) each
@@ -73,6 +73,7 @@ class LocalRunner:
         self.key_types = key_types
         self.local_dir = local_dir
         self.incremental = incremental and self.state_backend.capabilities.incremental_snapshots
+        self.checkpoint_format = checkpoint_format
         self._restore_override: tuple[CheckpointMetadata, CheckpointStreams] | None = None
         #: each epoch's processing time in epoch milliseconds, read once when the epoch starts
         self.clock = clock or wall_clock_ms
@@ -119,7 +120,8 @@ class LocalRunner:
         try:
             for i in range(self.parallelism):
                 subtasks.append(self._run_subtask(i, epoch, restored, partitions[i], outputs,
-                                                  SnapshotOptions(SnapshotType.CHECKPOINT, self.incremental)))
+                                                  SnapshotOptions(SnapshotType.CHECKPOINT, self.incremental,
+                                                                  self.checkpoint_format)))
         except BaseException:
             self.store.abort(epoch, subtasks)
             raise

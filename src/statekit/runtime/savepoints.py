@@ -4,7 +4,9 @@
 (full or incremental, any backend) with a ``StateBackend`` able to read it, and snapshots it
 again as a savepoint. No user function runs: states are carried forward as restored, each
 subtask's operator state exactly as that subtask held it in the checkpoint (union list state
-is not redistributed, or restoring the savepoint would multiply its elements).
+is not redistributed, or restoring the savepoint would multiply its elements). The output the
+checkpoint records for a sink comes along (write-ahead logs copied), so that a job restoring the
+savepoint commits it if its own job did not.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from typing import Any, Callable, Iterable
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction
+from statekit.runtime.sink_coordinator import SINK_PROPERTY
+from statekit.runtime.sink_writer import with_logs_copied
 from statekit.runtime.task import PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms
 from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.key_format import read_key_serializer
@@ -38,6 +42,9 @@ def snapshot_as_savepoint(source: CheckpointMetadata, source_streams: Checkpoint
                                          streams_for, local_dir) for index in range(operator.parallelism))
         operators[operator_id] = OperatorState(operator_id, operator.parallelism, operator.max_parallelism, subtasks)
     properties = {**source.properties, "incremental": False, "source_checkpoint": source.checkpoint_id}
+    if isinstance(source.properties.get(SINK_PROPERTY), dict):  # output its job may not have committed yet
+        properties[SINK_PROPERTY] = with_logs_copied(source.properties[SINK_PROPERTY], source_streams,
+                                                     streams_for(SINK_PROPERTY))
     return CheckpointMetadata(savepoint_id if savepoint_id is not None else source.checkpoint_id, source.job_id,
                               operators, is_savepoint=True, properties=properties)
 

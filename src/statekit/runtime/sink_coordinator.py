@@ -13,6 +13,12 @@ The order is what makes the output exactly once:
 A crash before 2 leaves lingering transactions, which the next run aborts (4) before it computes
 the epoch again; a crash after 2 leaves a complete checkpoint, whose records the next run commits
 again (3; a no-op for what was committed) instead of computing the epoch again.
+
+An epoch that restores another job's checkpoint or a savepoint (``spark.statekit.restore.path``)
+first commits the output that snapshot records, as Flink commits the pending transactions of the
+checkpoint it restores: the restored state includes that epoch, so its output must be there too.
+Commits are idempotent, and write-ahead output is published under the source job's key, so output
+the source job committed already is not committed twice.
 """
 from __future__ import annotations
 
@@ -64,16 +70,25 @@ class SinkCoordinator:
         return {"operator": self.operator_id, "kind": self.sink.kind,
                 "outputs": sorted(entries, key=lambda e: e["subtask"])}
 
-    def recorded(self, metadata: CheckpointMetadata) -> list[dict[str, Any]] | None:
-        """The output a checkpoint recorded for this operator (None: none recorded)."""
+    def recorded(self, metadata: CheckpointMetadata, restored_from: str | None = None) -> list[dict[str, Any]] | None:
+        """The output a checkpoint recorded for this operator (None: none recorded);
+        ``restored_from``: the URL of another job's snapshot the checkpoint is."""
         recorded = metadata.properties.get(SINK_PROPERTY)
         if not isinstance(recorded, dict) or recorded.get("operator") != self.operator_id:
             return None
         if recorded.get("kind") != self.sink.kind:
-            raise SinkError(
-                f"checkpoint {metadata.checkpoint_id} of job {self.job_id!r} records output of a {recorded.get('kind')} "
-                f"sink, but the job now writes to {self.sink.describe()}, a {self.sink.kind} sink: run it once more "
-                f"with the sink it had, so that this output is committed, then switch")
+            where = (f"the restored snapshot {restored_from} (job {metadata.job_id!r})" if restored_from else
+                     f"checkpoint {metadata.checkpoint_id} of job {self.job_id!r}")
+            fix = (f"run job {metadata.job_id!r} once more with the sink it had, so that this output is committed, "
+                   f"then restore its new checkpoint; or set {IGNORE_LOST_SETTING}=true to start without committing "
+                   f"it" if restored_from else
+                   "run it once more with the sink it had, so that this output is committed, then switch")
+            if restored_from and self.ignore_lost:
+                log.error("%s records output of a %s sink, which %s cannot commit: continuing without it (%s=true)",
+                          where, recorded.get("kind"), self.sink.describe(), IGNORE_LOST_SETTING)
+                return None
+            raise SinkError(f"{where} records output of a {recorded.get('kind')} sink, but the job now writes to "
+                            f"{self.sink.describe()}, a {self.sink.kind} sink: {fix}")
         return list(recorded.get("outputs", []))
 
     # --- the steps
@@ -90,11 +105,22 @@ class SinkCoordinator:
         self.abort_lingering()
         self._recovered = True
 
+    def commit_restored(self, restored: CheckpointMetadata, url: str, streams: CheckpointStreams) -> None:
+        """Commit the output that another job's snapshot at ``url`` records (``streams`` read its
+        files), before the epoch that restores it runs."""
+        entries = self.recorded(restored, url)
+        if entries:
+            self.complete(restored.checkpoint_id, entries, streams, recovering=True, source=(restored.job_id, url))
+
     def complete(self, checkpoint_id: int, entries: list[dict[str, Any]], streams: CheckpointStreams,
-                 recovering: bool = False) -> None:
-        """Commit (publish) the output of a completed checkpoint."""
+                 recovering: bool = False, source: tuple[str, str] | None = None) -> None:
+        """Commit (publish) the output of a completed checkpoint; ``source``: the job id and URL
+        of another job's snapshot it is."""
+        job_id = source[0] if source is not None else self.job_id
         for entry in entries:
-            what = f"the output of subtask {entry['subtask']} in checkpoint {checkpoint_id} of job {self.job_id!r}"
+            what = f"the output of subtask {entry['subtask']} in checkpoint {checkpoint_id} of job {job_id!r}"
+            if source is not None:
+                what += f" (restored from {source[1]})"
             try:
                 if isinstance(self.sink, TwoPhaseCommitSink):
                     commit = self.sink.recover_and_commit if recovering else self.sink.commit
@@ -102,16 +128,18 @@ class SinkCoordinator:
                 else:
                     assert isinstance(self.sink, WriteAheadSink)
                     publish = self.sink.publish
-                    context = SinkContext(self.job_id, self.operator_id, int(entry["epoch"]), int(entry["subtask"]))
+                    context = SinkContext(job_id, self.operator_id, int(entry["epoch"]), int(entry["subtask"]))
                     rows = logged_output(entry, streams)
                     self._retrying(lambda: publish(context, rows.to_batches()), f"publishing {what}", _KEPT)
             except TransactionLostError as exc:
                 if not self.ignore_lost:
+                    cause = (f"does this job's sink write to the target job {job_id!r} wrote to?"
+                             if source is not None else
+                             "was the transaction rolled back by hand, or did the target expire it?")
                     raise TransactionLostError(
-                        f"{exc}. The checkpoint and the state are intact, but these {entry.get('rows', '?')} rows can "
-                        f"no longer be committed to {self.sink.describe()} (was the transaction rolled back by hand, "
-                        f"or did the target expire it?). To continue without them, set {IGNORE_LOST_SETTING}=true "
-                        f"and run the job again") from exc
+                        f"{what}: {exc}. The checkpoint and the state are intact, but these {entry.get('rows', '?')} rows can "
+                        f"no longer be committed to {self.sink.describe()} ({cause}). To continue without them, set "
+                        f"{IGNORE_LOST_SETTING}=true and run the job again") from exc
                 log.error("%s: lost, continuing (%s=true): %s", what, IGNORE_LOST_SETTING, exc)
 
     def abort_lingering(self) -> None:

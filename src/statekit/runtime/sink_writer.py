@@ -73,10 +73,28 @@ class SubtaskSinkWriter:
             log.warning("aborting the output of %s failed: %s", self.context.transaction_id, exc)
 
 
-def logged_output(entry: dict[str, Any], streams: CheckpointStreams) -> pa.Table:
-    """The rows a write-ahead sink's subtask logged, read back from checkpoint storage."""
+def _log_handle(entry: dict[str, Any]) -> StreamStateHandle:
     handle = StateHandle.from_json(entry["log"])
     if not isinstance(handle, StreamStateHandle):
         raise SinkError(f"the write-ahead log of subtask {entry['subtask']} is recorded as a "
                         f"{type(handle).__name__}, not a stream")
-    return pa.ipc.open_stream(pa.BufferReader(streams.read(handle))).read_all()
+    return handle
+
+
+def logged_output(entry: dict[str, Any], streams: CheckpointStreams) -> pa.Table:
+    """The rows a write-ahead sink's subtask logged, read back from checkpoint storage."""
+    return pa.ipc.open_stream(pa.BufferReader(streams.read(_log_handle(entry)))).read_all()
+
+
+def with_logs_copied(recorded: dict[str, Any], source: CheckpointStreams, target: CheckpointStreams) -> dict[str, Any]:
+    """A checkpoint's ``sink`` record for a savepoint: the write-ahead logs it names copied from the
+    checkpoint (``source``) into the savepoint (``target``), which must not depend on the checkpoint's
+    files; the records of two-phase-commit transactions name the target's transactions and stay."""
+    outputs = []
+    for entry in recorded.get("outputs", []):
+        if "log" in entry:
+            copy = target.create_output(StateScope.EXCLUSIVE, name=f"{WRITE_AHEAD_LOG_NAME}-{entry['subtask']}")
+            copy.write(source.read(_log_handle(entry)))
+            entry = {**entry, "log": copy.close_and_get_handle().to_json()}
+        outputs.append(entry)
+    return {**recorded, "outputs": outputs}

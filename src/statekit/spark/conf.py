@@ -17,7 +17,7 @@ from statekit.checkpoint.store import DEFAULT_NUM_RETAINED, RestoreMode
 from statekit.registry import backend_class, storage_class
 from statekit.runtime.sink_coordinator import IGNORE_LOST_SETTING, RetryPolicy
 from statekit.runtime.task import DEFAULT_TTL_SWEEP_SECONDS
-from statekit.spi.backend import StateBackend
+from statekit.spi.backend import SnapshotFormat, StateBackend
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, check_parallelism
 from statekit.spi.names import check_job_id
@@ -41,6 +41,9 @@ SETTINGS = OptionSet(
                                                      f"{_BUILT_FROM_NAMES}"),
     Option("checkpoint.dir", text, None, "the checkpoint directory URL of a storage that takes one (filesystem)"),
     Option("checkpoint.incremental", boolean, False, "incremental checkpoints, where the backend supports them"),
+    Option("checkpoint.format", choice(*(f.value for f in SnapshotFormat)), SnapshotFormat.CANONICAL.value,
+           "the format of full checkpoints: canonical (read by every backend) or native (the backend's own files, "
+           "where it supports them: rocksdb)"),
     Option("checkpoint.num-retained", integer(minimum=1, maximum=10_000), DEFAULT_NUM_RETAINED,
            "completed checkpoints kept per job"),
     Option("parallelism", integer(minimum=1, maximum=UPPER_BOUND_MAX_PARALLELISM), None,
@@ -76,6 +79,7 @@ class StatekitConf:
     storage_options: dict[str, str] = field(default_factory=dict)
     checkpoint_dir: str | None = None
     incremental: bool = False
+    checkpoint_format: SnapshotFormat = SnapshotFormat.CANONICAL
     num_retained: int = DEFAULT_NUM_RETAINED
     parallelism: int | None = None
     max_parallelism: int | None = None
@@ -115,6 +119,7 @@ class StatekitConf:
         conf = cls(
             backend=backend, backend_options=backend_options, storage=storage, storage_options=storage_options,
             checkpoint_dir=values["checkpoint.dir"], incremental=values["checkpoint.incremental"],
+            checkpoint_format=SnapshotFormat(values["checkpoint.format"]),
             num_retained=values["checkpoint.num-retained"], parallelism=values["parallelism"],
             max_parallelism=values["max-parallelism"], savepoint_dir=values["savepoint.dir"],
             restore_path=values["restore.path"], restore_mode=RestoreMode(values["restore.mode"]),

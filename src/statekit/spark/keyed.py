@@ -176,6 +176,9 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
         job.sink.recover(latest.metadata if latest is not None else None, job.access.restore_streams())
         if _output_committed(job.sink, store, epoch, progress):
             return None
+        if restore_url is not None and chosen.checkpoint is not None:
+            job.sink.commit_restored(chosen.checkpoint.metadata, restore_url,
+                                     storage.resolve_checkpoint(restore_url).streams)
     previous = chosen.checkpoint.metadata.operators.get(operator_id) if chosen.checkpoint else None
     parallelism = conf.parallelism or (previous.parallelism if previous else spark.sparkContext.defaultParallelism)
     max_parallelism = conf.max_parallelism or (previous.max_parallelism if previous else
@@ -207,7 +210,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                        conf.local_dir, conf.batch_max_bytes, processing_time, conf.ttl_sweep_seconds,
                        subtask_event_time(job.event_time, restored_properties),
                        sink=job.sink.sink if job.sink is not None else None,
-                       sink_run=job.sink.run if job.sink is not None else "0")
+                       sink_run=job.sink.run if job.sink is not None else "0",
+                       checkpoint_format=conf.checkpoint_format)
 
     run = SubtaskRun(spark, spec)
     if job.pre_aggregation is not None:

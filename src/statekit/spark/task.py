@@ -33,7 +33,7 @@ from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
 from statekit.spi.errors import FunctionResultError, StatekitError
 from statekit.spi.key_groups import canonical_key
-from statekit.spi.backend import SnapshotOptions, StateBackend, SubtaskInfo
+from statekit.spi.backend import SnapshotFormat, SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.sinks import Sink, SinkContext
 from statekit.spi.storage import CheckpointStorage, SavepointTarget
 from statekit.spi.timers import MIN_TIMESTAMP
@@ -83,6 +83,8 @@ class SubtaskSpec:
     #: where the output goes instead of back to Spark, and the token of the run (``spi.sinks``)
     sink: Sink | None = None
     sink_run: str = "0"
+    #: the format of a full checkpoint (``spark.statekit.checkpoint.format``)
+    checkpoint_format: SnapshotFormat = SnapshotFormat.CANONICAL
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
@@ -129,7 +131,7 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
         if spec.savepoint is not None:
             pending, streams = task.snapshot(SAVEPOINT), spec.savepoint.streams
         else:
-            pending = task.snapshot(SnapshotOptions(incremental=spec.incremental))
+            pending = task.snapshot(SnapshotOptions(incremental=spec.incremental, format=spec.checkpoint_format))
             streams = access.streams(spec.checkpoint_id, subtask.name)
         upload = SnapshotUpload(pending, streams, concurrent=spec.state_backend.capabilities.async_snapshots)
         try:

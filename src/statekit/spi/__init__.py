@@ -4,7 +4,8 @@ Nothing here imports another part of statekit; everything else imports from here
 """
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, KeyedStateBackend, OperatorBackendParams,
-    OperatorStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo,
+    OperatorStateBackend, PendingSnapshot, SnapshotFormat, SnapshotOptions, SnapshotType, StateBackend,
+    SubtaskInfo,
 )
 from statekit.spi.bulk_state import (
     BulkAggregatingState, BulkListState, BulkMapState, BulkReducingState, BulkState, BulkValueState, KeyBatch,

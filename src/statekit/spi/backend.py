@@ -41,6 +41,8 @@ class Capabilities:
     #: the working state survives ``dispose`` in ``KeyedBackendParams.working_dir`` and is reopened
     #: there with ``resume_local_state`` (local recovery without reading checkpoint storage)
     local_recovery: bool = False
+    #: full checkpoints in the backend's own format on request (``SnapshotFormat.NATIVE``)
+    native_snapshots: bool = False
 
     def declared(self) -> dict[str, bool]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -51,10 +53,21 @@ class SnapshotType(str, enum.Enum):
     SAVEPOINT = "savepoint"  # always the canonical format, self-contained
 
 
+class SnapshotFormat(str, enum.Enum):
+    """The format of a full checkpoint (Flink's ``SavepointFormatType``): ``CANONICAL`` is read by
+    every backend; ``NATIVE`` is the backend's own files (RocksDB's SST files), written at the speed
+    of a file copy and read back by that backend only. Savepoints are always canonical."""
+
+    CANONICAL = "canonical"
+    NATIVE = "native"
+
+
 @dataclass(frozen=True)
 class SnapshotOptions:
     snapshot_type: SnapshotType = SnapshotType.CHECKPOINT
     incremental: bool = False  # honoured only with the incremental_snapshots capability
+    #: of a full checkpoint; honoured only with the native_snapshots capability
+    format: SnapshotFormat = SnapshotFormat.CANONICAL
 
 
 class PendingSnapshot(ABC):

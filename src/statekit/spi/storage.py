@@ -15,6 +15,10 @@ from typing import Any, BinaryIO, ClassVar, Mapping
 from statekit.spi.handles import StreamStateHandle
 
 
+#: bytes per read when a local file is uploaded (``CheckpointStreams.upload_file``)
+UPLOAD_CHUNK = 4 << 20
+
+
 class StateScope(str, enum.Enum):
     EXCLUSIVE = "exclusive"  # belongs to one checkpoint; deleted with it
     SHARED = "shared"  # may be referenced by later checkpoints (incremental snapshots)
@@ -59,6 +63,20 @@ class CheckpointStreams(ABC):
         caller discards ``target`` when it raises). Restores of whole files (RocksDB's SSTs) use
         it; the default reads the stream whole, a storage of large files copies in chunks."""
         target.write(self.read(handle))
+
+    def upload_file(self, path: str, scope: StateScope, name: str) -> StreamStateHandle:
+        """A new stream holding the bytes of the local file ``path`` (RocksDB's SST files). The
+        default copies it in chunks through ``create_output``; a storage on this machine's file
+        system may copy it in the kernel."""
+        out = self.create_output(scope, name=name)
+        try:
+            with open(path, "rb") as f:
+                while chunk := f.read(UPLOAD_CHUNK):
+                    out.write(chunk)
+            return out.close_and_get_handle()
+        except BaseException:
+            out.discard()
+            raise
 
     def link_to(self, handle: StreamStateHandle, path: str) -> bool:
         """Make ``path`` (a new local file) a hard link to the stream's stored file, verified like

@@ -10,6 +10,7 @@ from __future__ import annotations
 import mmap
 import os
 import posixpath
+import shutil
 import uuid
 from typing import Any, BinaryIO
 
@@ -126,12 +127,35 @@ class FileSystemCheckpointStreams(CheckpointStreams):
 
     def create_output(self, scope: StateScope = StateScope.EXCLUSIVE,
                       name: str | None = None) -> CheckpointOutputStream:
+        return FileSystemOutputStream(self.fs, self.root, self._new_file(scope, name), self.memory_threshold,
+                                      self.setting)
+
+    def _new_file(self, scope: StateScope, name: str | None) -> str:
+        """The relative path of a new file in ``scope``."""
         directory = SHARED_DIR if scope is StateScope.SHARED else self.exclusive_dir
         if directory is None:
             raise SnapshotError("these checkpoint streams are read-only")
-        file_name = f"{name or 'state'}-{uuid.uuid4().hex}"
-        return FileSystemOutputStream(self.fs, self.root, posixpath.join(directory, file_name), self.memory_threshold,
-                                      self.setting)
+        return posixpath.join(directory, f"{name or 'state'}-{uuid.uuid4().hex}")
+
+    def upload_file(self, path: str, scope: StateScope, name: str) -> StreamStateHandle:
+        """Where the checkpoint directory is on this machine (``file://``), a copy in the kernel
+        (``shutil.copyfile``: ``copy_file_range``/``sendfile``, no bytes through Python), checksummed
+        as stored (mapped in memory); elsewhere, and below the memory threshold, in chunks."""
+        if _protocol(self.fs) not in _LOCAL_PROTOCOLS or os.path.getsize(path) <= self.memory_threshold:
+            return super().upload_file(path, scope, name)
+        relative = self._new_file(scope, name)
+        target = posixpath.join(self.root, relative)
+        try:
+            self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+            shutil.copyfile(path, target)
+            size, checksum = _file_checksum(target)
+        except OSError as exc:
+            try:
+                os.unlink(target)
+            except OSError:
+                pass
+            raise SnapshotError(io_failure("write checkpoint file", target, exc, self.setting)) from exc
+        return FileStateHandle(relative, size, checksum.hexdigest())
 
     def read(self, handle: StreamStateHandle) -> bytes:
         if isinstance(handle, InlineStateHandle):
@@ -223,17 +247,23 @@ class FileSystemCheckpointStreams(CheckpointStreams):
             return None
 
 
-def _verify_file(path: str, handle: FileStateHandle, what: str) -> None:
-    """Raise ``CorruptStateError`` naming ``what`` unless the local file ``path`` has the handle's size and checksum."""
+def _file_checksum(path: str) -> tuple[int, StreamChecksum]:
+    """The size and handle checksum of the local file ``path``, read mapped in memory (no copy)."""
     checksum = StreamChecksum()
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if size != handle.size:
-            raise CorruptStateError(f"{what} is truncated or was changed: {size} bytes, its handle records "
-                                    f"{handle.size}")
         if size:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                 checksum.update(mapped)  # type: ignore[arg-type]
+    return size, checksum
+
+
+def _verify_file(path: str, handle: FileStateHandle, what: str) -> None:
+    """Raise ``CorruptStateError`` naming ``what`` unless the local file ``path`` has the handle's size and checksum."""
+    size, checksum = _file_checksum(path)
+    if size != handle.size:
+        raise CorruptStateError(f"{what} is truncated or was changed: {size} bytes, its handle records "
+                                f"{handle.size}")
     checksum.verify(handle.checksum, size, what)
 
 

@@ -138,6 +138,8 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
     # --- snapshots
     def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
         if options.snapshot_type is SnapshotType.SAVEPOINT or not options.incremental:
+            if options.snapshot_type is SnapshotType.CHECKPOINT:
+                self._changelog.full(checkpoint_id)
             return self._full_snapshot(checkpoint_id)
         base = self._changelog.needs_base()
         changed = self._changelog.capture(checkpoint_id)

@@ -110,7 +110,8 @@ class ChangelogTracker:
         self.chain: ChangelogStateHandle | None = None  # what the last completed checkpoint holds
         self.enabled = False
         self._captured: dict[int, list[set[Any]]] = {}  # per pending checkpoint: its dirty cells
-        self._written: dict[int, ChangelogStateHandle] = {}
+        #: per pending checkpoint: what it holds (None: a full checkpoint, no chain)
+        self._written: dict[int, ChangelogStateHandle | None] = {}
 
     def needs_base(self) -> bool:
         chain = self.chain
@@ -133,11 +134,15 @@ class ChangelogTracker:
     def written(self, checkpoint_id: int, handle: ChangelogStateHandle) -> None:
         self._written[checkpoint_id] = handle
 
+    def full(self, checkpoint_id: int) -> None:
+        """A full checkpoint was taken. Once it completes, the next delta must not build on the
+        chain of an earlier checkpoint: retention may delete that checkpoint and its files."""
+        self._written[checkpoint_id] = None
+
     def complete(self, checkpoint_id: int) -> None:
-        handle = self._written.get(checkpoint_id)
-        if handle is None:
+        if checkpoint_id not in self._written:
             return  # not a checkpoint of this instance
-        self.chain = handle
+        self.chain = self._written[checkpoint_id]
         for done in [c for c in self._captured if c <= checkpoint_id]:
             del self._captured[done]
         for done in [c for c in self._written if c <= checkpoint_id]:

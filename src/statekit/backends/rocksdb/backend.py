@@ -1,11 +1,12 @@
 """The RocksDB keyed state backend (rocksdict in raw mode): state on local disk, out of core.
 
-One column family per state; keys laid out by ``key_layout``. Snapshots are either full (the
-canonical format, for savepoints and ``incremental=false``) or incremental (``incremental.py``):
-the synchronous part takes a native RocksDB checkpoint (hard links), the asynchronous part
-uploads only the SST files not confirmed by a completed checkpoint and always the private files
-(Flink's strategy). This module keeps the store and the restores, incremental ones by download
-(``transfer.py``), clip and SST ingestion.
+One column family per state; keys laid out by ``key_layout``. Snapshots are full in the
+canonical format (savepoints, and ``incremental=false`` by default) or native
+(``native_snapshot.py``): the synchronous part takes a RocksDB checkpoint (hard links), the
+asynchronous part uploads its files, an incremental one only the SST files not confirmed by a
+completed checkpoint (Flink's strategy), a full one (``SnapshotFormat.NATIVE``) all of them. This
+module keeps the store and the restores, native ones by download (``transfer.py``), clip and SST
+ingestion.
 """
 from __future__ import annotations
 
@@ -23,13 +24,13 @@ from statekit.backends.common.kv_backend import KVKeyedStateBackend
 from statekit.backends.common.local_dirs import instance_path
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.rocksdb.handle import IncrementalRocksDBStateHandle
-from statekit.backends.rocksdb.incremental import IncrementalSnapshot
+from statekit.backends.rocksdb.native_snapshot import NativeSnapshot
 from statekit.backends.rocksdb.options import OPTIONS, RocksDBOptions
 from statekit.backends.rocksdb.table import CheckpointView, ColumnFamilyTable, bounded_items, disposed
 from statekit.backends.rocksdb.transfer import download
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot,
-    SnapshotOptions, SnapshotType, StateBackend,
+    SnapshotFormat, SnapshotOptions, SnapshotType, StateBackend,
 )
 from statekit.spi.errors import RestoreError, StatekitError
 from statekit.spi.handles import KeyGroupsStateHandle, StreamStateHandle
@@ -45,7 +46,7 @@ class RocksDBStateBackend(StateBackend):
     name = "rocksdb"
     local_dir_option = "local-dir"
     capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, out_of_core=True,
-                                local_recovery=True)
+                                local_recovery=True, native_snapshots=True)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -149,17 +150,21 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
 
     # --- snapshots
     def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
-        if options.snapshot_type is SnapshotType.SAVEPOINT or not options.incremental:
+        if options.snapshot_type is SnapshotType.SAVEPOINT:
             return super().snapshot(checkpoint_id, options)
-        checkpoint_dir = self._native_checkpoint(f"chk-{checkpoint_id}")
         # an older checkpoint still in flight may, once it completes, make retention drop the
         # confirmed checkpoint and the files only it holds, before this one is registered: then
         # this one uploads its own (Flink's FLINK-29913)
         reusable = {} if any(c < checkpoint_id for c in self._in_flight) else dict(self._confirmed)
         self._in_flight.add(checkpoint_id)
-        return IncrementalSnapshot(checkpoint_dir, reusable, self._uploaded,
-                                   self.key_group_range, checkpoint_id, self.backend_id, self.state_metas(),
-                                   self.key_bytes.snapshot().to_json())
+        if not (options.incremental or options.format is SnapshotFormat.NATIVE):
+            # a full canonical checkpoint holds no SST files: once it completes, none are confirmed
+            self._uploaded(checkpoint_id, {})
+            return super().snapshot(checkpoint_id, options)
+        checkpoint_dir = self._native_checkpoint(f"chk-{checkpoint_id}")
+        return NativeSnapshot(checkpoint_dir, options.incremental, reusable, self._uploaded,
+                              self.key_group_range, checkpoint_id, self.backend_id, self.state_metas(),
+                              self.key_bytes.snapshot().to_json())
 
     def _uploaded(self, checkpoint_id: int, shared: dict[str, StreamStateHandle]) -> None:
         """The SST files checkpoint ``checkpoint_id`` uploaded or reused: confirmed once it completes."""

@@ -1,5 +1,6 @@
-"""The handle of an incremental RocksDB snapshot: SST files shared across checkpoints plus the
-files private to this one (MANIFEST, CURRENT, OPTIONS)."""
+"""The handle of a native RocksDB snapshot: SST files shared across checkpoints (incremental)
+plus the files private to this one (MANIFEST, CURRENT, OPTIONS; and every SST file of a full
+native checkpoint). Its tag keeps the name it had when incremental snapshots were the only native ones."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,10 @@
-"""Incremental RocksDB snapshots (Flink's): the asynchronous part of a native checkpoint."""
+"""Native RocksDB snapshots: the asynchronous part of a checkpoint in RocksDB's own files.
+
+Incremental (Flink's strategy): SST files a completed checkpoint holds are referenced again, new
+ones are uploaded in shared scope. Full (``SnapshotFormat.NATIVE``): every file is uploaded anew in
+the checkpoint's exclusive scope, so the checkpoint stands alone and is deleted whole; no later
+checkpoint references its files. The other files (manifest, options) are always exclusive.
+"""
 from __future__ import annotations
 
 import os
@@ -6,7 +12,6 @@ import shutil
 from typing import Any, Callable
 
 from statekit.backends.rocksdb.handle import IncrementalRocksDBStateHandle
-from statekit.backends.rocksdb.transfer import upload
 from statekit.spi.backend import PendingSnapshot
 from statekit.spi.errors import SnapshotError
 from statekit.spi.handles import StateHandle, StateMetaInfo, StreamStateHandle
@@ -14,16 +19,17 @@ from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.storage import CheckpointStreams, StateScope
 
 
-class IncrementalSnapshot(PendingSnapshot):
-    """Uploads a native checkpoint directory: SST files a completed checkpoint holds (``confirmed``)
-    are referenced again, new ones are uploaded in shared scope, the rest (manifest, options)
-    always in exclusive scope; ``uploaded`` learns which SST files the checkpoint holds."""
+class NativeSnapshot(PendingSnapshot):
+    """Uploads a native checkpoint directory. ``confirmed`` (incremental only): the SST files a
+    completed checkpoint holds, referenced instead of uploaded; ``uploaded`` learns which SST files
+    the checkpoint shares (none for a full one)."""
 
-    def __init__(self, checkpoint_dir: str, confirmed: dict[str, StreamStateHandle],
+    def __init__(self, checkpoint_dir: str, incremental: bool, confirmed: dict[str, StreamStateHandle],
                  uploaded: Callable[[int, dict[str, StreamStateHandle]], None], key_group_range: KeyGroupRange,
                  checkpoint_id: int, backend_id: str, metas: list[StateMetaInfo], key_serializer: dict[str, Any]
                  ) -> None:
         self._dir = checkpoint_dir
+        self._incremental = incremental
         self._confirmed = confirmed
         self._uploaded = uploaded
         self._key_group_range = key_group_range
@@ -37,11 +43,12 @@ class IncrementalSnapshot(PendingSnapshot):
             shared: dict[str, StreamStateHandle] = {}
             private: dict[str, StreamStateHandle] = {}
             for name in sorted(os.listdir(self._dir)):
-                if name.endswith(".sst"):
+                path = os.path.join(self._dir, name)
+                if name.endswith(".sst") and self._incremental:
                     reused = self._confirmed.get(name)
-                    shared[name] = reused if reused is not None else upload(self._dir, name, streams, StateScope.SHARED)
+                    shared[name] = reused if reused is not None else streams.upload_file(path, StateScope.SHARED, name)
                 else:
-                    private[name] = upload(self._dir, name, streams, StateScope.EXCLUSIVE)
+                    private[name] = streams.upload_file(path, StateScope.EXCLUSIVE, name)
             self._uploaded(self._checkpoint_id, shared)
             return IncrementalRocksDBStateHandle(self._key_group_range, self._checkpoint_id, self._backend_id,
                                                  shared, private, self._key_serializer, tuple(self._metas))
