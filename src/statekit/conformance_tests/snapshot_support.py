@@ -105,7 +105,7 @@ class SnapshotTestBase(BackendTestBase):
 
     @pytest.fixture(params=SNAPSHOT_MODES)
     def snapshot_options(self, request: Any, state_backend: StateBackend) -> SnapshotOptions:
-        """Every round trip runs with full and (where declared) incremental snapshots."""
+        """Every round trip runs with full and (where declared) incremental and native snapshots."""
         return snapshot_options_for(request.param, state_backend)
 
     @pytest.fixture
