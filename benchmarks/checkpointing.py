@@ -4,9 +4,9 @@
   changed (RocksDB: shared SST files; heap and LMDB: changelog deltas on a base);
 * full checkpoint throughput vs the disk's sequential write bandwidth (a file of the same size
   written and fsynced; checkpoint files are not fsynced, so the fraction may exceed 1), the best
-  of three interleaved rounds of each; for a backend with native snapshots (RocksDB) also in its
-  native format (``spark.statekit.checkpoint.format=native``: its SST files copied), and the
-  restore from it vs from the canonical one;
+  of three interleaved rounds of each; for a backend with native snapshots (RocksDB, LMDB) also
+  in its native format (``spark.statekit.checkpoint.format=native``: RocksDB's SST files copied,
+  LMDB's environment copied by LMDB), and the restore from it vs from the canonical one;
 * full checkpoints with each snapshot compression (lz4, zstd) vs none: bytes and seconds;
 * restore at the same parallelism from the incremental checkpoint vs from the full one;
 * rescale 4 -> 8 vs plain restore 4 -> 4, from the same incremental checkpoint (restores: best

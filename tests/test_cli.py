@@ -27,7 +27,9 @@ from statekit.spi.key_groups import KeyGroupRange
 from statekit.storage.filesystem import FileSystemCheckpointStorage
 from statekit.storage.pointers import resolve
 
+from statekit.backends.lmdb import LMDBStateBackend
 from statekit.backends.rocksdb import RocksDBStateBackend
+from statekit.spi import SnapshotFormat
 
 MAX_P = 128
 OPERATOR = "keyed-process"
@@ -369,6 +371,23 @@ def test_describe_incremental_rocksdb(capsys, rocks_job):
     assert doc["incremental"] is True and doc["backend"] == "rocksdb"
     assert doc["state_size"] == expected_sizes(rocks_job.chk(2) / "_metadata")["state_size"]
     assert [s["key_group_range"] for s in doc["operators"][0]["subtasks"]] == [[0, 63], [64, 127]]
+
+
+@pytest.mark.parametrize("backend", [RocksDBStateBackend, LMDBStateBackend])
+def test_a_native_checkpoint_says_so_and_its_savepoint_is_canonical(capsys, tmp_path, backend):
+    rows = make_rows(300, 60, 30)
+    runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=MAX_P,
+                         state_backend=backend(), job_id="job-native", checkpoint_format=SnapshotFormat.NATIVE,
+                         storage=FileSystemCheckpointStorage(str(tmp_path / "checkpoints")),
+                         local_dir=str(tmp_path / "local"))
+    runner.run_epoch(rows)
+    checkpoint = tmp_path / "checkpoints" / "job-native" / "chk-1"
+    code, out, err = run(capsys, "checkpoints", "describe", str(checkpoint))
+    assert code == 0 and "checkpoint, full, native format" in out, err
+    code, out, err = run(capsys, "savepoint", "create", "--from", str(checkpoint), "--to", str(tmp_path / "sp"))
+    assert code == 0, err
+    doc = run_json(capsys, "checkpoints", "describe", str(tmp_path / "sp" / "savepoint-job-native-1"))
+    assert doc["savepoint"] is True and doc["format"] == "canonical"
 
 
 # ---------------------------------------------------------------------------- savepoint create

@@ -2,16 +2,12 @@
 with both storages."""
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
 import pytest
 
 from statekit.backends.heap import HeapStateBackend
-from statekit.conformance_tests.base import open_keyed_backend, set_key
 from statekit.conformance_tests.semantics import StateSemantics, TtlSemantics
 from statekit.conformance_tests.spark import SparkTests
-from statekit.spi import Capabilities, StateBackend, ValueStateDescriptor
+from statekit.spi import Capabilities, StateBackend
 
 
 class TestHeapSemantics(StateSemantics):
@@ -50,17 +46,3 @@ class TestHeapSparkOnJobManager(TestHeapSpark):
     def checkpoint_settings(self) -> dict[str, str]:
         return {"checkpoint.storage": "jobmanager"}
 
-
-@pytest.mark.xfail(strict=True, reason="the heap holds namespaces as dict keys, so namespaces equal in Python but "
-                                       "serialized apart (1 and numpy.int64(1), 1 and 1.0) are one namespace on the "
-                                       "heap and two on RocksDB and LMDB (and in the canonical snapshot that a "
-                                       "backend switch restores); holding them by their bytes as map user keys are "
-                                       "held (heap/copies.py) needs the timers, snapshots and restore to follow")
-def test_namespaces_equal_in_python_but_serialized_apart_are_two(tmp_path: Any) -> None:
-    backend = open_keyed_backend(HeapStateBackend(), str(tmp_path))
-    state = backend.get_state(ValueStateDescriptor("v"))
-    set_key(backend, "k")
-    state.set_current_namespace(1)
-    state.update("python int")
-    state.set_current_namespace(np.int64(1))
-    assert state.value() is None, f"namespace numpy.int64(1) reads {state.value()!r}, the value of namespace 1"

@@ -26,7 +26,9 @@ from statekit.backends.rocksdb import RocksDBStateBackend
 from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.conformance_tests.workload import WorkloadFunction, dump_state, expected_state, make_rows
 from statekit.runtime.local_runner import LocalRunner
-from statekit.spi import CorruptStateError, InlineStateHandle, StateHandle, StatekitError, register_handle
+from statekit.spi import (
+    CorruptStateError, InlineStateHandle, SnapshotFormat, StateHandle, StatekitError, register_handle,
+)
 from statekit.spi.handles import KeyedStateHandle
 from statekit.spi.key_groups import KeyGroupRange
 from statekit.storage.filesystem import FileSystemCheckpointStorage
@@ -35,13 +37,16 @@ from statekit.storage.inline import InlineStreams
 JOB = "integrity-job"
 MAX_P = 4  # small: a few KB of metadata, and every key group holds keys
 ROWS = [make_rows(24, 12, seed=1), make_rows(24, 12, seed=2)]
-FLAVOURS: dict[str, tuple[Callable[[], Any], bool]] = {
-    "heap-full": (HeapStateBackend, False),
-    "heap-changelog": (HeapStateBackend, True),
-    "rocksdb-full": (RocksDBStateBackend, False),
-    "rocksdb-incremental": (RocksDBStateBackend, True),
-    "lmdb-full": (LMDBStateBackend, False),
-    "lmdb-changelog": (LMDBStateBackend, True),
+NATIVE = SnapshotFormat.NATIVE
+FLAVOURS: dict[str, tuple[Callable[[], Any], bool, SnapshotFormat]] = {
+    "heap-full": (HeapStateBackend, False, SnapshotFormat.CANONICAL),
+    "heap-changelog": (HeapStateBackend, True, SnapshotFormat.CANONICAL),
+    "rocksdb-full": (RocksDBStateBackend, False, SnapshotFormat.CANONICAL),
+    "rocksdb-incremental": (RocksDBStateBackend, True, SnapshotFormat.CANONICAL),
+    "rocksdb-native": (RocksDBStateBackend, False, NATIVE),
+    "lmdb-full": (LMDBStateBackend, False, SnapshotFormat.CANONICAL),
+    "lmdb-changelog": (LMDBStateBackend, True, SnapshotFormat.CANONICAL),
+    "lmdb-native": (LMDBStateBackend, False, NATIVE),
 }
 LEGACY_V1 = Path(__file__).parent / "data" / "metadata-v1-heap-inline.json"
 
@@ -54,11 +59,12 @@ class Checkpoint:
     metadata_file: Path
 
     def runner(self) -> LocalRunner:
-        factory, incremental = FLAVOURS[self.flavour]
+        factory, incremental, snapshot_format = FLAVOURS[self.flavour]
         return LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=MAX_P,
                            state_backend=factory(), storage=FileSystemCheckpointStorage(self.storage_dir,
                                                                                         memory_threshold=0),
-                           job_id=JOB, incremental=incremental, local_dir=self.local_dir)
+                           job_id=JOB, incremental=incremental, local_dir=self.local_dir,
+                           checkpoint_format=snapshot_format)
 
     @property
     def source(self) -> str:
@@ -312,16 +318,18 @@ def _handles(checkpoints: dict[str, Checkpoint]) -> dict[str, dict[str, Any]]:
     heap_full = checkpoints["heap-full"].body()["operators"][0]["subtasks"][0]
     changelog = checkpoints["heap-changelog"].body()["operators"][0]["subtasks"][0]["keyed"][0]
     rocksdb = checkpoints["rocksdb-incremental"].body()["operators"][0]["subtasks"][0]["keyed"][0]
+    lmdb = checkpoints["lmdb-native"].body()["operators"][0]["subtasks"][0]["keyed"][0]
     return {"file": heap_full["keyed"][0]["stream"], "inline": InlineStateHandle(b"inline bytes").to_json(),
             "key-groups": heap_full["keyed"][0], "operator": heap_full["operator"], "changelog": changelog,
-            "rocksdb-incremental": rocksdb}
+            "rocksdb-incremental": rocksdb, "lmdb-native": lmdb}
 
 
 OPTIONAL_FIELDS = {"inline": ("checksum",), "key-groups": ("format",)}
 WRONG_VALUES = [None, "?", -1, 1.5, True, {}, [], [[]], {"type": "file"}]
 
 
-@pytest.mark.parametrize("tag", ["file", "inline", "key-groups", "operator", "changelog", "rocksdb-incremental"])
+@pytest.mark.parametrize("tag", ["file", "inline", "key-groups", "operator", "changelog", "rocksdb-incremental",
+                                 "lmdb-native"])
 def test_every_handle_field_is_checked_and_named(checkpoints, tag):
     handle = _handles(checkpoints)[tag]
     assert StateHandle.from_json(copy.deepcopy(handle)).to_json() == StateHandle.from_json(handle).to_json()

@@ -17,7 +17,8 @@ from statekit.spi import (
     Compatibility, ConfigurationError, SerializationError, SerializerSnapshot, ValueStateDescriptor,
 )
 from statekit.spi.errors import IncompatibleSerializerError
-from statekit.spi.serializer import TypeSerializer, check_compatibility
+from statekit.spi.serializer import TypeSerializer, byte_equality_types, check_compatibility
+from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
 
 ALL = [PickleSerializer(), MsgpackSerializer(), Int64Serializer(), Float64Serializer(), StringSerializer(),
        BytesSerializer()]
@@ -408,3 +409,33 @@ def test_string_key_that_does_not_encode_fails_with_the_serializers_error(tmp_pa
         assert state.value() == 1
     finally:
         backend.dispose()
+
+
+#: values of the types serializers declare in ``BYTE_EQUALITY_TYPES``
+_EQUALITY_SAMPLES = {int: [0, 1, -1, 2 ** 40, 2 ** 63 - 1, -(2 ** 63)], str: ["", "a", "ab", "ünï", "1"],
+                     bytes: [b"", b"a", b"ab", b"\x00", b"1"], TimeWindow: [TimeWindow(0, 10), TimeWindow(0, 11),
+                                                                          TimeWindow(-5, 10), TimeWindow(1, 2)]}
+
+
+@pytest.mark.parametrize("serializer", ALL + [TimeWindowSerializer()], ids=lambda s: type(s).__name__)
+def test_declared_byte_equality_types_keep_python_equality_and_byte_equality_one(serializer):
+    """What the heap relies on to hold values of the declared types as themselves: two values are
+    equal exactly when their bytes are, and each reads back as an equal value of its own type."""
+    declared = byte_equality_types(serializer)
+    values = [v for t in declared for v in _EQUALITY_SAMPLES[t]]
+    for a in values:
+        back = serializer.deserialize(serializer.serialize(a))
+        assert type(back) is type(a) and back == a, f"{a!r} reads back as {back!r}"
+        for b in values:
+            assert (a == b) == (serializer.serialize(a) == serializer.serialize(b)), (a, b)
+
+
+def test_byte_equality_types_are_not_inherited():
+    """A subclass may write other bytes: it declares its own types or has none."""
+
+    class Subclass(PickleSerializer):
+        pass
+
+    assert byte_equality_types(PickleSerializer()) == {int, str, bytes}
+    assert byte_equality_types(Subclass()) == frozenset()
+    assert byte_equality_types(Float64Serializer()) == frozenset()  # 0.0 == -0.0 in Python, not in bytes

@@ -197,6 +197,29 @@ def test_pending_timers_and_windows_read_as_cells(tmp_path):
     assert accumulators == {windows.TimeWindow(0, 10_000): 1, windows.TimeWindow(10_000, 20_000): 1}
 
 
+class _PerNamespace(KeyedProcessFunction):
+    """Writes each row's value in namespaces equal in Python but apart in bytes, and in a NaN."""
+
+    def open(self, ctx):
+        self.value = ctx.get_state(ValueStateDescriptor("v"))
+
+    def process(self, row, ctx):
+        for namespace in (1, 1.0, True, float("nan")):
+            self.value.set_current_namespace(namespace)
+            self.value.update(f"{row[1]} in {type(namespace).__name__} {namespace!r}")
+
+
+def test_a_query_finds_a_namespace_by_its_bytes(tmp_path):
+    """Namespaces 1, 1.0 and True are three in state (their bytes differ) and a query names one of
+    them, not the first equal in Python; a NaN finds the NaN namespace."""
+    runner = _runner("heap", tmp_path, incremental=False, function=_PerNamespace())
+    runner.run_epoch([("k", "x")])
+    query = QueryableState(f"file://{tmp_path}/checkpoints/job")
+    found = [query.get("v", "k", namespace) for namespace in (True, 1.0, 1, float("nan"))]
+    assert found == ["x in bool True", "x in float 1.0", "x in int 1", "x in float nan"]
+    assert query.get("v", "k") is None
+
+
 def test_a_value_whose_serializer_cannot_be_imported_keeps_its_bytes(tmp_path, monkeypatch):
     module = tmp_path / "gone_serializers.py"
     module.write_text(textwrap.dedent("""

@@ -58,6 +58,7 @@ the epoch, from the metadata) and ``time`` (the same instant, ISO 8601 UTC).
 
     {"path": URL, "checkpoint_id": int, "job_id": str, "savepoint": bool,
      "timestamp": float, "time": str, "backend": str or null, "incremental": bool,
+     "format": "canonical" or "native",                 # a full checkpoint's format
      "source_checkpoint": int or null,                  # savepoints: the checkpoint they came from
      "properties": {...},                               # every metadata property, as recorded
      "state_size": int, "files": int,
@@ -207,7 +208,8 @@ def _print_describe(doc: dict[str, Any], out: Callable[[str], None]) -> None:
     kind = "savepoint" if doc["savepoint"] else "checkpoint"
     out(f"{kind} {doc['checkpoint_id']} of job {doc['job_id']}")
     fields = [("path", doc["path"]),
-              ("type", f"{kind}, {'incremental' if doc['incremental'] else 'full'}"),
+              ("type", f"{kind}, {'incremental' if doc['incremental'] else 'full'}"
+                       + (", native format" if doc["format"] == "native" else "")),
               ("time", f"{_human_time(doc['timestamp'])} (timestamp {doc['timestamp']:.3f})"),
               ("backend", _dash(doc["backend"]))]
     if doc["source_checkpoint"] is not None:

@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, metadata_source
+from statekit.checkpoint.snapshot_format import FORMAT_PROPERTY
 from statekit.checkpoint.store import stream_handles, subtask_stream_handles
 from statekit.spi.errors import CorruptStateError, StatekitError
 from statekit.spi.handles import OperatorStateHandle, StreamStateHandle
@@ -210,6 +211,7 @@ def describe_metadata(metadata: CheckpointMetadata, url: str) -> dict[str, Any]:
         "savepoint": metadata.is_savepoint, "timestamp": metadata.timestamp, "time": _time(metadata.timestamp),
         "backend": metadata.properties.get("backend"),
         "incremental": bool(metadata.properties.get("incremental", False)),
+        "format": metadata.properties.get(FORMAT_PROPERTY, "canonical"),
         "source_checkpoint": source if isinstance(source, int) else None,
         "properties": metadata.properties,
         "state_size": summary.state_size, "files": summary.files,

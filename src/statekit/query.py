@@ -22,10 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from statekit.checkpoint.metadata import OperatorState
-from statekit.reading.cells import StateCell
+from statekit.backends.common.namespaces import VOID_NAMESPACE_BYTES, encode_namespace
+from statekit.reading.cells import StateCell, restored_serializer
 from statekit.reading.snapshot_reader import KeyColumn, SnapshotReader, snapshot_url
 from statekit.spi.descriptors import StateKind
 from statekit.spi.errors import ConfigurationError
+from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import VOID_NAMESPACE
 
 
@@ -77,7 +79,8 @@ class QueryableState:
         aggregating state's value (an aggregating state's accumulator) or None; a list state's
         elements; a map state's dict; a timer state's timestamps, ascending."""
         kind = self.kind(state)
-        cells = [c for c in self.cells(key, [state]) if c.namespace == namespace]
+        wanted = self._namespace_bytes(state, namespace)
+        cells = [c for c in self.cells(key, [state]) if c.namespace_bytes == wanted]
         undecoded = next((c.error for c in cells if c.error), None)
         if undecoded:
             raise ConfigurationError(f"state {state!r} of key {key!r} cannot be decoded here: {undecoded}")
@@ -88,3 +91,13 @@ class QueryableState:
         if kind == StateKind.TIMERS.value:
             return sorted(c.user_key for c in cells)
         return cells[0].value if cells else None
+
+    def _namespace_bytes(self, state: str, namespace: Any) -> bytes:
+        """``namespace`` as ``state`` stores it: a namespace is its bytes, as in every backend."""
+        if namespace is VOID_NAMESPACE:
+            return VOID_NAMESPACE_BYTES
+        serializer = restored_serializer(self._reader.states(self._operator)[state].serializers["namespace"])
+        if not isinstance(serializer, TypeSerializer):
+            raise ConfigurationError(f"namespace {namespace!r} of state {state!r} cannot be looked up here: "
+                                     f"{serializer.reason}")
+        return encode_namespace(namespace, serializer)

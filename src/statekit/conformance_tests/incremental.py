@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from statekit.conformance_tests import chain_model
@@ -73,15 +74,16 @@ class IncrementalSnapshotTests(BackendTestBase):
 
     def test_namespaced_cells_of_every_kind_through_a_chain(self, state_backend, keyed_backend,
                                                              snapshot_streams, tmp_path):
-        """Updates, appends, map puts and clears of cells in several namespaces (windows), some
-        keys changed in several of them per checkpoint, reach the state restored from each link."""
+        """Updates, appends, map puts and clears of cells in several namespaces (windows, among them
+        10, 10.0 and numpy.int64(10): equal in Python, apart in bytes), some keys changed in several
+        of them per checkpoint, reach the state restored from each link."""
         requires(state_backend, "incremental_snapshots")
         value = keyed_backend.get_state(ValueStateDescriptor("windowed-value"))
         elements = keyed_backend.get_state(ListStateDescriptor("windowed-list"))
         entries = keyed_backend.get_state(MapStateDescriptor("windowed-map"))
         states = (value, elements, entries)
-        windows = (None, 10, 20)
-        expected: dict[tuple[int, Any], tuple[Any, list[int], dict[int, int]]] = {}
+        windows = (None, 10, 20, 10.0, np.int64(10))
+        expected: dict[tuple[int, int], tuple[Any, list[int], dict[int, int]]] = {}  # by (key, window index)
         for checkpoint_id in range(1, 5):
             for k in range(checkpoint_id - 1, 80, checkpoint_id):
                 set_key(keyed_backend, k)
@@ -91,14 +93,14 @@ class IncrementalSnapshotTests(BackendTestBase):
                     if (k + w + checkpoint_id) % 4 == 0:
                         for state in states:
                             state.clear()
-                        expected.pop((k, window), None)
+                        expected.pop((k, w), None)
                     else:
-                        value.update((k, window, checkpoint_id))
+                        value.update((k, w, checkpoint_id))
                         elements.add(checkpoint_id)
                         entries.put(checkpoint_id % 3, k)
-                        _, held, mapping = expected.get((k, window), (None, [], {}))
-                        expected[(k, window)] = ((k, window, checkpoint_id), held + [checkpoint_id],
-                                                 {**mapping, checkpoint_id % 3: k})
+                        _, held, mapping = expected.get((k, w), (None, [], {}))
+                        expected[(k, w)] = ((k, w, checkpoint_id), held + [checkpoint_id],
+                                            {**mapping, checkpoint_id % 3: k})
             handle = self._checkpoint(keyed_backend, checkpoint_id, snapshot_streams)
             restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, f"r{checkpoint_id}")
             try:
@@ -107,12 +109,13 @@ class IncrementalSnapshotTests(BackendTestBase):
                                                          MapStateDescriptor("windowed-map"))]
                 for k in range(80):
                     set_key(restored, k)
-                    for window in windows:
+                    for w, window in enumerate(windows):
                         for state in found:
                             state.set_current_namespace(window)
                         held = (found[0].value(), found[1].get(), dict(found[2].items()))
-                        assert held == expected.get((k, window), (None, [], {})), \
-                            f"key {k}, namespace {window!r}, restored from checkpoint {checkpoint_id}"
+                        assert held == expected.get((k, w), (None, [], {})), \
+                            f"key {k}, namespace {window!r} ({type(window).__name__}), restored from checkpoint " \
+                            f"{checkpoint_id}"
             finally:
                 restored.dispose()
 

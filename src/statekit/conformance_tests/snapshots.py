@@ -9,6 +9,7 @@ import json
 import threading
 from typing import Any
 
+import numpy as np
 import pytest
 
 from statekit.backends.common.canonical import MAX_BATCH_ROWS
@@ -74,22 +75,28 @@ class SnapshotRestoreTests(KeyFormatTests):
             restored.dispose()
 
     def test_namespaces_survive_restore(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
+        """Namespaces restore apart, also those equal in Python but serialized apart (10, 10.0 and
+        numpy.int64(10))."""
+        windows = (None, 10, 20, 10.0, np.int64(10))
         state = keyed_backend.get_state(ValueStateDescriptor("windowed"))
         for k in range(50):
             set_key(keyed_backend, k)
-            for window in (None, 10, 20):
+            for w, window in enumerate(windows):
                 state.set_current_namespace(window)
-                state.update((k, window))
+                state.update((k, w))
         handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
         restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
         try:
             state = restored.get_state(ValueStateDescriptor("windowed"))
             for k in range(50):
                 set_key(restored, k)
-                for window in (None, 10, 20):
+                for w, window in enumerate(windows):
                     state.set_current_namespace(window)
-                    assert state.value() == (k, window)
-            assert sorted(restored.keys("windowed", 20)) == list(range(50))
+                    assert state.value() == (k, w), \
+                        f"key {k} in namespace {window!r} ({type(window).__name__}) restored as {state.value()!r}"
+            for window in windows[1:]:
+                assert sorted(restored.keys("windowed", window)) == list(range(50)), \
+                    f"keys in namespace {window!r} ({type(window).__name__}) after restore"
         finally:
             restored.dispose()
 
@@ -208,6 +215,51 @@ class SnapshotRestoreTests(KeyFormatTests):
             set_key(restored, "k")
             found = sorted((repr(k), v) for k, v in restored.get_state(descriptor).items())
             assert found == want, f"after switching to heap and back, the map is {found}, expected {want}"
+        finally:
+            restored.dispose()
+
+    def test_namespaces_survive_a_backend_switch(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        """State and timers in namespaces equal in Python but not in bytes (1, numpy.int64(1), True,
+        1.0) stay apart through savepoints from this backend into the heap backend and back."""
+        from statekit.backends.heap import HeapStateBackend
+
+        namespaces = (1, np.int64(1), True, 1.0)
+        want = sorted((type(ns).__name__, repr(ns), i) for i, ns in enumerate(namespaces))
+        savepoint = SnapshotOptions(SnapshotType.SAVEPOINT)
+
+        def write(backend: KeyedStateBackend) -> None:
+            state = backend.get_state(ValueStateDescriptor("windowed"))
+            timers = backend.create_timer_queue("_timers/windows")
+            set_key(backend, "k")
+            for i, namespace in enumerate(namespaces):
+                state.set_current_namespace(namespace)
+                state.update(i)
+                timers.add(100 + i, namespace)
+
+        def check(backend: KeyedStateBackend, where: str) -> None:
+            state = backend.get_state(ValueStateDescriptor("windowed"))
+            set_key(backend, "k")
+            values = []
+            for namespace in namespaces:
+                state.set_current_namespace(namespace)
+                values.append((type(namespace).__name__, repr(namespace), state.value()))
+            assert sorted(values) == want, f"{where}: state per namespace is {sorted(values)}, expected {want}"
+            timers = backend.create_timer_queue("_timers/windows")
+            fired = sorted((type(t.namespace).__name__, repr(t.namespace), t.timestamp - 100)
+                           for t in iter(lambda: timers.poll(1000), None))
+            assert fired == want, f"{where}: timers fired in namespaces {fired}, expected {want}"
+
+        write(keyed_backend)
+        handle = keyed_backend.snapshot(1, savepoint).write(snapshot_streams)
+        heap = self._restore(HeapStateBackend(), tmp_path, [handle], snapshot_streams, name="heap")
+        try:
+            back = heap.snapshot(2, savepoint).write(snapshot_streams)
+            check(heap, "the heap backend restored from this backend")
+        finally:
+            heap.dispose()
+        restored = self._restore(state_backend, tmp_path, [back], snapshot_streams)
+        try:
+            check(restored, "after switching to the heap and back")
         finally:
             restored.dispose()
 

@@ -300,14 +300,15 @@ class StorageCommitTests(StorageTestBase):
         access.restore_streams().copy_to(handle, target)
         assert target.getvalue() == data, f"copy_to wrote {len(target.getvalue())} other bytes"
 
+    @pytest.mark.parametrize("move", [False, True], ids=["copy", "move"])
     @pytest.mark.parametrize("scope", [StateScope.EXCLUSIVE, StateScope.SHARED])
-    def test_upload_file_stores_the_file_as_a_verified_stream(self, access, tmp_path, scope):
-        """RocksDB's native snapshots store their files with ``upload_file``: small and large."""
+    def test_upload_file_stores_the_file_as_a_verified_stream(self, access, tmp_path, scope, move):
+        """Native snapshots store their files with ``upload_file`` (``move``: the file may be taken)."""
         for size in (100, self.large_payload_size):
             data = payload(size, seed=6)
             source = tmp_path / f"upload-{size}.sst"
             source.write_bytes(data)
-            handle = json_round_trip(access.streams(1, SUBTASK).upload_file(str(source), scope, source.name))
+            handle = json_round_trip(access.streams(1, SUBTASK).upload_file(str(source), scope, source.name, move))
             assert handle.size == size, f"upload_file of {size} bytes recorded size {handle.size}"
             assert access.restore_streams().read(handle) == data, f"upload_file of {size} bytes reads back other bytes"
             source.write_bytes(payload(size, seed=7))  # the stored stream is a copy, not the local file

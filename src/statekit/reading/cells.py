@@ -45,6 +45,9 @@ class StateCell:
     ttl_timestamp: int | None = None
     #: why a part of the cell could not be decoded (its bytes are in ``value_bytes``), else None
     error: str | None = None
+    #: the namespace's stored bytes, which are its identity: namespaces equal in Python (``1`` and
+    #: ``1.0``) may be two, namespaces unequal in Python (two NaNs) one
+    namespace_bytes: bytes = VOID_NAMESPACE_BYTES
 
 
 class _Undecodable:
@@ -106,7 +109,7 @@ def _cell(decoder: _StateDecoder, key_group: int, key: tuple[Any, str | None], n
     if decoder.kind == StateKind.TIMERS.value:
         return StateCell(key_group, decoder.name, decoder.kind, key[0], decoded_namespace,
                          timestamp_of_bytes(user_key) if user_key is not None else None, None, None, None,
-                         _joined(errors))
+                         _joined(errors), namespace)
     decoded_user_key = None
     if user_key is not None:
         decoded_user_key, error = _decoded(decoder.user_key, user_key, "map key")
@@ -118,7 +121,7 @@ def _cell(decoder: _StateDecoder, key_group: int, key: tuple[Any, str | None], n
     decoded_value, error = _decoded(decoder.value, value, "value")
     errors.append(error)
     return StateCell(key_group, decoder.name, decoder.kind, key[0], decoded_namespace, decoded_user_key,
-                     decoded_value, value, ttl_timestamp, _joined(errors))
+                     decoded_value, value, ttl_timestamp, _joined(errors), namespace)
 
 
 def _decoded(serializer: Any, data: bytes, what: str) -> tuple[Any, str | None]:

@@ -19,6 +19,7 @@ from statekit.runtime.event_time import (
 from statekit.runtime.function import Calls, ProcessFunction, calls_of, check_function
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.savepoints import snapshot_as_savepoint
+from statekit.checkpoint.snapshot_format import format_property
 from statekit.runtime.task import (
     DEFAULT_TTL_SWEEP_SECONDS, PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms,
 )
@@ -226,6 +227,8 @@ class LocalRunner:
         return CheckpointMetadata(epoch, self.job_id, {self.operator_id: operator},
                                   properties={"backend": self.state_backend.name, "incremental": self.incremental,
                                               PROCESSING_TIME: self._processing_time_ms, FRESH_START: fresh_start,
+                                              **format_property(self.state_backend, self.incremental,
+                                                                self.checkpoint_format),
                                               **self._key_schema(), **self._event_time_properties})
 
     def _key_schema(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.checkpoint.snapshot_format import FORMAT_PROPERTY
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction
 from statekit.runtime.sink_coordinator import SINK_PROPERTY
 from statekit.runtime.sink_writer import with_logs_copied
@@ -42,6 +43,7 @@ def snapshot_as_savepoint(source: CheckpointMetadata, source_streams: Checkpoint
                                          streams_for, local_dir) for index in range(operator.parallelism))
         operators[operator_id] = OperatorState(operator_id, operator.parallelism, operator.max_parallelism, subtasks)
     properties = {**source.properties, "incremental": False, "source_checkpoint": source.checkpoint_id}
+    properties.pop(FORMAT_PROPERTY, None)  # a savepoint is canonical
     if isinstance(source.properties.get(SINK_PROPERTY), dict):  # output its job may not have committed yet
         properties[SINK_PROPERTY] = with_logs_copied(source.properties[SINK_PROPERTY], source_streams,
                                                      streams_for(SINK_PROPERTY))

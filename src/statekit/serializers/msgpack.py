@@ -52,6 +52,7 @@ def _unpack(data: bytes) -> Any:
 
 class MsgpackSerializer(TypeSerializer[Any]):
     VERSION = 2
+    BYTE_EQUALITY_TYPES = frozenset({int, str, bytes})
 
     def __init__(self) -> None:
         self._packer = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True)

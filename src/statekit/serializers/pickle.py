@@ -9,6 +9,8 @@ from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSeria
 
 
 class PickleSerializer(TypeSerializer[Any]):
+    BYTE_EQUALITY_TYPES = frozenset({int, str, bytes})
+
     def __init__(self, protocol: int = 5) -> None:
         if not 2 <= protocol <= pickle.HIGHEST_PROTOCOL:
             raise ConfigurationError(f"pickle protocol must be in [2, {pickle.HIGHEST_PROTOCOL}], got {protocol}")

@@ -50,6 +50,7 @@ def _reject_bool(kind: str, value: bool) -> NoReturn:
 
 class Int64Serializer(TypeSerializer[int]):
     FIXED_SIZE = 8
+    BYTE_EQUALITY_TYPES = frozenset({int})
 
     def serialize(self, value: int) -> bytes:
         number = value if value.__class__ is int else _integer(value)
@@ -96,7 +97,7 @@ class Int64Serializer(TypeSerializer[int]):
 
 
 class Float64Serializer(TypeSerializer[float]):
-    FIXED_SIZE = 8
+    FIXED_SIZE = 8  # no BYTE_EQUALITY_TYPES: 0.0 == -0.0 and NaN != NaN, though their bytes say otherwise
 
     def serialize(self, value: float) -> bytes:
         if value.__class__ is bool:
@@ -119,6 +120,8 @@ class Float64Serializer(TypeSerializer[float]):
 
 class StringSerializer(TypeSerializer[str]):
     """UTF-8 text."""
+
+    BYTE_EQUALITY_TYPES = frozenset({str})
 
     def serialize(self, value: str) -> bytes:
         try:
@@ -158,6 +161,8 @@ class StringSerializer(TypeSerializer[str]):
 
 class BytesSerializer(TypeSerializer[bytes]):
     """Raw bytes, unchanged."""
+
+    BYTE_EQUALITY_TYPES = frozenset({bytes})
 
     def serialize(self, value: bytes) -> bytes:
         if not isinstance(value, (bytes, bytearray, memoryview)):

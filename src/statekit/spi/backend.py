@@ -55,7 +55,7 @@ class SnapshotType(str, enum.Enum):
 
 class SnapshotFormat(str, enum.Enum):
     """The format of a full checkpoint (Flink's ``SavepointFormatType``): ``CANONICAL`` is read by
-    every backend; ``NATIVE`` is the backend's own files (RocksDB's SST files), written at the speed
+    every backend; ``NATIVE`` is the backend's own files (RocksDB's SST files, LMDB's environment), written at the speed
     of a file copy and read back by that backend only. Savepoints are always canonical."""
 
     CANONICAL = "canonical"

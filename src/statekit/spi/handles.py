@@ -315,13 +315,26 @@ class KeyedStateHandle(StateHandle):
         return ()
 
 
+class RecordedStates(KeyedStateHandle):
+    """A keyed handle that records its key serializer and states in fields of these names."""
+
+    key_serializer: dict[str, Any]
+    states: tuple["StateMetaInfo", ...]
+
+    def key_serializer_snapshot(self) -> dict[str, Any]:
+        return self.key_serializer
+
+    def state_meta_infos(self) -> tuple["StateMetaInfo", ...]:
+        return self.states
+
+
 #: the newest revision of the canonical format this release reads and writes (``KeyGroupsStateHandle``)
 KEY_GROUPS_FORMAT_VERSION = 2
 
 
 @register_handle("key-groups")
 @dataclass(frozen=True)
-class KeyGroupsStateHandle(KeyedStateHandle):
+class KeyGroupsStateHandle(RecordedStates):
     """A canonical-format snapshot: one stream, with the byte range of every key group in it.
 
     ``key_serializer`` and ``states`` describe how the bytes were written; restoring a range
@@ -337,12 +350,6 @@ class KeyGroupsStateHandle(KeyedStateHandle):
     #: the format's revision: 1 holds the five state kinds, 2 adds timers (``KEY_GROUPS_FORMAT_VERSION``);
     #: a snapshot is written with the lowest version that holds its states, so older readers read it
     format_version: int = 1
-
-    def key_serializer_snapshot(self) -> dict[str, Any]:
-        return self.key_serializer
-
-    def state_meta_infos(self) -> tuple[StateMetaInfo, ...]:
-        return self.states
 
     def stream_handles(self) -> Iterator[StreamStateHandle]:
         yield self.stream

@@ -85,6 +85,14 @@ class TypeSerializer(ABC, Generic[T]):
     #: the size of every serialized value where the type always serializes to that many bytes,
     #: else None; then ``deserialize_strided`` reads values that sit at a fixed step
     FIXED_SIZE: ClassVar[int | None] = None
+    #: the exact types (no subclass) whose values this serializer writes as equal bytes exactly when
+    #: they are equal in Python, and reads back as an equal value of the same type. A backend that
+    #: holds values as Python objects (the heap: namespaces, map user keys) holds values of these types
+    #: as themselves and every other value by its bytes, so that it tells values apart as a byte store
+    #: does; a value of these types that the serializer refuses is then refused at the next snapshot.
+    #: Read from the class itself (``byte_equality_types``), never inherited: a subclass may write
+    #: other bytes.
+    BYTE_EQUALITY_TYPES: ClassVar[frozenset[type]] = frozenset()
 
     @abstractmethod
     def serialize(self, value: T) -> bytes: ...
@@ -151,6 +159,11 @@ class TypeSerializer(ABC, Generic[T]):
     def __repr__(self) -> str:
         config = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
         return f"{type(self).__name__}({config})"
+
+
+def byte_equality_types(serializer: TypeSerializer) -> frozenset[type]:
+    """``BYTE_EQUALITY_TYPES`` as the serializer's own class declares it (none where it does not)."""
+    return type(serializer).__dict__.get("BYTE_EQUALITY_TYPES", frozenset())
 
 
 def reads_older_versions(serializer: TypeSerializer, previous: SerializerSnapshot) -> Compatibility:

@@ -64,10 +64,11 @@ class CheckpointStreams(ABC):
         it; the default reads the stream whole, a storage of large files copies in chunks."""
         target.write(self.read(handle))
 
-    def upload_file(self, path: str, scope: StateScope, name: str) -> StreamStateHandle:
-        """A new stream holding the bytes of the local file ``path`` (RocksDB's SST files). The
-        default copies it in chunks through ``create_output``; a storage on this machine's file
-        system may copy it in the kernel."""
+    def upload_file(self, path: str, scope: StateScope, name: str, move: bool = False) -> StreamStateHandle:
+        """A new stream holding the bytes of the local file ``path`` (RocksDB's SST files, LMDB's
+        environment copy). The default copies it in chunks through ``create_output``; a storage on
+        this machine's file system may copy it in the kernel, or with ``move`` (the file was written
+        for this stream and is the caller's to give away) rename it into place."""
         out = self.create_output(scope, name=name)
         try:
             with open(path, "rb") as f:

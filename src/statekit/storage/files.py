@@ -7,6 +7,7 @@ location came from (``spark.statekit.checkpoint.dir`` or ``spark.statekit.savepo
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import posixpath
@@ -137,17 +138,19 @@ class FileSystemCheckpointStreams(CheckpointStreams):
             raise SnapshotError("these checkpoint streams are read-only")
         return posixpath.join(directory, f"{name or 'state'}-{uuid.uuid4().hex}")
 
-    def upload_file(self, path: str, scope: StateScope, name: str) -> StreamStateHandle:
-        """Where the checkpoint directory is on this machine (``file://``), a copy in the kernel
-        (``shutil.copyfile``: ``copy_file_range``/``sendfile``, no bytes through Python), checksummed
-        as stored (mapped in memory); elsewhere, and below the memory threshold, in chunks."""
+    def upload_file(self, path: str, scope: StateScope, name: str, move: bool = False) -> StreamStateHandle:
+        """Where the checkpoint directory is on this machine (``file://``), a rename with ``move``
+        (on the same file system), else a copy in the kernel (``shutil.copyfile``: no bytes through
+        Python), checksummed as stored (mapped in memory); elsewhere, and below the memory
+        threshold, in chunks."""
         if _protocol(self.fs) not in _LOCAL_PROTOCOLS or os.path.getsize(path) <= self.memory_threshold:
-            return super().upload_file(path, scope, name)
+            return super().upload_file(path, scope, name, move)
         relative = self._new_file(scope, name)
         target = posixpath.join(self.root, relative)
         try:
             self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
-            shutil.copyfile(path, target)
+            if not (move and _renamed(path, target)):
+                shutil.copyfile(path, target)
             size, checksum = _file_checksum(target)
         except OSError as exc:
             try:
@@ -245,6 +248,17 @@ class FileSystemCheckpointStreams(CheckpointStreams):
             return int(self.fs.size(path))
         except (OSError, TypeError, ValueError):
             return None
+
+
+def _renamed(source: str, target: str) -> bool:
+    """Rename ``source`` to the new file ``target``; False where they are on other file systems."""
+    try:
+        os.rename(source, target)
+    except OSError as exc:
+        if exc.errno == errno.EXDEV:
+            return False
+        raise
+    return True
 
 
 def _file_checksum(path: str) -> tuple[int, StreamChecksum]:

@@ -33,6 +33,7 @@ class TimeWindowSerializer(TypeSerializer[TimeWindow]):
     """16 bytes: start and end as big-endian signed 64-bit integers."""
 
     FIXED_SIZE = 16
+    BYTE_EQUALITY_TYPES = frozenset({TimeWindow})
 
     def serialize(self, value: TimeWindow) -> bytes:
         try:

@@ -14,13 +14,12 @@ from statekit.backends.common.canonical import (
 )
 from statekit.backends.common.key_layout import timestamp_bytes, timestamp_of_bytes
 from statekit.backends.common.changelog import OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle
-from statekit.backends.common.namespaces import decode_namespace, encode_namespace
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.common.registration import RegisteredState, default_value
 from statekit.backends.heap.bulk import (
     HeapBulkAppendingState, HeapBulkListState, HeapBulkState, HeapBulkValueState,
 )
-from statekit.backends.heap.copies import UserKeys
+from statekit.backends.heap.copies import Namespaces, UserKeys
 from statekit.backends.heap.options import OPTIONS
 from statekit.backends.heap.state_table import KeyGroupMap, StateTable
 from statekit.backends.heap.states import (
@@ -182,7 +181,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
             key = key_cache.get(keys[i])
             if key is None:
                 key = key_cache[keys[i]] = self._deserialize_key(keys[i])
-            namespace = decode_namespace(namespaces[i], table.registration.namespace_serializer)
+            namespace = table.namespaces.held_from_bytes(namespaces[i])
             group = table.writable(index)
             entries = group.get(namespace)
             if entries is not None and entries.pop(key, None) is not None and not entries:
@@ -207,7 +206,7 @@ def _load_rows(table: StateTable, group: KeyGroupMap, columns: dict[str, list[An
                start: int, end: int, key_cache: dict[bytes, Any], deserialize_key: Any) -> None:
     registration = table.registration
     kind = registration.kind
-    ns_serializer = registration.namespace_serializer
+    held_namespace = table.namespaces.held_from_bytes
     timers = kind is StateKind.TIMERS
     value_of = None if timers else registration.value_serializer.deserialize
     held_user_key = table.user_keys.held_from_bytes if table.user_keys is not None else None
@@ -218,7 +217,7 @@ def _load_rows(table: StateTable, group: KeyGroupMap, columns: dict[str, list[An
         key = key_cache.get(key_bytes)
         if key is None:
             key = key_cache[key_bytes] = deserialize_key(key_bytes)
-        namespace = decode_namespace(namespaces[i], ns_serializer)
+        namespace = held_namespace(namespaces[i])
         entries = group.get(namespace)
         if entries is None:
             entries = group[namespace] = {}
@@ -250,6 +249,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
         self._expired = backend.expired_now(self._metas)
         self._registrations = {name: table.registration for name, (table, _, _) in shared.items()}
         self._user_keys = {name: table.user_keys for name, (table, _, _) in shared.items()}
+        self._namespaces = {name: table.namespaces for name, (table, _, _) in shared.items()}
         self._changelog = backend._changelog
         self._chain = self._changelog.chain
         self._changed = changed  # None: write a full snapshot (a new base when incremental)
@@ -281,8 +281,8 @@ class _HeapPendingSnapshot(PendingSnapshot):
                 for name, (_, view, _) in self._shared.items():
                     group = view[index]
                     if group:
-                        _write_group(writer, key_group, name, self._registrations[name], self._user_keys[name],
-                                     group, self._key_bytes)
+                        _write_group(writer, key_group, name, self._registrations[name], self._namespaces[name],
+                                     self._user_keys[name], group, self._key_bytes)
             return writer.finish(self._key_group_range, self._key_bytes.snapshot(), self._metas)
         except BaseException:
             writer.abort()
@@ -310,7 +310,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
         for name, changed in sorted(by_state.items(), key=itemgetter(0)):
             registration = self._registrations[name]
             view = self._shared[name][1][index]
-            ns_serializer = registration.namespace_serializer
+            namespace_bytes = self._namespaces[name].to_bytes
             # a PUT replaces a value cell; list and map cells, and cells now gone, are deleted first
             replaced_by_put = registration.kind not in (StateKind.LIST, StateKind.MAP, StateKind.TIMERS)
             current: KeyGroupMap = {}
@@ -323,13 +323,13 @@ class _HeapPendingSnapshot(PendingSnapshot):
                     current[namespace] = dict(zip(compress(keys, present), compress(held, present)))
                 gone = list(compress(keys, map(not_, present))) if replaced_by_put else keys
                 deleted += gone
-                deleted_namespaces += repeat(encode_namespace(namespace, ns_serializer), len(gone))
+                deleted_namespaces += repeat(namespace_bytes(namespace), len(gone))
             if deleted:
                 writer.add_columns(key_group, name, self._key_bytes.serialize_arrow(deleted),
                                    pa.array(deleted_namespaces, pa.binary()), None, b"", OP_DELETE)
             if current:
-                _write_group(writer, key_group, name, registration, self._user_keys[name], current,
-                             self._key_bytes, OP_PUT)
+                _write_group(writer, key_group, name, registration, self._namespaces[name], self._user_keys[name],
+                             current, self._key_bytes, OP_PUT)
 
     def release(self) -> None:
         for table, view, owned in self._shared.values():
@@ -338,14 +338,14 @@ class _HeapPendingSnapshot(PendingSnapshot):
 
 
 def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, registration: RegisteredState,
-                 user_keys_of: UserKeys | None, group: KeyGroupMap, key_bytes: KeyBytes,
-                 op: int | None = None) -> None:
+                 namespaces: Namespaces, user_keys_of: UserKeys | None, group: KeyGroupMap,
+                 key_bytes: KeyBytes, op: int | None = None) -> None:
     """The cells of one state in one key group, a column at a time: each key is serialized once,
     and a key's rows (list elements, map entries, timers) repeat its bytes by index."""
     kind = registration.kind
     value_serializer = None if kind is StateKind.TIMERS else registration.value_serializer
     for namespace, entries in group.items():
-        ns_bytes = encode_namespace(namespace, registration.namespace_serializer)
+        ns_bytes = namespaces.to_bytes(namespace)
         keys = key_bytes.serialize_arrow(list(entries))
         user_keys: pa.Array | None = None
         values: pa.Array | bytes

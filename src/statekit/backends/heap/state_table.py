@@ -16,12 +16,13 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from statekit.backends.common.registration import RegisteredState
-from statekit.backends.heap.copies import UserKeys
+from statekit.backends.heap.copies import Namespaces, UserKeys
 from statekit.spi.descriptors import StateKind
 from statekit.spi.errors import StateAccessError
 from statekit.spi.key_groups import KeyGroupRange
 
-KeyGroupMap = dict[Any, dict[Any, Any]]  # namespace -> key -> value (timers: the set of timestamps)
+#: held namespace (``copies.Namespaces``) -> key -> value (timers: the set of timestamps)
+KeyGroupMap = dict[Any, dict[Any, Any]]
 
 _MUTABLE_CONTAINER = {StateKind.LIST: list, StateKind.MAP: dict, StateKind.TIMERS: set}
 
@@ -53,6 +54,8 @@ class StateTable:
         self.registration = registration
         #: map state: how user keys are held (by serialized bytes unless plain)
         self.user_keys = UserKeys(registration.user_key_serializer) if registration.kind is StateKind.MAP else None
+        #: how namespaces are held (by serialized bytes unless plain)
+        self.namespaces = Namespaces(registration.namespace_serializer)
         self.size = len(key_groups)
         # one slot per key group, plus NO_CURRENT_KEY at index ``size``
         self.groups: list[KeyGroupMap] = [{} for _ in range(self.size)] + [NO_CURRENT_KEY]
@@ -103,7 +106,11 @@ class StateTable:
     def keys(self, namespace: Any) -> Iterator[Any]:
         """The keys with state in ``namespace`` as of this call (listed at once, so that state may be
         changed while iterating, as the byte stores' snapshot iterators allow)."""
-        return iter([key for group in self.groups[:self.size] for key in group.get(namespace, ())])
+        try:
+            held = self.namespaces.held(namespace)
+        except StateAccessError:  # a namespace of no bytes, which no state can be in
+            return iter(())
+        return iter([key for group in self.groups[:self.size] for key in group.get(held, ())])
 
     def is_empty(self) -> bool:
         self._check_usable()

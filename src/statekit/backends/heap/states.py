@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
-from statekit.backends.common.namespaces import encode_namespace, may_encode_empty
 from statekit.backends.common.registration import checked_list_elements
 from statekit.backends.common.copies import ATOMIC, detached, detached_list
 from statekit.spi.errors import StateAccessError
@@ -29,14 +28,13 @@ class HeapStateAccess:
         self._table = table
         self._groups = table.groups
         self._name = table.registration.name
-        self._namespace: Any = VOID_NAMESPACE
-        serializer = table.registration.namespace_serializer
-        #: the namespace serializer, where it may write no bytes for a namespace (refused when set)
-        self._checked_namespaces = serializer if may_encode_empty(serializer) else None
+        self._namespace: Any = VOID_NAMESPACE  # as the table holds it (``copies.Namespaces``)
+        self._namespaces = table.namespaces
+        self._plain_namespaces = table.namespaces.plain
 
     def set_current_namespace(self, namespace: Any) -> None:
-        if self._checked_namespaces is not None:
-            encode_namespace(namespace, self._checked_namespaces)
+        if type(namespace) not in self._plain_namespaces:
+            namespace = self._namespaces.held(namespace)
         self._namespace = namespace
 
 

@@ -56,10 +56,15 @@ cursors and aborts it. Processing continues meanwhile in new write transactions,
 it. Incremental snapshots are the shared layer's changelog (``common.changelog``): a canonical base
 and deltas of the cells changed since the last completed checkpoint.
 
+Full checkpoints in LMDB's own format (``SnapshotFormat.NATIVE``, ``native_snapshot.py``): the
+same read transaction, copied compacted by LMDB into one file that is uploaded as it is.
+
 Restore. From canonical handles (``KeyGroupsStateHandle``: any backend's savepoints and full
 checkpoints; also the shared layer's changelog chains of them, as the heap backend writes) through
 ``restore_canonical``, which writes with ``put_many``; on rescale only the new range's key groups
-are read. Other handle types (RocksDB's native incremental ones) are rejected with the fix.
+are read. From native handles: the stored file becomes the environment (same key groups), or each
+one's range is copied in (rescale). Other handle types (RocksDB's native ones) are rejected with
+the fix.
 
 Lifecycle. The environment is opened by the keyed backend, i.e. in the worker that uses it, never
 before a fork (a forked child that inherits one gets a clear error on use). LMDB allows several
@@ -81,14 +86,17 @@ from statekit.backends.common.kv_backend import KVKeyedStateBackend
 from statekit.backends.common.local_dirs import instance_path
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.lmdb.options import OPTIONS, LMDBOptions
+from statekit.backends.lmdb.native_snapshot import NativeLMDBSnapshot, NativeLMDBStateHandle, copy_range, download
 from statekit.backends.lmdb.read_snapshot import LMDBView
-from statekit.backends.lmdb.store import LMDBStore
+from statekit.backends.lmdb.store import ENV_DIR, LMDBStore
 from statekit.backends.lmdb.table import LMDBTable
 from statekit.spi.backend import (
-    Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, StateBackend,
+    Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot, SnapshotFormat,
+    SnapshotOptions, SnapshotType, StateBackend,
 )
 from statekit.spi.errors import RestoreError, StatekitError
 from statekit.spi.handles import KeyGroupsStateHandle
+from statekit.spi.storage import CheckpointStreams
 
 
 class LMDBStateBackend(StateBackend):
@@ -98,7 +106,7 @@ class LMDBStateBackend(StateBackend):
     name = "lmdb"
     local_dir_option = "local-dir"
     capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, out_of_core=True,
-                                local_recovery=True)
+                                local_recovery=True, native_snapshots=True)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -124,11 +132,12 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
                  supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION) -> None:
         super().__init__(params, changelog, supports_ttl, snapshot_compression)
         unknown = [h for h in params.restore_handles
-                   if not isinstance(h, (KeyGroupsStateHandle, ChangelogStateHandle))]
+                   if not isinstance(h, (KeyGroupsStateHandle, ChangelogStateHandle, NativeLMDBStateHandle))]
         if unknown:
             raise RestoreError(f"the lmdb backend cannot restore a {type(unknown[0]).__name__}: it restores "
-                               f"canonical snapshots (KeyGroupsStateHandle, and changelog chains of them) only; "
-                               f"take a savepoint with the backend that wrote it and restore from the savepoint")
+                               f"canonical snapshots (KeyGroupsStateHandle, and changelog chains of them) and its "
+                               f"own native ones only; take a savepoint with the backend that wrote it and restore "
+                               f"from the savepoint")
         self._options = options or LMDBOptions()
         self.backend_id = uuid.uuid4().hex
         #: a working directory given for local recovery outlives this instance
@@ -141,15 +150,44 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
             raise RestoreError(f"local recovery: {self.instance_dir} holds no LMDB environment, but the state to "
                                f"resume is not empty; restore it from checkpoint storage instead")
         try:
+            native = [h for h in params.restore_handles if isinstance(h, NativeLMDBStateHandle)]
+            in_place = (not params.resume_local_state and len(params.restore_handles) == 1 and len(native) == 1
+                        and native[0].key_group_range == self.key_group_range)
+            if in_place:  # the stored environment becomes this one
+                download(native[0], self._streams(params), os.path.join(self.instance_dir, ENV_DIR))
             self._store = LMDBStore(self.instance_dir, self._options)
             if params.resume_local_state:  # local recovery: the environment already holds the state
                 self.resume_bookkeeping(params.restore_handles)
             elif params.restore_handles:
-                self.restore_canonical(params.restore_handles, params.restore_streams)
+                self._restore(params, native, in_place)
                 self._store.commit()
         except BaseException:
             self.dispose()
             raise
+
+    @staticmethod
+    def _streams(params: KeyedBackendParams) -> CheckpointStreams:
+        if params.restore_streams is None:
+            raise RestoreError("restore handles were given without the streams to read them")
+        return params.restore_streams
+
+    def _restore(self, params: KeyedBackendParams, native: list[NativeLMDBStateHandle], in_place: bool) -> None:
+        for handle in native:
+            self.adopt_state_metas(handle.states, handle.key_serializer)
+            if not in_place:
+                copy_range(handle, self._streams(params), self.key_group_range, self.instance_dir,
+                           lambda table, entries: self._table(table).put_many(entries), self._options.max_dbs)
+        canonical = [h for h in params.restore_handles if not isinstance(h, NativeLMDBStateHandle)]
+        if canonical:
+            self.restore_canonical(canonical, params.restore_streams)
+
+    def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
+        if (options.snapshot_type is SnapshotType.CHECKPOINT and not options.incremental
+                and options.format is SnapshotFormat.NATIVE):
+            self._changelog.full(checkpoint_id)
+            return NativeLMDBSnapshot(self.store.open_snapshot(), self.instance_dir, self.key_group_range,
+                                      self.state_metas(), self.key_bytes.snapshot().to_json())
+        return super().snapshot(checkpoint_id, options)
 
     @property
     def store(self) -> LMDBStore:

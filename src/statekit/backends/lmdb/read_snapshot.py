@@ -119,6 +119,14 @@ class ReadSnapshot:
                 return
             lower = chunk[-1][0] + b"\x00"  # the smallest key after the last one read
 
+    def copy_to(self, directory: str) -> None:
+        """A compacted copy of this point in time as the environment of ``directory`` (``data.mdb``)."""
+        with self._lock:
+            if self._closed:
+                raise SnapshotError("the LMDB snapshot was released (or its backend disposed) before it was copied")
+            env = self._env if self._env is not None else self._store.env
+            env.copy(directory, compact=True, txn=self._txn)
+
     def spill(self) -> None:
         """Copy this point in time into a private environment and read from it from now on."""
         with self._lock:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from statekit.spi.handles import (
-    KeyedStateHandle, StateMetaInfo, StreamStateHandle, nested_handle, read_key_group_range,
+    RecordedStates, StateMetaInfo, StreamStateHandle, nested_handle, read_key_group_range,
     read_serializer_snapshot, register_handle,
 )
 from statekit.spi.json_fields import JsonObject
@@ -16,7 +16,7 @@ from statekit.spi.key_groups import KeyGroupRange
 
 @register_handle("rocksdb-incremental")
 @dataclass(frozen=True)
-class IncrementalRocksDBStateHandle(KeyedStateHandle):
+class IncrementalRocksDBStateHandle(RecordedStates):
     key_group_range: KeyGroupRange
     checkpoint_id: int
     backend_id: str  # the RocksDB instance that wrote it: SST names are unique only per instance
@@ -24,12 +24,6 @@ class IncrementalRocksDBStateHandle(KeyedStateHandle):
     private: dict[str, StreamStateHandle]  # other file name -> stream
     key_serializer: dict[str, Any]
     states: tuple[StateMetaInfo, ...]
-
-    def key_serializer_snapshot(self) -> dict[str, Any]:
-        return self.key_serializer
-
-    def state_meta_infos(self) -> tuple[StateMetaInfo, ...]:
-        return self.states
 
     def stream_handles(self) -> Iterator[StreamStateHandle]:
         yield from self.shared.values()

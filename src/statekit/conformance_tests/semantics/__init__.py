@@ -18,6 +18,7 @@ from statekit.conformance_tests.semantics.instants import InstantKeySemantics
 from statekit.conformance_tests.semantics.keys import KeyIterationSemantics
 from statekit.conformance_tests.semantics.list import ListStateSemantics
 from statekit.conformance_tests.semantics.map import MapStateSemantics
+from statekit.conformance_tests.semantics.namespaces import NamespaceEquality
 from statekit.conformance_tests.semantics.reducing import ReducingStateSemantics
 from statekit.conformance_tests.semantics.ttl import TtlSemantics
 from statekit.conformance_tests.semantics.value import ValueStateSemantics
@@ -25,10 +26,11 @@ from statekit.conformance_tests.semantics.value import ValueStateSemantics
 
 class StateSemantics(ValueStateSemantics, ListStateSemantics, MapStateSemantics,
                      ReducingStateSemantics, AggregatingStateSemantics, KeyIterationSemantics,
-                     ValueCopySemantics, MapUserKeyEquality, TtlSemantics, BulkStateSemantics, InstantKeySemantics):
+                     ValueCopySemantics, MapUserKeyEquality, NamespaceEquality, TtlSemantics, BulkStateSemantics,
+                     InstantKeySemantics):
     """Every state-semantics mixin: subclass this one class and override ``state_backend``."""
 
 
 __all__ = ["AggregatingStateSemantics", "BulkStateSemantics", "InstantKeySemantics", "KeyIterationSemantics",
-           "ListStateSemantics", "MapStateSemantics", "MapUserKeyEquality", "ReducingStateSemantics", "StateSemantics",
-           "TtlSemantics", "ValueCopySemantics", "ValueStateSemantics"]
+           "ListStateSemantics", "MapStateSemantics", "MapUserKeyEquality", "NamespaceEquality",
+           "ReducingStateSemantics", "StateSemantics", "TtlSemantics", "ValueCopySemantics", "ValueStateSemantics"]
