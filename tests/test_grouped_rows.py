@@ -65,13 +65,7 @@ def test_nan_and_signed_zero_keys_are_one_key_each_in_every_backend(tmp_path, ba
 
 
 
-@pytest.mark.parametrize("backend_name", [
-    "heap",
-    *(pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=(
-        "open: an aware datetime key is pickled with its zone, so RocksDB/LMDB store one instant under other "
-        "bytes when Spark's session time zone changes; canonical UTC keys would re-key existing non-UTC state "
-        "(needs a key-format version)"))) for name in ("rocksdb", "lmdb")),
-])
+@pytest.mark.parametrize("backend_name", ["heap", "rocksdb", "lmdb"])
 def test_one_instant_is_one_timestamp_key_in_every_zone(tmp_path, backend_name) -> None:
     """Spark gives timestamp keys in the session's time zone; the same instant seen under another session
     time zone is the same key (Spark groups and hashes instants), as a heap dict finds it, but RocksDB

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from statekit.conformance_tests.base import requires, set_key
+from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.workload import COUNT, LAST, MAXIMUM, MEAN, SUMS, Row
 from statekit.spi import KeyedStateBackend, SnapshotFormat, SnapshotOptions, StateBackend, key_group_for_key
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
+from statekit.storage.inline import InlineStreams
 
 
 MAX_P = 128
@@ -97,3 +98,22 @@ def small_threshold_files(directory: str) -> CheckpointStorage:
     from statekit.registry import storage_class
 
     return storage_class("filesystem").from_settings(directory, {"memory-threshold": "1024"})
+
+
+class SnapshotTestBase(BackendTestBase):
+    """The fixtures of the snapshot level's round trips, and restoring a backend from handles."""
+
+    @pytest.fixture(params=SNAPSHOT_MODES)
+    def snapshot_options(self, request: Any, state_backend: StateBackend) -> SnapshotOptions:
+        """Every round trip runs with full and (where declared) incremental and native snapshots."""
+        return snapshot_options_for(request.param, state_backend)
+
+    @pytest.fixture
+    def snapshot_streams(self) -> CheckpointStreams:
+        """Where snapshots are written and read; inline bytes by default."""
+        return InlineStreams()
+
+    def _restore(self, state_backend: StateBackend, tmp_path: Any, handles: list[Any],
+                 streams: CheckpointStreams, name: str = "restored", **kwargs: Any) -> KeyedStateBackend:
+        return open_keyed_backend(state_backend, str(tmp_path / name), restore_handles=handles,
+                                  restore_streams=streams, **kwargs)

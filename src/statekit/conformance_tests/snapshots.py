@@ -16,6 +16,7 @@ from statekit.backends.common.canonical import MAX_BATCH_ROWS
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
 from statekit.conformance_tests.compare import assert_same_state
 from statekit.conformance_tests.expect import expect_error
+from statekit.conformance_tests.key_formats import KeyFormatTests
 from statekit.conformance_tests.snapshot_support import (
     MAX_P, SNAPSHOT_MODES, OnFilesystemStorage, fill_states, mutate_everything, read_states, records_of,
     snapshot_options_for,
@@ -37,22 +38,7 @@ from statekit.spi.storage import CheckpointStreams
 from statekit.storage.inline import InlineStreams
 
 
-class SnapshotRestoreTests(BackendTestBase):
-    @pytest.fixture(params=SNAPSHOT_MODES)
-    def snapshot_options(self, request: Any, state_backend: StateBackend) -> SnapshotOptions:
-        """Every round trip runs with full and (where declared) incremental snapshots."""
-        return snapshot_options_for(request.param, state_backend)
-
-    @pytest.fixture
-    def snapshot_streams(self) -> CheckpointStreams:
-        """Where snapshots are written and read; inline bytes by default."""
-        return InlineStreams()
-
-    def _restore(self, state_backend: StateBackend, tmp_path: Any, handles: list[Any],
-                 streams: CheckpointStreams, name: str = "restored", **kwargs: Any) -> KeyedStateBackend:
-        return open_keyed_backend(state_backend, str(tmp_path / name), restore_handles=handles,
-                                  restore_streams=streams, **kwargs)
-
+class SnapshotRestoreTests(KeyFormatTests):
     def test_round_trip_every_key_and_value(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
         expected = fill_states(keyed_backend, range(2000))
         handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)

@@ -21,6 +21,7 @@ from statekit.backends.common.namespaces import VOID_NAMESPACE_BYTES
 from statekit.backends.common.ttl import TIMESTAMP, TtlSerializer
 from statekit.spi.descriptors import StateKind
 from statekit.spi.handles import StateMetaInfo
+from statekit.spi.key_format import read_key_serializer
 from statekit.spi.serializer import SerializerSnapshot, TypeSerializer
 from statekit.spi.state import VOID_NAMESPACE
 
@@ -59,9 +60,12 @@ class _Undecodable:
         raise ValueError(self.reason)
 
 
-def restored_serializer(snapshot: Any) -> TypeSerializer | _Undecodable:
+def restored_serializer(snapshot: Any, *, of_keys: bool = False) -> TypeSerializer | _Undecodable:
+    """The serializer of ``snapshot`` (``of_keys``: a keyed state handle's key serializer, which records
+    the key format too: the key bytes of every format decode alike)."""
     try:
-        serializer = SerializerSnapshot.from_json(snapshot).restore_serializer()
+        parsed = read_key_serializer(snapshot)[0] if of_keys else SerializerSnapshot.from_json(snapshot)
+        serializer = parsed.restore_serializer()
     except Exception as exc:  # noqa: BLE001 - any failure to import or build it: keep the bytes
         return _Undecodable(f"its serializer cannot be restored here ({type(exc).__name__}: {exc})")
     return serializer.inner if isinstance(serializer, TtlSerializer) else serializer
@@ -79,7 +83,7 @@ class CellDecoder:
     """Decodes canonical record batches of one snapshot (its key serializer and states)."""
 
     def __init__(self, key_serializer: Any, states: Sequence[StateMetaInfo]) -> None:
-        self._key = restored_serializer(key_serializer)
+        self._key = restored_serializer(key_serializer, of_keys=True)
         self._states = {meta.name: _StateDecoder(meta) for meta in states}
 
     def cells(self, key_group: int, batch: pa.RecordBatch) -> Iterator[StateCell]:

@@ -20,7 +20,7 @@ from statekit.runtime.sink_coordinator import SINK_PROPERTY
 from statekit.runtime.sink_writer import with_logs_copied
 from statekit.runtime.task import PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms
 from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
-from statekit.spi.serializer import SerializerSnapshot
+from statekit.spi.key_format import read_key_serializer
 from statekit.spi.storage import CheckpointStreams
 
 SAVEPOINT = SnapshotOptions(SnapshotType.SAVEPOINT)
@@ -59,7 +59,7 @@ def convert_subtask(source: CheckpointMetadata, operator: OperatorState, index: 
     canonical format."""
     subtask = SubtaskInfo(source.job_id, operator.operator_id, index, parallelism, operator.max_parallelism)
     keyed = assign(operator, index, parallelism).keyed
-    key_serializer = next((SerializerSnapshot.from_json(snapshot).restore_serializer()
+    key_serializer = next((read_key_serializer(snapshot)[0].restore_serializer()
                            for h in keyed if (snapshot := h.key_serializer_snapshot()) is not None), None)
     # only this subtask's own operator state: the others' count as empty, so nothing is redistributed
     own_operator_state = tuple(s.operator if i == index and parallelism == operator.parallelism else None

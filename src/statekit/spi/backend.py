@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 from statekit.spi.bulk_state import BulkState, per_key_bulk_state
 from statekit.spi.descriptors import StateDescriptor
 from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle, StateHandle
+from statekit.spi.key_format import KeyBytes
 from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import BroadcastState, ListState, State, VOID_NAMESPACE
@@ -140,6 +141,9 @@ class KeyedStateBackend(ABC):
         self.key_group_range = params.key_group_range
         self.max_parallelism = params.subtask.max_parallelism
         self.key_serializer = params.key_serializer
+        #: the bytes keys are stored under: the key serializer in the key format of the state
+        #: (``spi.key_format``: the current one for new state; a restore adopts the restored state's)
+        self.key_bytes = KeyBytes(params.key_serializer)
         self._key: Any = None
         self._key_group = -1
         self._processing_time_ms: int | None = None

@@ -31,7 +31,8 @@ from statekit.spi.bulk_state import BulkState, per_key_bulk_state
 from statekit.spi.descriptors import StateDescriptor, TimerStateDescriptor
 from statekit.spi.errors import RestoreError, StateAccessError
 from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo
-from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
+from statekit.spi.key_format import read_key_serializer
+from statekit.spi.serializer import TypeSerializer, check_compatibility
 from statekit.spi.state import State
 from statekit.spi.storage import CheckpointStreams
 from statekit.spi.timers import TimerQueue
@@ -189,9 +190,11 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
         self._adopt_chain(handles)
 
     def adopt_state_metas(self, metas: Sequence[StateMetaInfo], key_serializer: dict[str, Any] | None) -> None:
-        """Know the restored states (kind, serializers) before the job registers them again."""
+        """Know the restored states (kind, serializers) and key format before the job registers them again."""
         if key_serializer is not None:
-            check_compatibility("<keys>", "key", self.key_serializer, SerializerSnapshot.from_json(key_serializer))
+            previous, key_format = read_key_serializer(key_serializer)
+            check_compatibility("<keys>", "key", self.key_serializer, previous)
+            self.key_bytes = self.key_bytes.restored(key_format)
         for meta in metas:
             if meta.name not in self._registrations:
                 registration = self._registrations[meta.name] = RegisteredState.from_meta(meta)

@@ -3,6 +3,9 @@ docs/plugin-authors.md, "The key layout").
 
     key_group (2 bytes, big-endian) | varint len(key) | key | varint len(ns) | ns [| user_key]
 
+``key`` is the key serializer's bytes of the key in the key format of the state
+(``spi.key_format``: an aware datetime in UTC, in state written since the format was recorded).
+
 Length prefixes make the layout prefix-free: no (key group, key, namespace) prefix is a prefix
 of another, so one key group, one key and one (key, namespace) are each a contiguous byte
 range. Rescaling and map iteration are therefore range scans; the user key (map state) is the

@@ -40,8 +40,8 @@ from statekit.spi.backend import KeyedBackendParams, PendingSnapshot
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError, StateAccessError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle, StateMetaInfo
+from statekit.spi.key_format import PLAIN_KEY_CLASSES, KeyBytes
 from statekit.spi.key_groups import KeyGroupRange
-from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
 
@@ -89,10 +89,19 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
 
     # --- current key
     def set_current_key(self, key: Any, key_group: int) -> None:
-        kg_prefix = self._kg_prefixes.get(key_group)
-        if kg_prefix is None:
-            raise self._key_outside_range(key, key_group)
+        try:
+            kg_prefix = self._kg_prefixes[key_group]
+        except KeyError:
+            raise self._key_outside_range(key, key_group) from None
         self._key, self._key_group = key, key_group
+        if key.__class__ not in PLAIN_KEY_CLASSES:  # a datetime, a tuple: as the key format stores it
+            if key.__class__ is tuple:  # a key of several columns, looked into here (a call costs more)
+                for part in key:
+                    if part.__class__ not in PLAIN_KEY_CLASSES:
+                        key = self.key_bytes.canonical(key)
+                        break
+            else:
+                key = self.key_bytes.canonical(key)
         try:
             key_bytes = self._serialize_key(key)
         except Exception:  # noqa: BLE001 - raised again by the first state access, as before the key is used
@@ -107,7 +116,7 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
         if prefix is None:
             if self._key_group < 0:
                 raise StateAccessError("keyed state was accessed with no current key; call set_current_key first")
-            self.key_serializer.serialize(self._key)  # raises what kept set_current_key from building it
+            self.key_bytes.serialize(self._key)  # raises what kept set_current_key from building it
             self.set_current_key(self._key, self._key_group)
             prefix = self._prefix
             if prefix is None:
@@ -171,12 +180,12 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
     # --- snapshots: full (canonical) or changelog (a new base, or a delta of the changed cells)
     def _full_snapshot(self, checkpoint_id: int) -> PendingSnapshot:
         view, metas = self._view(), self.state_metas()
-        return CanonicalKVSnapshot(view, self.key_group_range, self.key_serializer, metas,
+        return CanonicalKVSnapshot(view, self.key_group_range, self.key_bytes, metas,
                                    expired=self.expired_now(metas), compression=self.snapshot_compression)
 
     def _changelog_snapshot(self, checkpoint_id: int, changed: list[set[Any]] | None) -> PendingSnapshot:
         view, metas = self._view(), self.state_metas()
-        return ChangelogKVSnapshot(view, self.key_group_range, self.key_serializer, metas, checkpoint_id,
+        return ChangelogKVSnapshot(view, self.key_group_range, self.key_bytes, metas, checkpoint_id,
                                    self._changelog, changed, self.expired_now(metas), self.snapshot_compression)
 
     # --- restore
@@ -262,16 +271,16 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
 class ChangelogKVSnapshot(PendingSnapshot):
     """Writes a changelog base (all of the view) or a delta (the ``changed`` cells) in shared scope."""
 
-    def __init__(self, view: KVView, key_groups: KeyGroupRange, key_serializer: TypeSerializer,
+    def __init__(self, view: KVView, key_groups: KeyGroupRange, key_bytes: KeyBytes,
                  metas: list[StateMetaInfo], checkpoint_id: int, tracker: ChangelogTracker,
                  changed: list[set[Any]] | None, expired: Mapping[str, int] | None = None,
                  compression: str = DEFAULT_COMPRESSION) -> None:
-        self._full = CanonicalKVSnapshot(view, key_groups, key_serializer, metas, StateScope.SHARED, expired,
+        self._full = CanonicalKVSnapshot(view, key_groups, key_bytes, metas, StateScope.SHARED, expired,
                                          compression)
         self._compression = compression
         self._view = view
         self._key_groups = key_groups
-        self._key_serializer = key_serializer
+        self._key_bytes = key_bytes
         self._metas = metas
         self._checkpoint_id = checkpoint_id
         self._tracker = tracker
@@ -303,7 +312,7 @@ class ChangelogKVSnapshot(PendingSnapshot):
                     by_state.setdefault(name, []).append(cell)
                 for name, cells in sorted(by_state.items()):
                     self._write_cells(writer, key_group, name, kinds[name], sorted(cells))
-            return writer.finish(self._key_groups, self._key_serializer.snapshot(), self._metas)
+            return writer.finish(self._key_groups, self._key_bytes.snapshot(), self._metas)
         except BaseException:
             writer.abort()
             raise
@@ -355,14 +364,14 @@ class ChangelogKVSnapshot(PendingSnapshot):
 class CanonicalKVSnapshot(PendingSnapshot):
     """Writes a ``KVView`` in the canonical format, key group by key group."""
 
-    def __init__(self, view: KVView, key_groups: KeyGroupRange, key_serializer: TypeSerializer,
+    def __init__(self, view: KVView, key_groups: KeyGroupRange, key_bytes: KeyBytes,
                  metas: list[StateMetaInfo], scope: StateScope = StateScope.EXCLUSIVE,
                  expired: Mapping[str, int] | None = None, compression: str = DEFAULT_COMPRESSION) -> None:
         self._expired = expired
         self._compression = compression
         self._view = view
         self._key_groups = key_groups
-        self._key_serializer = key_serializer
+        self._key_bytes = key_bytes
         self._metas = metas
         self._scope = scope
 
@@ -383,7 +392,7 @@ class CanonicalKVSnapshot(PendingSnapshot):
                         _write_entries(writer, key_group, name, kind,
                                        pa.array(stored[start:start + MAX_BATCH_ROWS], pa.binary()),
                                        pa.array(values[start:start + MAX_BATCH_ROWS], pa.binary()))
-            return writer.finish(self._key_groups, self._key_serializer.snapshot(), self._metas)
+            return writer.finish(self._key_groups, self._key_bytes.snapshot(), self._metas)
         except BaseException:
             writer.abort()
             raise

@@ -38,7 +38,7 @@ class KVBulkState(KVStateAccess, BulkState):
         kg_prefixes = cast("list[bytes]", found)  # no None left
         single = SINGLE_BYTES  # a one-byte varint, inline
         return [kg_prefix + (single[n] if (n := len(key_bytes)) < 128 else varint(n)) + key_bytes
-                for kg_prefix, key_bytes in zip(kg_prefixes, backend.key_serializer.serialize_many(keys.keys))]
+                for kg_prefix, key_bytes in zip(kg_prefixes, backend.key_bytes.serialize_many(keys.keys))]
 
     def _write(self, cells: Sequence[bytes], datas: Sequence[bytes | None]) -> None:
         """Store ``datas[i]`` in ``cells[i]`` (None: delete), recorded for changelog snapshots."""

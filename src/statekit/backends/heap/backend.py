@@ -32,8 +32,8 @@ from statekit.spi.backend import (
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle
+from statekit.spi.key_format import KeyBytes
 from statekit.spi.key_groups import canonical_key
-from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
 
@@ -243,7 +243,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
         self._backend = backend
         self._checkpoint_id = checkpoint_id
         self._key_group_range = backend.key_group_range
-        self._key_serializer = backend.key_serializer
+        self._key_bytes = backend.key_bytes
         self._shared = shared
         self._metas = [table.registration.meta() for table, _, _ in shared.values()]
         self._expired = backend.expired_now(self._metas)
@@ -282,8 +282,8 @@ class _HeapPendingSnapshot(PendingSnapshot):
                     group = view[index]
                     if group:
                         _write_group(writer, key_group, name, self._registrations[name], self._namespaces[name],
-                                     self._user_keys[name], group, self._key_serializer)
-            return writer.finish(self._key_group_range, self._key_serializer.snapshot(), self._metas)
+                                     self._user_keys[name], group, self._key_bytes)
+            return writer.finish(self._key_group_range, self._key_bytes.snapshot(), self._metas)
         except BaseException:
             writer.abort()
             raise
@@ -297,7 +297,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
                 cells = self._changed[index]
                 if cells:
                     self._write_changed_cells(writer, index, key_group, cells)
-            return writer.finish(self._key_group_range, self._key_serializer.snapshot(), self._metas)
+            return writer.finish(self._key_group_range, self._key_bytes.snapshot(), self._metas)
         except BaseException:
             writer.abort()
             raise
@@ -325,11 +325,11 @@ class _HeapPendingSnapshot(PendingSnapshot):
                 deleted += gone
                 deleted_namespaces += repeat(namespace_bytes(namespace), len(gone))
             if deleted:
-                writer.add_columns(key_group, name, self._key_serializer.serialize_arrow(deleted),
+                writer.add_columns(key_group, name, self._key_bytes.serialize_arrow(deleted),
                                    pa.array(deleted_namespaces, pa.binary()), None, b"", OP_DELETE)
             if current:
                 _write_group(writer, key_group, name, registration, self._namespaces[name], self._user_keys[name],
-                             current, self._key_serializer, OP_PUT)
+                             current, self._key_bytes, OP_PUT)
 
     def release(self) -> None:
         for table, view, owned in self._shared.values():
@@ -339,14 +339,14 @@ class _HeapPendingSnapshot(PendingSnapshot):
 
 def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, registration: RegisteredState,
                  namespaces: Namespaces, user_keys_of: UserKeys | None, group: KeyGroupMap,
-                 key_serializer: TypeSerializer, op: int | None = None) -> None:
+                 key_bytes: KeyBytes, op: int | None = None) -> None:
     """The cells of one state in one key group, a column at a time: each key is serialized once,
     and a key's rows (list elements, map entries, timers) repeat its bytes by index."""
     kind = registration.kind
     value_serializer = None if kind is StateKind.TIMERS else registration.value_serializer
     for namespace, entries in group.items():
         ns_bytes = namespaces.to_bytes(namespace)
-        keys = key_serializer.serialize_arrow(list(entries))
+        keys = key_bytes.serialize_arrow(list(entries))
         user_keys: pa.Array | None = None
         values: pa.Array | bytes
         if kind is StateKind.VALUE or kind is StateKind.REDUCING or kind is StateKind.AGGREGATING:

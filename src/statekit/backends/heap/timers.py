@@ -33,7 +33,7 @@ class HeapTimerQueue(TimerQueue):
         self._namespaces = table.namespaces
         self._plain_namespaces = table.namespaces.plain
         self._namespace_serializer = table.registration.namespace_serializer
-        self._serialize_key = backend.key_serializer.serialize
+        self._serialize_key = backend.key_bytes.serialize
         start = backend.key_group_range.start
         self._heap: list[_Entry] = [
             (timestamp, start + index, self._order(key, namespace), key, namespace)

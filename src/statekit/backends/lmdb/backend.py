@@ -186,7 +186,7 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
                 and options.format is SnapshotFormat.NATIVE):
             self._changelog.full(checkpoint_id)
             return NativeLMDBSnapshot(self.store.open_snapshot(), self.instance_dir, self.key_group_range,
-                                      self.state_metas(), self.key_serializer.snapshot().to_json())
+                                      self.state_metas(), self.key_bytes.snapshot().to_json())
         return super().snapshot(checkpoint_id, options)
 
     @property

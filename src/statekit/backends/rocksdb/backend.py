@@ -164,7 +164,7 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         checkpoint_dir = self._native_checkpoint(f"chk-{checkpoint_id}")
         return NativeSnapshot(checkpoint_dir, options.incremental, reusable, self._uploaded,
                               self.key_group_range, checkpoint_id, self.backend_id, self.state_metas(),
-                              self.key_serializer.snapshot().to_json())
+                              self.key_bytes.snapshot().to_json())
 
     def _uploaded(self, checkpoint_id: int, shared: dict[str, StreamStateHandle]) -> None:
         """The SST files checkpoint ``checkpoint_id`` uploaded or reused: confirmed once it completes."""

@@ -14,6 +14,7 @@ in the wheel, so pytest does not rewrite its asserts: every assert carries its o
 from statekit.conformance_tests.semantics.aggregating import AggregatingStateSemantics
 from statekit.conformance_tests.semantics.bulk import BulkStateSemantics
 from statekit.conformance_tests.semantics.copies import MapUserKeyEquality, ValueCopySemantics
+from statekit.conformance_tests.semantics.instants import InstantKeySemantics
 from statekit.conformance_tests.semantics.keys import KeyIterationSemantics
 from statekit.conformance_tests.semantics.list import ListStateSemantics
 from statekit.conformance_tests.semantics.map import MapStateSemantics
@@ -25,10 +26,11 @@ from statekit.conformance_tests.semantics.value import ValueStateSemantics
 
 class StateSemantics(ValueStateSemantics, ListStateSemantics, MapStateSemantics,
                      ReducingStateSemantics, AggregatingStateSemantics, KeyIterationSemantics,
-                     ValueCopySemantics, MapUserKeyEquality, NamespaceEquality, TtlSemantics, BulkStateSemantics):
+                     ValueCopySemantics, MapUserKeyEquality, NamespaceEquality, TtlSemantics, BulkStateSemantics,
+                     InstantKeySemantics):
     """Every state-semantics mixin: subclass this one class and override ``state_backend``."""
 
 
-__all__ = ["AggregatingStateSemantics", "BulkStateSemantics", "KeyIterationSemantics", "ListStateSemantics",
-           "MapStateSemantics", "MapUserKeyEquality", "NamespaceEquality", "ReducingStateSemantics", "StateSemantics",
-           "TtlSemantics", "ValueCopySemantics", "ValueStateSemantics"]
+__all__ = ["AggregatingStateSemantics", "BulkStateSemantics", "InstantKeySemantics", "KeyIterationSemantics",
+           "ListStateSemantics", "MapStateSemantics", "MapUserKeyEquality", "NamespaceEquality",
+           "ReducingStateSemantics", "StateSemantics", "TtlSemantics", "ValueCopySemantics", "ValueStateSemantics"]
