@@ -139,11 +139,11 @@ def statekit_cycle(spark: Any, work: str, name: str, keys: int, backend: str) ->
 def _restore_seconds(reader: Any, backend: str, local_dir: str) -> float:
     """Seconds to restore every subtask of ``NEW`` from the reader's checkpoint, one after another."""
     from statekit.checkpoint.assignment import assign
-    from statekit.spi.serializer import SerializerSnapshot
+    from statekit.spi.key_format import read_key_serializer
 
     operator = reader.operator()
     handles = [h for s in operator.subtasks for h in s.keyed]
-    key_serializer = SerializerSnapshot.from_json(handles[0].key_serializer_snapshot()).restore_serializer()
+    key_serializer = read_key_serializer(handles[0].key_serializer_snapshot())[0].restore_serializer()
     total = 0.0
     for index in range(NEW):
         started = time.perf_counter()

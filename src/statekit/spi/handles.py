@@ -307,7 +307,8 @@ class KeyedStateHandle(StateHandle):
 
     def key_serializer_snapshot(self) -> dict[str, Any] | None:
         """The snapshot (``SerializerSnapshot`` JSON) of the key serializer the state was written
-        with; None when the handle does not record it. Savepoints and inspection read it."""
+        with, its config holding the key format too; None when the handle does not record it.
+        Savepoints and inspection read it with ``spi.key_format.read_key_serializer``."""
         return None
 
     def state_meta_infos(self) -> tuple["StateMetaInfo", ...]:
