@@ -38,6 +38,13 @@ from statekit.spi.storage import CheckpointStreams
 from statekit.spi.timers import TimerQueue
 
 
+
+def streams_to_read(streams: CheckpointStreams | None) -> CheckpointStreams:
+    """The restore streams, which restoring any handle needs."""
+    if streams is None:
+        raise RestoreError("restore handles were given without the streams to read them")
+    return streams
+
 class AbstractKeyedStateBackend(KeyedStateBackend):
     #: the backend's name in error messages
     backend_name = "keyed"
@@ -172,8 +179,7 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
                 raise RestoreError(f"the {self.backend_name} backend restores canonical and changelog snapshots, not "
                                    f"{type(handle).__name__}; take a savepoint with the backend that wrote it and "
                                    f"restore from that")
-            if streams is None:
-                raise RestoreError("restore handles were given without the streams to read them")
+            streams = streams_to_read(streams)
             self.adopt_state_metas(handle.state_meta_infos(), handle.key_serializer_snapshot())
             if isinstance(handle, ChangelogStateHandle):
                 restore_chain(handle, streams, self.key_group_range, self._load_batch, self._apply_delta)

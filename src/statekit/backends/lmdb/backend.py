@@ -80,6 +80,7 @@ import shutil
 import uuid
 from typing import Any
 
+from statekit.backends.common.abstract_keyed import streams_to_read
 from statekit.backends.common.canonical import DEFAULT_COMPRESSION
 from statekit.backends.common.changelog import ChangelogConfig, ChangelogStateHandle
 from statekit.backends.common.kv_backend import KVKeyedStateBackend
@@ -96,7 +97,6 @@ from statekit.spi.backend import (
 )
 from statekit.spi.errors import RestoreError, StatekitError
 from statekit.spi.handles import KeyGroupsStateHandle
-from statekit.spi.storage import CheckpointStreams
 
 
 class LMDBStateBackend(StateBackend):
@@ -154,7 +154,7 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
             in_place = (not params.resume_local_state and len(params.restore_handles) == 1 and len(native) == 1
                         and native[0].key_group_range == self.key_group_range)
             if in_place:  # the stored environment becomes this one
-                download(native[0], self._streams(params), os.path.join(self.instance_dir, ENV_DIR))
+                download(native[0], streams_to_read(params.restore_streams), os.path.join(self.instance_dir, ENV_DIR))
             self._store = LMDBStore(self.instance_dir, self._options)
             if params.resume_local_state:  # local recovery: the environment already holds the state
                 self.resume_bookkeeping(params.restore_handles)
@@ -165,17 +165,11 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
             self.dispose()
             raise
 
-    @staticmethod
-    def _streams(params: KeyedBackendParams) -> CheckpointStreams:
-        if params.restore_streams is None:
-            raise RestoreError("restore handles were given without the streams to read them")
-        return params.restore_streams
-
     def _restore(self, params: KeyedBackendParams, native: list[NativeLMDBStateHandle], in_place: bool) -> None:
         for handle in native:
             self.adopt_state_metas(handle.states, handle.key_serializer)
             if not in_place:
-                copy_range(handle, self._streams(params), self.key_group_range, self.instance_dir,
+                copy_range(handle, streams_to_read(params.restore_streams), self.key_group_range, self.instance_dir,
                            lambda table, entries: self._table(table).put_many(entries), self._options.max_dbs)
         canonical = [h for h in params.restore_handles if not isinstance(h, NativeLMDBStateHandle)]
         if canonical:

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 from rocksdict import AccessType, Checkpoint, Rdict, SstFileWriter
 
+from statekit.backends.common.abstract_keyed import streams_to_read
 from statekit.backends.common.canonical import DEFAULT_COMPRESSION
 from statekit.backends.common.changelog import ChangelogStateHandle
 from statekit.backends.common.key_layout import key_group_bounds
@@ -192,9 +193,7 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
             raise RestoreError(f"the rocksdb backend cannot restore {type(unknown[0]).__name__}; take a savepoint "
                                f"with the backend that wrote it and restore from the savepoint")
         if incremental:
-            if params.restore_streams is None:
-                raise RestoreError("restore handles were given without the streams to read them")
-            self._restore_incremental(incremental, params.restore_streams)
+            self._restore_incremental(incremental, streams_to_read(params.restore_streams))
         if canonical:
             if self._db is None:
                 self._open(self.db_dir, [])
