@@ -30,7 +30,7 @@ import time
 from array import array
 from typing import Any
 
-from benchmarks.fixtures import BACKENDS, MAX_P, incompressible, key_groups, key_name, keyed_backend
+from benchmarks.fixtures import BACKENDS, MAX_P, commit_writes, incompressible, key_groups, key_name, keyed_backend
 from benchmarks.report import record, report
 from statekit.backends.common.canonical import COMPRESSIONS, DEFAULT_COMPRESSION
 from statekit.checkpoint.assignment import assign
@@ -91,6 +91,8 @@ class _Job:
             subtask = self.subtask_of[self.groups[i]]
             self.backends[subtask].set_current_key(key_name(i), self.groups[i])
             self.states[subtask].update(incompressible(i + version, VALUE_BYTES))
+        for backend in self.backends:
+            commit_writes(backend)
 
     def checkpoint(self, checkpoint_id: int, incremental: bool, snapshot_format: SnapshotFormat = SnapshotFormat.CANONICAL
                    ) -> tuple[int, float, OperatorState]:

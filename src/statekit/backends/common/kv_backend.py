@@ -305,25 +305,28 @@ class ChangelogKVSnapshot(PendingSnapshot):
         kinds = {m.name: StateKind(m.kind) for m in self._metas}
         writer = CanonicalSnapshotWriter(streams.create_output(StateScope.SHARED, name="keyed-delta"),
                                          CHANGELOG_FORMAT, compression=self._compression)
+        counts = {name: self._view.entry_count(name) for name in kinds}
+        per_key_group = {name: None if count is None else count / len(self._key_groups)
+                         for name, count in counts.items()}
         try:
             for index, key_group in enumerate(self._key_groups):
                 by_state: dict[str, list[bytes]] = {}
                 for name, cell in self._changed[index]:
                     by_state.setdefault(name, []).append(cell)
                 for name, cells in sorted(by_state.items()):
-                    self._write_cells(writer, key_group, name, kinds[name], sorted(cells))
+                    self._write_cells(writer, key_group, name, kinds[name], sorted(cells), per_key_group[name])
             return writer.finish(self._key_groups, self._key_bytes.snapshot(), self._metas)
         except BaseException:
             writer.abort()
             raise
 
     def _write_cells(self, writer: CanonicalSnapshotWriter, key_group: int, name: str, kind: StateKind,
-                     cells: list[bytes]) -> None:
+                     cells: list[bytes], entries_per_key_group: float | None) -> None:
         """The changed cells of one state in one key group: the DELETEs of the cells gone or rewritten
         whole, then the PUTs of what they hold now (the cells are distinct, so a cell's DELETE still
         comes before its PUTs)."""
         changed = pa.array(cells, pa.binary())
-        stored, values = self._entries_of(name, key_group, kind, cells, changed)
+        stored, values = self._entries_of(name, key_group, kind, cells, changed, entries_per_key_group)
         if kind in _REWRITTEN_WHOLE:
             deleted = changed
         elif len(stored) == len(changed):  # a cell is one key: every changed cell holds a value
@@ -336,15 +339,18 @@ class ChangelogKVSnapshot(PendingSnapshot):
         _write_entries(writer, key_group, name, kind, stored, values, OP_PUT)
 
     def _entries_of(self, name: str, key_group: int, kind: StateKind, cells: list[bytes],
-                    changed: pa.Array) -> tuple[pa.Array, pa.Array]:
+                    changed: pa.Array, entries_per_key_group: float | None) -> tuple[pa.Array, pa.Array]:
         """The stored keys and values of the entries of ``cells`` (sorted, distinct; ``changed`` as
         an array), in key order: filtered at once from one scan of the key group where it holds
         few entries per changed cell, else read cell by cell (a cell without user keys is one key:
-        ``KVView.entries_at`` reads them all at once)."""
+        ``KVView.entries_at`` reads them all at once). The scan is not tried where the state's key
+        groups hold more entries than that on average (``entries_per_key_group``, if known)."""
         exact = kind not in _CELLS_OF_ENTRIES
         per_cell = self._view.key_read_cost if exact else DELTA_SCAN_FACTOR
+        budget = per_cell * len(cells)
         lower, upper = key_group_bounds(KeyGroupRange(key_group, key_group))
-        columns = self._view.columns_upto(name, lower, upper, per_cell * len(cells))
+        too_many = entries_per_key_group is not None and entries_per_key_group > budget
+        columns = None if too_many else self._view.columns_upto(name, lower, upper, budget)
         if columns is None:
             if exact:
                 stored, values = self._view.entries_at(name, cells)

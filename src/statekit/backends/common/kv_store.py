@@ -80,6 +80,12 @@ class KVView(ABC):
             return None
         return [key for key, _ in entries], [value for _, value in entries]
 
+    def entry_count(self, table: str) -> int | None:
+        """How many entries the table holds, if the store knows without reading them (a changelog
+        delta then skips the scan of key groups that hold too many entries on average); None
+        where it does not."""
+        return None
+
     def entries_at(self, table: str, keys: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
         """The keys among ``keys`` (sorted, distinct) that the table holds, and their values;
         override where the store reads many keys in one call (and set ``key_read_cost``)."""

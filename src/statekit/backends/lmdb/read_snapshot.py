@@ -103,6 +103,14 @@ class ReadSnapshot:
         empty: tuple[list[bytes], list[bytes]] | None = ([], [])
         return self._with_cursor(name, lambda cursor: read_columns(cursor, lower, upper, self._max_key, limit), empty)
 
+    def entry_count(self, name: str) -> int:
+        """The entries of table ``name`` at the snapshot's point in time (from its B+tree's header)."""
+        with self._lock:
+            if self._closed:
+                raise SnapshotError("the LMDB snapshot was released (or its backend disposed) while it was read")
+            db = self._dbs.get(name)
+            return 0 if db is None else self._txn.stat(db)["entries"]
+
     def entries_at(self, name: str, keys: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
         """The keys among ``keys`` that table ``name`` holds, and their values: one ``getmulti``
         (a key longer than LMDB's limit was never stored)."""
@@ -194,6 +202,9 @@ class LMDBView(KVView):
     def columns_upto(self, table: str, lower: bytes, upper: bytes,
                      limit: int) -> tuple[list[bytes], list[bytes]] | None:
         return self.snapshot.columns(table, lower, upper, limit)
+
+    def entry_count(self, table: str) -> int:
+        return self.snapshot.entry_count(table)
 
     def entries_at(self, table: str, keys: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
         return self.snapshot.entries_at(table, keys)
