@@ -6,7 +6,8 @@
   written and fsynced; checkpoint files are not fsynced, so the fraction may exceed 1), the best
   of three interleaved rounds of each; for a backend with native snapshots (RocksDB, LMDB) also
   in its native format (``spark.statekit.checkpoint.format=native``: RocksDB's SST files copied,
-  LMDB's environment copied by LMDB), and the restore from it vs from the canonical one;
+  LMDB's environment copied by LMDB), its seconds and bytes vs the canonical one's of the same
+  state, and the restore from it vs from the canonical one;
 * full checkpoints with each snapshot compression (lz4, zstd) vs none: bytes and seconds;
 * restore at the same parallelism from the incremental checkpoint vs from the full one;
 * rescale 4 -> 8 vs plain restore 4 -> 4, from the same incremental checkpoint (restores: best
@@ -219,6 +220,13 @@ def _throughput(job: _Job, checkpoint_id: int, work: str, common: dict[str, Any]
                       f"write+fsync", sizes[f] / seconds[f], disk, "bytes/s", group="checkpoint", aim=THROUGHPUT_AIM,
                       **common, full_bytes=sizes[f], compression=DEFAULT_COMPRESSION, format=f.value)
                for f in formats]
+    if SnapshotFormat.NATIVE in formats:  # the same state: what the bytes/s of files of other sizes leave out
+        native, canonical = SnapshotFormat.NATIVE, SnapshotFormat.CANONICAL
+        results += [
+            record(f"{name} full checkpoint seconds: native vs canonical", seconds[native], seconds[canonical], "s",
+                   group="checkpoint", **common),
+            record(f"{name} full checkpoint bytes: native vs canonical", sizes[native], sizes[canonical], "bytes",
+                   group="checkpoint", **common)]
     measured: dict[str, tuple[int, float]] = {}
     for _ in range(THROUGHPUT_ROUNDS):
         for compression in COMPRESSIONS:

@@ -49,6 +49,8 @@ def test_every_comparison_is_there(results: dict) -> None:
                                                               "lmdb": "py-lmdb"}[backend] in names
         assert f"{backend} checkpoint bytes at 10% churn: incremental vs full" in names
         assert f"{backend} rescale 4->8 vs restore 4->4 seconds" in names
-        native = f"{backend} native full checkpoint throughput vs disk write+fsync"
-        assert (native in names) == (backend != "heap"), f"{native!r}: only backends with native snapshots"
+        for native in (f"{backend} native full checkpoint throughput vs disk write+fsync",
+                       f"{backend} full checkpoint seconds: native vs canonical",
+                       f"{backend} full checkpoint bytes: native vs canonical"):
+            assert (native in names) == (backend != "heap"), f"{native!r}: only backends with native snapshots"
     assert {r["backend"] for r in results["records"] if r["group"] == "memory"} == {"rocksdb", "lmdb"}

@@ -1,10 +1,11 @@
 """Full LMDB checkpoints in LMDB's own format (``SnapshotFormat.NATIVE``): a compacted copy of the
-environment at the snapshot's point in time (``mdb_env_copy`` of its read transaction), stored as
+environment at the snapshot's point in time (``mdb_env_copyfd2`` of its read transaction), stored as
 one file, exclusive to the checkpoint.
 
 The synchronous part is a canonical snapshot's (commit, begin a read transaction); the
-asynchronous part lets LMDB copy the B+tree pages it references into a private file and uploads
-that (``CheckpointStreams.upload_file``: a kernel copy on ``file://``). A restore at the same key
+asynchronous part lets LMDB copy the B+tree pages it references into a private file, through the
+page cache (``read_snapshot.copy_environment``), and uploads that (``CheckpointStreams.upload_file``:
+a rename or a kernel copy on ``file://``, checksummed from the page cache). A restore at the same key
 groups puts the file in place as the new environment's data file; a rescale opens each file
 read-only and copies the key-group range it needs, table by table (every stored key starts with
 its key group, timer indexes included).
@@ -21,7 +22,7 @@ import lmdb
 
 from statekit.backends.common.key_layout import key_group_bounds
 from statekit.backends.lmdb.cursors import read_range
-from statekit.backends.lmdb.read_snapshot import ReadSnapshot
+from statekit.backends.lmdb.read_snapshot import DATA_FILE, ReadSnapshot
 from statekit.spi.backend import PendingSnapshot
 from statekit.spi.errors import SnapshotError
 from statekit.spi.handles import (
@@ -32,7 +33,6 @@ from statekit.spi.json_fields import JsonObject
 from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.storage import CheckpointStreams, StateScope
 
-DATA_FILE = "data.mdb"
 #: entries copied per ``put_many`` when a rescale reads a range of a stored environment
 COPY_CHUNK = 8192
 

@@ -29,7 +29,7 @@ import lmdb
 
 from statekit.backends.common.local_dirs import acquire_lock, release_lock
 from statekit.backends.lmdb.options import SETTING_PREFIX, LMDBOptions
-from statekit.backends.lmdb.read_snapshot import ReadSnapshot
+from statekit.backends.lmdb.read_snapshot import DATA_FILE, ReadSnapshot
 from statekit.backends.lmdb.table import LMDBTable
 from statekit.spi.errors import SnapshotError, StateAccessError, StatekitError
 
@@ -119,7 +119,7 @@ class LMDBStore:
     @staticmethod
     def exists(directory: str) -> bool:
         """Whether ``directory`` holds an environment (an earlier store's)."""
-        return os.path.exists(os.path.join(directory, ENV_DIR, "data.mdb"))
+        return os.path.exists(os.path.join(directory, ENV_DIR, DATA_FILE))
 
     def sync(self) -> None:
         """Flush what was committed to disk (commits do not, with the default ``sync=false``)."""
