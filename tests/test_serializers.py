@@ -231,6 +231,23 @@ def test_fixed_width_values_read_at_a_step(serializer, values):
         StringSerializer().deserialize_strided(cell, 1, 9)
 
 
+@pytest.mark.parametrize("count", [1, 2, 63, 64, 65, 200])
+@pytest.mark.parametrize("serializer, value_of", [(Int64Serializer(), lambda i: (i - 100) * 2 ** 56 + i),
+                                                  (Float64Serializer(), lambda i: i / 3 - 7)],
+                         ids=["int64", "float64"])
+def test_list_cells_of_any_length_read_at_a_step(serializer, value_of, count):
+    """List cells of up to 64 fixed-width values are read by one ``Struct`` each, longer ones value by
+    value: both give the values, as does a read from another start or at another step."""
+    values = [value_of(i) for i in range(count)]
+    cell = encode_list(serializer.serialize_many(values))
+    assert serializer.deserialize_strided(cell, 1, 9) == values == deserialize_list(cell, serializer)
+    assert serializer.deserialize_strided(cell[:-1] + b"\x00", 1, 9)[:-1] == values[:-1]  # any bytes
+    padded = b"".join(b"ab" + serializer.serialize(v) for v in values)
+    assert serializer.deserialize_strided(padded, 2, 10) == values
+    with pytest.raises(SerializationError, match="expects 8 bytes"):
+        deserialize_list(cell[:-1], serializer)  # the last element one byte short
+
+
 @pytest.mark.parametrize("value", [3, b"bytes", "lone \ud800 surrogate"])
 def test_string_serialize_many_names_a_value_that_does_not_encode(value):
     """``serialize_many`` encodes all values at once; a value that does not encode is named as by

@@ -57,6 +57,10 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+#: the namespace part of a cell in the void namespace (its length, 0, and no bytes)
+VOID_NAMESPACE_PART = SINGLE_BYTES[0]
+
+
 def key_group_prefix(key_group: int) -> bytes:
     if not 0 <= key_group < 1 << 16:
         raise ConfigurationError(f"key group {key_group} does not fit the 2-byte key-group prefix")

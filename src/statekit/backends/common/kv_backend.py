@@ -22,7 +22,7 @@ from statekit.backends.common.changelog import (
     OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle, ChangelogTracker,
 )
 from statekit.backends.common.key_layout import (
-    KEY_GROUP_PREFIX_BYTES, SINGLE_BYTES, cell_key, decode_list, encode_list, key_group_bounds, key_group_prefix,
+    KEY_GROUP_PREFIX_BYTES, VOID_NAMESPACE_PART, cell_key, decode_list, encode_list, key_group_bounds, key_group_prefix,
     prefix_upper_bound, split_cell_key, varint,
 )
 from statekit.backends.common.kv_bulk import (
@@ -52,6 +52,8 @@ _REWRITTEN_WHOLE = (StateKind.LIST, *_CELLS_OF_ENTRIES)
 #: a changelog delta scans a key group when it holds at most this many entries per changed map
 #: cell (a range read per cell costs about as much as scanning that many entries)
 DELTA_SCAN_FACTOR = 16
+#: at most this many stored-key heads are kept (``KVKeyedStateBackend._kg_heads``: about 100 bytes each)
+MAX_KEY_HEADS = 4096
 _STATE_CLASSES = {StateKind.VALUE: KVValueState, StateKind.LIST: KVListState, StateKind.MAP: KVMapState,
                   StateKind.REDUCING: KVReducingState, StateKind.AGGREGATING: KVAggregatingState}
 
@@ -68,12 +70,19 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
         super().__init__(params, changelog, supports_ttl, snapshot_compression)
         self._key: Any = None
         self._key_group = -1
-        #: the current key's stored-key prefix, built by ``set_current_key`` (None before the first
-        #: key, or if the key failed to serialize: ``current_key_prefix`` raises then); the states
-        #: read it directly and call ``current_key_prefix`` only when it is None
+        #: the current key's stored-key prefix and its cell in the void namespace (the prefix and
+        #: ``VOID_NAMESPACE_PART``), built by ``set_current_key`` (None before the first key, or if
+        #: the key failed to serialize: ``current_key_prefix`` raises then); the states read them
+        #: directly and call ``current_key_prefix`` / ``current_cell`` only when they are None
         self._prefix: bytes | None = None
+        self._cell: bytes | None = None
         #: the stored-key prefix of each key group of the range, by key group
         self._kg_prefixes = {key_group: key_group_prefix(key_group) for key_group in self.key_group_range}
+        #: per key group of the range, by key length: the stored key's head (key-group prefix and
+        #: length varint) that ``set_current_key`` prepends to a key's bytes in one concatenation;
+        #: filled as lengths are met, at most ``MAX_KEY_HEADS`` in all (``_key_head``)
+        self._kg_heads: dict[int, dict[int, bytes]] = {key_group: {} for key_group in self.key_group_range}
+        self._key_heads = 0
         #: the key serializer's bytes, unchecked: a key it rejects is serialized again, with its
         #: error, by ``current_key_prefix``
         self._serialize_key = self.key_serializer.unchecked_serializer()
@@ -90,11 +99,12 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
     # --- current key
     def set_current_key(self, key: Any, key_group: int) -> None:
         try:
-            kg_prefix = self._kg_prefixes[key_group]
+            heads = self._kg_heads[key_group]
         except KeyError:
             raise self._key_outside_range(key, key_group) from None
         self._key, self._key_group = key, key_group
-        if key.__class__ not in PLAIN_KEY_CLASSES:  # a datetime, a tuple: as the key format stores it
+        # a datetime, a tuple: as the key format stores it (a str, the common key, is tested first)
+        if key.__class__ is not str and key.__class__ not in PLAIN_KEY_CLASSES:
             if key.__class__ is tuple:  # a key of several columns, looked into here (a call costs more)
                 for part in key:
                     if part.__class__ not in PLAIN_KEY_CLASSES:
@@ -105,10 +115,23 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
         try:
             key_bytes = self._serialize_key(key)
         except Exception:  # noqa: BLE001 - raised again by the first state access, as before the key is used
-            self._prefix = None
+            self._prefix = self._cell = None
             return
-        size = len(key_bytes)
-        self._prefix = kg_prefix + (SINGLE_BYTES[size] if size < 128 else varint(size)) + key_bytes
+        try:
+            prefix = heads[len(key_bytes)] + key_bytes
+        except KeyError:
+            prefix = self._key_head(key_group, len(key_bytes)) + key_bytes
+        self._prefix = prefix
+        self._cell = prefix + VOID_NAMESPACE_PART
+
+    def _key_head(self, key_group: int, size: int) -> bytes:
+        """The head of a stored key of ``size`` bytes in ``key_group``, kept in ``_kg_heads`` while
+        fewer than ``MAX_KEY_HEADS`` are (keys of many lengths in many key groups build theirs each time)."""
+        head = self._kg_prefixes[key_group] + varint(size)
+        if self._key_heads < MAX_KEY_HEADS:
+            self._kg_heads[key_group][size] = head
+            self._key_heads += 1
+        return head
 
     def current_key_prefix(self) -> bytes:
         """The stored-key prefix of the current key (raises if there is none, or the key does not serialize)."""
@@ -122,6 +145,11 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
             if prefix is None:
                 raise StateAccessError(f"the current key {self._key!r} does not serialize with {self.key_serializer!r}")
         return prefix
+
+    def current_cell(self) -> bytes:
+        """The current key's cell in the void namespace (raises as ``current_key_prefix``)."""
+        self.current_key_prefix()
+        return self._cell  # type: ignore[return-value]  # built with the prefix
 
     # --- states
     def _create_state(self, descriptor: StateDescriptor, registration: RegisteredState) -> KVState:

@@ -1,16 +1,17 @@
 """The five keyed state kinds over a ``KVTable``, laid out as in ``key_layout``.
 
 The per-key operations are the hot path of every keyed function: they read the backend's cached
-key prefix directly (``KVKeyedStateBackend._prefix``, built by ``current_key_prefix`` once per
-key) and call the table's methods with no layer between (RocksDB's ``get`` and ``put`` are the
-native methods, LMDB's ``get`` while no put is pending: ``lmdb/table.py``)."""
+cell of the current key directly (``KVKeyedStateBackend._cell`` in the void namespace, else its
+``_prefix`` and the namespace part; both built by ``set_current_key`` once per key) and call the
+table's methods with no layer between (RocksDB's ``get`` and ``put`` are the native methods,
+LMDB's ``get`` while no put is pending: ``lmdb/table.py``)."""
 from __future__ import annotations
 
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from statekit.backends.common.key_layout import (
-    SINGLE_BYTES, deserialize_list, encode_list, prefix_upper_bound, varint,
+    SINGLE_BYTES, VOID_NAMESPACE_PART, deserialize_list, encode_list, prefix_upper_bound, varint,
 )
 from statekit.backends.common.namespaces import encode_namespace
 from statekit.backends.common.registration import RegisteredState, checked_list_elements
@@ -23,9 +24,6 @@ if TYPE_CHECKING:
     from statekit.backends.common.kv_backend import KVKeyedStateBackend
     from statekit.backends.common.kv_store import KVTable
 
-_VOID_NAMESPACE_PART = varint(0)
-
-
 class KVStateAccess:
     """The table, registration and encoded current namespace of a state, per-key or bulk."""
 
@@ -35,14 +33,18 @@ class KVStateAccess:
         self._registration = registration
         self._name = registration.name
         self._serializer = registration.value_serializer
-        self._namespace_part = _VOID_NAMESPACE_PART
+        self._namespace_part = VOID_NAMESPACE_PART
+        #: ``_namespace_part`` outside the void namespace, else None: the per-key states then read
+        #: the current key's cell as the backend built it (``KVKeyedStateBackend._cell``)
+        self._named: bytes | None = None
 
     def set_current_namespace(self, namespace: Any) -> None:
         if namespace is VOID_NAMESPACE:
-            self._namespace_part = _VOID_NAMESPACE_PART
+            self._namespace_part = VOID_NAMESPACE_PART
+            self._named = None
         else:
             encoded = encode_namespace(namespace, self._registration.namespace_serializer)
-            self._namespace_part = varint(len(encoded)) + encoded
+            self._namespace_part = self._named = varint(len(encoded)) + encoded
 
 
 #: map entries decoded at once by ``items`` (a larger map continues chunk by chunk)
@@ -51,14 +53,16 @@ ITEMS_CHUNK = 256
 
 class KVState(KVStateAccess, State):
     def _cell(self) -> bytes:
-        backend = self._backend
-        return (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        """The current key's cell in the current namespace (the per-key operations inline this)."""
+        backend, named = self._backend, self._named
+        if named is None:
+            return backend._cell or backend.current_cell()
+        return (backend._prefix or backend.current_key_prefix()) + named
 
     def _write_cell(self) -> bytes:
         """The current cell, recorded as written for changelog snapshots."""
-        backend = self._backend
-        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
-        if backend._changelog.enabled:
+        cell = self._cell()
+        if self._backend._changelog.enabled:
             self._written(cell)
         return cell
 
@@ -79,8 +83,9 @@ class KVValueState(KVState, ValueState):
         self._default_bytes = None if default is None else self._serializer.serialize(default)
 
     def value(self) -> Any:
-        backend = self._backend
-        data = self._table.get((backend._prefix or backend.current_key_prefix()) + self._namespace_part)
+        backend, named = self._backend, self._named
+        data = self._table.get((backend._cell or backend.current_cell()) if named is None
+                               else (backend._prefix or backend.current_key_prefix()) + named)
         if data is None:  # a fresh copy of the default each time, as Flink does
             return None if self._default_bytes is None else self._serializer.deserialize(self._default_bytes)
         return self._serializer.deserialize(data)
@@ -89,8 +94,9 @@ class KVValueState(KVState, ValueState):
         if value is None:
             self.clear()
             return
-        backend = self._backend
-        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        backend, named = self._backend, self._named
+        cell = ((backend._cell or backend.current_cell()) if named is None
+                else (backend._prefix or backend.current_key_prefix()) + named)
         if backend._changelog.enabled:
             self._written(cell)
         self._table.put(cell, self._serializer.serialize(value))
@@ -100,15 +106,17 @@ class KVListState(KVState, ListState):
     """One value per list, elements length-prefixed: ``add`` is read-append-write."""
 
     def get(self) -> list[Any]:
-        backend = self._backend
-        data = self._table.get((backend._prefix or backend.current_key_prefix()) + self._namespace_part)
+        backend, named = self._backend, self._named
+        data = self._table.get((backend._cell or backend.current_cell()) if named is None
+                               else (backend._prefix or backend.current_key_prefix()) + named)
         return deserialize_list(data, self._serializer) if data else []
 
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ListState.add(None): list state elements cannot be None")
-        backend = self._backend
-        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        backend, named = self._backend, self._named
+        cell = ((backend._cell or backend.current_cell()) if named is None
+                else (backend._prefix or backend.current_key_prefix()) + named)
         if backend._changelog.enabled:
             self._written(cell)
         element = self._serializer.serialize(value)
@@ -140,14 +148,16 @@ class KVMapState(KVState, MapState):
         self._user_key_serializer = registration.user_key_serializer
 
     def get(self, user_key: Any) -> Any:
-        backend = self._backend
-        data = self._table.get((backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        backend, named = self._backend, self._named
+        data = self._table.get(((backend._cell or backend.current_cell()) if named is None
+                                else (backend._prefix or backend.current_key_prefix()) + named)
                                + self._user_key_serializer.serialize(user_key))
         return None if data is None else self._serializer.deserialize(data)
 
     def put(self, user_key: Any, value: Any) -> None:
-        backend = self._backend
-        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        backend, named = self._backend, self._named
+        cell = ((backend._cell or backend.current_cell()) if named is None
+                else (backend._prefix or backend.current_key_prefix()) + named)
         if backend._changelog.enabled:
             self._written(cell)
         self._table.put(cell + self._user_key_serializer.serialize(user_key), self._serializer.serialize(value))
@@ -191,15 +201,17 @@ class KVReducingState(KVState, ReducingState):
         self._reduce = reduce_function
 
     def get(self) -> Any:
-        backend = self._backend
-        data = self._table.get((backend._prefix or backend.current_key_prefix()) + self._namespace_part)
+        backend, named = self._backend, self._named
+        data = self._table.get((backend._cell or backend.current_cell()) if named is None
+                               else (backend._prefix or backend.current_key_prefix()) + named)
         return None if data is None else self._serializer.deserialize(data)
 
     def add(self, value: Any) -> None:
         if value is None:
             raise StateAccessError("ReducingState.add(None): reducing state cannot add None")
-        backend = self._backend
-        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        backend, named = self._backend, self._named
+        cell = ((backend._cell or backend.current_cell()) if named is None
+                else (backend._prefix or backend.current_key_prefix()) + named)
         if backend._changelog.enabled:
             self._written(cell)
         table, serializer = self._table, self._serializer
@@ -215,13 +227,15 @@ class KVAggregatingState(KVState, AggregatingState):
         self._fn = aggregate_function
 
     def get(self) -> Any:
-        backend = self._backend
-        data = self._table.get((backend._prefix or backend.current_key_prefix()) + self._namespace_part)
+        backend, named = self._backend, self._named
+        data = self._table.get((backend._cell or backend.current_cell()) if named is None
+                               else (backend._prefix or backend.current_key_prefix()) + named)
         return None if data is None else self._fn.get_result(self._serializer.deserialize(data))
 
     def add(self, value: Any) -> None:
-        backend = self._backend
-        cell = (backend._prefix or backend.current_key_prefix()) + self._namespace_part
+        backend, named = self._backend, self._named
+        cell = ((backend._cell or backend.current_cell()) if named is None
+                else (backend._prefix or backend.current_key_prefix()) + named)
         if backend._changelog.enabled:
             self._written(cell)
         table, serializer, fn = self._table, self._serializer, self._fn

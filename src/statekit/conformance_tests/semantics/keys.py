@@ -12,8 +12,8 @@ from statekit.conformance_tests.semantics.common import (
     mixed_keys, assert_keys, value_state, list_state, map_state, reducing_state,
 )
 from statekit.spi import (
-    KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, SerializationError,
-    ValueStateDescriptor,
+    VOID_NAMESPACE, KeyedStateBackend, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
+    SerializationError, ValueStateDescriptor,
 )
 from statekit.storage.inline import InlineStreams
 
@@ -36,6 +36,29 @@ class KeyIterationSemantics(BackendTestBase):
                 mapped.put("b", 2)  # several entries per key must still list the key once
         assert_keys(keyed_backend, "v", keys)
         assert_keys(keyed_backend, "m", keys[::2])
+
+    def test_keys_of_many_lengths_in_many_key_groups(self, keyed_backend: KeyedStateBackend) -> None:
+        """Keys of 1 to 300 characters (stored-key length prefixes of one and two bytes; more
+        combinations of key group and key length than a byte store keeps cached), 20 of each length:
+        each reads back its own value and map entry, in the void namespace and in another."""
+        keys = list(dict.fromkeys((str(i) + "k" * length)[:length] for length in range(1, 301) for i in range(20)))
+        value = value_state(keyed_backend, ValueStateDescriptor("v"))
+        mapped = map_state(keyed_backend, MapStateDescriptor("m"))
+        for i, key in enumerate(keys):
+            set_key(keyed_backend, key)
+            value.update(i)
+            mapped.put(i % 7, key)
+            value.set_current_namespace("other")
+            value.update(-i)
+            value.set_current_namespace(VOID_NAMESPACE)
+        for i, key in enumerate(keys):
+            set_key(keyed_backend, key)
+            assert value.value() == i and mapped.get(i % 7) == key and list(mapped.keys()) == [i % 7]
+            value.set_current_namespace("other")
+            assert value.value() == -i
+            value.set_current_namespace(VOID_NAMESPACE)
+        assert_keys(keyed_backend, "v", keys)
+        assert_keys(keyed_backend, "v", keys, "other")
 
     def test_keys_after_partial_clear(self, keyed_backend: KeyedStateBackend) -> None:
         keys = mixed_keys(2_000)
