@@ -9,6 +9,8 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_processes import short_job_env
+
 TESTS = Path(__file__).resolve().parent
 
 
@@ -25,7 +27,7 @@ def run_suite(work: Path, *arguments: str, module: str = "statekit.conformance_t
     ``arguments`` in ``work``, with this directory on PYTHONPATH, so that ``module:Class`` names
     of test-only backends resolve here and in Spark's workers."""
     junit = work / "junit.xml"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
+    env = short_job_env(PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
     result = subprocess.run([sys.executable, "-m", module, *arguments, "-p", "no:cacheprovider", f"--junitxml={junit}"],
                             cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
     failures, passed = {}, set()

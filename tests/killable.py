@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from spark_processes import short_job_env
+
 JOB = os.path.join(os.path.dirname(__file__), "jobs", "killable_stream.py")
 WORKLOAD_COLUMNS = ("key", "category", "amount")
 
@@ -26,6 +28,6 @@ def write_micro_batches(work: Path, batches: Sequence[Sequence[tuple]], columns:
 
 def run_killable(work: Path, backend: str, kill: str, *arguments: str) -> subprocess.CompletedProcess:
     """Run the job (``killable_stream.py WORK BACKEND KILL [JOB [SINK [MASTER]]]``) to its end or its kill."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = short_job_env(PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     return subprocess.run([sys.executable, JOB, str(work), backend, kill, *arguments], env=env, capture_output=True,
                           text=True, timeout=600)

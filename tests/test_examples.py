@@ -1,10 +1,11 @@
 """The examples run and prove their results (each ends with an OK line or exits non-zero)."""
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from spark_processes import short_job_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
     pytest.param("exactly_once.py", None, "OK: every output row exactly once", marks=pytest.mark.spark),
 ], ids=["local-runner", "spark-local", "spark-local-cluster", "windows", "inspect-state", "exactly-once"])
 def test_example_runs_and_checks_itself(example, master, ok):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYSPARK_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1", **({"STATEKIT_DEMO_MASTER": master} if master else {})}
+    env = short_job_env(PYTHONPATH=str(ROOT / "src"), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
+                        **({"STATEKIT_DEMO_MASTER": master} if master else {}))
     result = subprocess.run([sys.executable, str(ROOT / "examples" / example)], capture_output=True, text=True,
                             env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from spark_processes import short_job_env
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 MASTER = "local-cluster[2,1,1024]"
 
@@ -18,7 +20,8 @@ MASTER = "local-cluster[2,1,1024]"
 def test_spark_level_on_separate_executor_processes(backend, storage):
     run = subprocess.run([sys.executable, "-m", "statekit.conformance_tests", "--backend", backend,
                           "--storage", storage, "--level", "spark", "--spark-master", MASTER, "-q",
-                          "-p", "no:cacheprovider"], capture_output=True, text=True, timeout=1200)
+                          "-p", "no:cacheprovider"], env=short_job_env(), capture_output=True, text=True,
+                         timeout=1200)
     assert run.returncode == 0 and "statekit conformance: PASSED" in run.stdout, run.stdout[-5000:] + run.stderr[-3000:]
     # the heap has no native snapshots: its native checkpoint test skips
     expected = "spark             10       0        1" if backend == "heap" else "spark             11       0        0"
