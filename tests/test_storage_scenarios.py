@@ -2,6 +2,8 @@
 
 * a checkpoint killed after its files but before its ``_metadata`` is ignored: restore picks
   the previous complete one and the state equals the oracle;
+* on file://, a checkpoint's files, their directory entries and its ``_metadata`` are synced to
+  the disk before the checkpoint counts as complete;
 * flipped bytes in a state file of a completed checkpoint are a checksum error naming the file;
 * a heap savepoint taken at parallelism 4, moved to another directory, restores at 3 and 7
   with identical state for every key;
@@ -36,7 +38,7 @@ from statekit.spi import (
     ConfigurationError, CorruptStateError, FileStateHandle, InlineStateHandle, KeyGroupsStateHandle,
     RestoreError, SnapshotError,
 )
-from statekit.spi.storage import CheckpointStreams
+from statekit.spi.storage import CheckpointStreams, StateScope
 from statekit.storage.filesystem import FileSystemCheckpointStorage
 from statekit.storage.pointers import resolve
 from statekit.storage.memory import JobManagerCheckpointStorage
@@ -167,6 +169,64 @@ def test_checkpoint_killed_before_metadata_restores_the_previous_one(location, t
     other.run_epoch(rows[2])
     assert_state_is_oracle(dump_state(other.latest_metadata(), other.streams, 3, tmp_path),
                            rows[0] + rows[1] + rows[2], "a new job restored from resolve(job dir)")
+
+
+def test_a_local_checkpoint_reaches_the_disk_before_it_counts_as_complete(tmp_path, monkeypatch):
+    """On file://, every file a ``_metadata`` names is fsynced, with its directory entries, before
+    the rename that completes the checkpoint; ``_metadata`` is synced before that rename and its
+    directory after it. Without it an OS crash can keep the ``_metadata`` and lose the files, and
+    retention may already have deleted the checkpoint before."""
+    opened: dict[int, str] = {}
+    events: list[tuple[str, str]] = []
+    real_open, real_fsync = os.open, os.fsync
+
+    def recording_open(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        opened[fd] = os.path.realpath(path)
+        return fd
+
+    def recording_fsync(fd):
+        events.append(("fsync", opened.get(fd, f"fd {fd}")))
+        real_fsync(fd)
+
+    def recording(rename):
+        def recording_rename(source, target, *args, **kwargs):
+            events.append(("rename", os.path.realpath(target)))
+            rename(source, target, *args, **kwargs)
+        return recording_rename
+
+    monkeypatch.setattr(os, "open", recording_open)
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "replace", recording(os.replace))
+    monkeypatch.setattr(os, "rename", recording(os.rename))
+    storage = FileSystemCheckpointStorage((tmp_path / "store").as_uri())
+    runner = _runner(storage, tmp_path, parallelism=2)
+    runner.run_epoch(make_rows(3000, 1500, 1))
+
+    job = os.path.realpath(tmp_path / "store" / JOB)
+    chk = os.path.join(job, "chk-1")
+    metadata_path = os.path.join(chk, "_metadata")
+    completed = events.index(("rename", metadata_path))
+    synced_before = {path for kind, path in events[:completed] if kind == "fsync"}
+    files = [os.path.join(job, handle.path) for handle in file_streams(runner.latest_metadata())]
+    assert files, "the scenario needs state files (above the memory threshold)"
+    for path in files:
+        missing = {path, os.path.dirname(path), job} - synced_before
+        assert not missing, f"{path} is named by _metadata but {sorted(missing)} were not synced before it"
+    assert any(kind == "fsync" and path.startswith(metadata_path + ".inprogress-")
+               for kind, path in events[:completed]), "_metadata was renamed into place unsynced"
+    assert ("fsync", chk) in events[completed:], "the rename that completes the checkpoint was not synced"
+
+    # native snapshots store files with upload_file: copied or moved, synced before the handle is returned
+    streams = storage.create_access(JOB).streams(2, "0")
+    for move in (False, True):
+        source = tmp_path / f"native-{move}"
+        source.write_bytes(b"x" * 100_000)
+        del events[:]
+        handle = streams.upload_file(str(source), StateScope.SHARED, "native", move=move)
+        target = os.path.join(job, handle.path)
+        assert {("fsync", target), ("fsync", os.path.dirname(target)), ("fsync", job)} <= set(events), \
+            f"upload_file(move={move}) returned before {target} was synced: {events}"
 
 
 # ---------------------------------------------------------------------------- corrupt state file

@@ -2,6 +2,11 @@
 threshold and become files above it, verified reads, atomic metadata writes, and the listing of
 a job directory's completed checkpoints. The ``filesystem`` storage and savepoints use them.
 
+On this machine's file system (``file://``) every file is synced to the disk (``fsync``, with
+its directory entries) before a ``_metadata`` can name it, and ``_metadata`` itself before the
+checkpoint counts as complete: a completed checkpoint survives an OS crash or power loss. Other
+file systems and object stores make a file durable when it is closed.
+
 Every failed file-system operation is a statekit error naming the path and the setting the
 location came from (``spark.statekit.checkpoint.dir`` or ``spark.statekit.savepoint.dir``).
 """
@@ -92,6 +97,8 @@ class FileSystemOutputStream(CheckpointOutputStream):
                 handle: StreamStateHandle = InlineStateHandle(bytes(self._buffer))
             else:
                 self._file.close()
+                if _protocol(self._fs) in _LOCAL_PROTOCOLS:
+                    _sync_to_disk(self.path)
                 handle = FileStateHandle(self._relative, self._size, self._hasher.hexdigest())
         except OSError as exc:
             self.discard()
@@ -151,6 +158,7 @@ class FileSystemCheckpointStreams(CheckpointStreams):
             self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
             if not (move and _renamed(path, target)):
                 shutil.copyfile(path, target)
+            _sync_to_disk(target)
             size, checksum = _file_checksum(target)
         except OSError as exc:
             try:
@@ -272,6 +280,34 @@ def _file_checksum(path: str) -> tuple[int, StreamChecksum]:
     return size, checksum
 
 
+def _sync_to_disk(path: str) -> None:
+    """Flush the local file ``path`` to the disk, with the directory entries that lead to it (see
+    ``_sync_directories``). Checkpoint files are synced as they are finished, so that a
+    ``_metadata`` an OS crash leaves behind never names a file the crash took back."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _sync_directories(path)
+
+
+def _sync_directories(path: str) -> None:
+    """Flush the entry of ``path`` in its directory and that directory's entry in its parent: a
+    checkpoint's files are at most two levels below a directory that existed before it
+    (``<job>/chk-<n>/``, ``<job>/shared/``, ``<savepoint-dir>/savepoint-<id>/``)."""
+    directory = os.path.dirname(path)
+    for level in (directory, os.path.dirname(directory)):
+        fd = os.open(level, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP):  # file systems that cannot sync a directory
+                raise
+        finally:
+            os.close(fd)
+
+
 def _verify_file(path: str, handle: FileStateHandle, what: str) -> None:
     """Raise ``CorruptStateError`` naming ``what`` unless the local file ``path`` has the handle's size and checksum."""
     size, checksum = _file_checksum(path)
@@ -297,10 +333,17 @@ def write_metadata_atomically(fs: fsspec.AbstractFileSystem, path: str, data: by
 
 def replace_atomically(fs: fsspec.AbstractFileSystem, path: str, data: bytes, setting: str) -> None:
     """Write ``path`` so readers see the old content or all of the new: a temporary file renamed
-    over it on file systems, one PUT on object stores."""
+    over it on file systems (synced before and after the rename on this machine's), one PUT on
+    object stores."""
     try:
         fs.makedirs(posixpath.dirname(path), exist_ok=True)
-        if _protocol(fs) in _RENAMING_PROTOCOLS:
+        if _protocol(fs) in _LOCAL_PROTOCOLS:
+            temporary = f"{path}.inprogress-{uuid.uuid4().hex}"
+            fs.pipe_file(temporary, data)
+            _sync_to_disk(temporary)
+            os.replace(temporary, path)
+            _sync_directories(path)
+        elif _protocol(fs) in _RENAMING_PROTOCOLS:
             temporary = f"{path}.inprogress-{uuid.uuid4().hex}"
             fs.pipe_file(temporary, data)
             fs.mv(temporary, path)
