@@ -3,10 +3,11 @@
 * incremental vs full checkpoint, bytes written and seconds, after 1% and after 10% of the keys
   changed (RocksDB: shared SST files; heap and LMDB: changelog deltas on a base);
 * full checkpoint throughput vs the disk's sequential write bandwidth (a file of the same size
-  written and fsynced; checkpoint files are not fsynced, so the fraction may exceed 1), the best
-  of three interleaved rounds of each; for a backend with native snapshots (RocksDB, LMDB) also
-  in its native format (``spark.statekit.checkpoint.format=native``: RocksDB's SST files copied,
-  LMDB's environment copied by LMDB), its seconds and bytes vs the canonical one's of the same
+  written and fsynced, as checkpoint files are), the best of three interleaved rounds of each;
+  for a backend with native snapshots (RocksDB, LMDB) also in its native format
+  (``spark.statekit.checkpoint.format=native``: RocksDB's SST files hard-linked into the
+  checkpoint, as the storage is on the same file system, so the fraction may exceed 1; LMDB's
+  environment copied by LMDB), its seconds and bytes vs the canonical one's of the same
   state, and the restore from it vs from the canonical one;
 * full checkpoints with each snapshot compression (lz4, zstd) vs none: bytes and seconds;
 * restore at the same parallelism from the incremental checkpoint vs from the full one;

@@ -58,6 +58,13 @@ class Checkpointer:
                 for s in c.metadata.operators["op"].subtasks for k in s.keyed for h in k.shared.values()}
 
 
+def _compact(backend):
+    """Flush the backend's writes and compact every state's column family into new SST files."""
+    backend._flush()
+    for column_family in backend._column_families.values():
+        column_family.compact_range(None, None)
+
+
 def _uploaded_bytes(handle, previous):
     reused_paths = {h.path for h in previous.shared.values()} if previous else set()
     return sum(h.size for h in handle.shared.values() if h.path not in reused_paths) + \
@@ -106,7 +113,7 @@ def test_retention_deletes_unreferenced_sst_files_only(rocksdb, tmp_path):
     for checkpoint_id in range(1, 8):
         _write_keys(rocksdb, range(checkpoint_id, n, 7), checkpoint_id)
         if checkpoint_id % 3 == 0:
-            rocksdb._db.compact_range(None, None)  # compaction makes old SST files unreferenced
+            _compact(rocksdb)  # compaction makes old SST files unreferenced
         checkpointer.checkpoint(checkpoint_id)
         on_disk = checkpointer.shared_files_on_disk()
         referenced = checkpointer.shared_files_referenced()
@@ -119,7 +126,7 @@ def test_retention_deletes_unreferenced_sst_files_only(rocksdb, tmp_path):
     restarted = CheckpointStore(checkpointer.access, 2)
     checkpointer.store = restarted
     _write_keys(rocksdb, range(n), 99)
-    rocksdb._db.compact_range(None, None)
+    _compact(rocksdb)
     checkpointer.checkpoint(8)
     checkpointer.checkpoint(9)
     assert checkpointer.shared_files_on_disk() == checkpointer.shared_files_referenced()
@@ -153,6 +160,43 @@ def test_a_native_full_checkpoint_stands_alone(rocksdb, tmp_path):
         assert found == 20_000
     finally:
         restored.dispose()
+
+
+def test_native_checkpoint_files_are_the_live_ssts_linked_and_survive_compaction(rocksdb, tmp_path):
+    """On the same local file system a native checkpoint stores each SST file by renaming the hard
+    link RocksDB's checkpoint made (no byte copied): the stored file is a live one's inode. The live
+    instance then overwrites every key and compacts, deleting those SST files; the checkpoints'
+    files keep their checksums and restore the old values."""
+    def live_inodes():
+        return {os.stat(path).st_ino for path in (tmp_path / "local").rglob("*.sst")}
+
+    checkpointer = Checkpointer(rocksdb, tmp_path, num_retained=2)
+    keys = range(20_000)
+    _write_keys(rocksdb, keys, 1)
+    stored = []
+    for checkpoint_id, options in ((1, NATIVE_FULL), (2, INCREMENTAL)):
+        handle = checkpointer.checkpoint(checkpoint_id, options)
+        paths = [os.path.join(checkpointer.access.job_root, h.path)
+                 for name, h in (*handle.shared.items(), *handle.private.items()) if name.endswith(".sst")]
+        copied = [path for path in paths if os.stat(path).st_ino not in live_inodes()]
+        assert paths and not copied, f"checkpoint {checkpoint_id}: SST files copied, not linked: {copied}"
+        stored += paths
+    _write_keys(rocksdb, keys, 2)
+    _compact(rocksdb)
+    assert not {os.stat(path).st_ino for path in stored} & live_inodes(), "compaction kept the old SST files"
+    for completed in checkpointer.store.completed():
+        (keyed,) = completed.metadata.operators["op"].subtasks[0].keyed
+        restored = open_keyed_backend(RocksDBStateBackend(), str(tmp_path / f"restored-{completed.checkpoint_id}"),
+                                      restore_handles=[keyed], restore_streams=checkpointer.access.restore_streams())
+        try:
+            state = restored.get_state(VALUE)
+            versions = set()
+            for k in keys:
+                set_key(restored, f"key-{k:08d}")
+                versions.add(int.from_bytes(state.value()[-4:], "big"))
+            assert versions == {1}, f"checkpoint {completed.checkpoint_id} restored versions {versions}"
+        finally:
+            restored.dispose()
 
 
 def test_incremental_restore_reads_back_every_key(rocksdb, tmp_path):

@@ -4,6 +4,11 @@ Incremental (Flink's strategy): SST files a completed checkpoint holds are refer
 ones are uploaded in shared scope. Full (``SnapshotFormat.NATIVE``): every file is uploaded anew in
 the checkpoint's exclusive scope, so the checkpoint stands alone and is deleted whole; no later
 checkpoint references its files. The other files (manifest, options) are always exclusive.
+
+Every file is uploaded with ``move``: the checkpoint directory is this snapshot's alone and is
+deleted after the upload. Its SST files are hard links to the live instance's, which RocksDB never
+writes to (it only deletes them), so a storage on the same local file system stores them by a
+rename, without copying a byte.
 """
 from __future__ import annotations
 
@@ -46,9 +51,10 @@ class NativeSnapshot(PendingSnapshot):
                 path = os.path.join(self._dir, name)
                 if name.endswith(".sst") and self._incremental:
                     reused = self._confirmed.get(name)
-                    shared[name] = reused if reused is not None else streams.upload_file(path, StateScope.SHARED, name)
+                    shared[name] = reused if reused is not None else streams.upload_file(path, StateScope.SHARED, name,
+                                                                                         move=True)
                 else:
-                    private[name] = streams.upload_file(path, StateScope.EXCLUSIVE, name)
+                    private[name] = streams.upload_file(path, StateScope.EXCLUSIVE, name, move=True)
             self._uploaded(self._checkpoint_id, shared)
             return IncrementalRocksDBStateHandle(self._key_group_range, self._checkpoint_id, self._backend_id,
                                                  shared, private, self._key_serializer, tuple(self._metas))
