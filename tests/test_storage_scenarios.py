@@ -40,7 +40,7 @@ from statekit.spi import (
 )
 from statekit.spi.storage import CheckpointStreams, StateScope
 from statekit.storage.filesystem import FileSystemCheckpointStorage
-from statekit.storage.pointers import resolve
+from statekit.storage.pointers import SavepointLocation, resolve
 from statekit.storage.memory import JobManagerCheckpointStorage
 
 MAX_P = 128
@@ -302,6 +302,37 @@ def test_a_second_savepoint_of_the_same_checkpoint_is_refused_before_writing_any
         runner.savepoint(location.url_of("savepoints"))
     after = location.files("savepoints")
     assert after == before, f"the refused savepoint left files in the completed one: {sorted(after.keys() - before.keys())}"
+
+
+def test_a_savepoint_failing_before_its_commit_leaves_nothing_and_can_be_taken_again(location, tmp_path,
+                                                                                     monkeypatch):
+    """Its files are written, then its ``_metadata`` fails: the savepoint's directory is removed
+    (no orphan files), and taking it again completes and restores the oracle's state."""
+    rows = make_rows(3000, 1500, 25)
+    runner = _runner(location.storage(), tmp_path, parallelism=2)
+    runner.run_epoch(rows)
+    written: list[str] = []
+    real_commit = SavepointLocation.commit
+
+    def fail(self, checkpoint_id, metadata):
+        written.extend(self.fs.find(self.directory))
+        raise SnapshotError("injected: the savepoint's _metadata cannot be written")
+
+    monkeypatch.setattr(SavepointLocation, "commit", fail)
+    with pytest.raises(SnapshotError, match="injected"):
+        runner.savepoint(location.url_of("savepoints"))
+    assert written, "the scenario needs savepoint files written before the commit"
+    directory = location.path("savepoints", f"savepoint-{JOB}-1")
+    assert not location.fs.exists(directory), f"the failed savepoint left {location.fs.find(directory)}"
+
+    monkeypatch.setattr(SavepointLocation, "commit", real_commit)
+    runner.savepoint(location.url_of("savepoints"))
+    resolved = resolve(location.url_of("savepoints", f"savepoint-{JOB}-1"), location.storage_options)
+    restored = _runner(location.storage("other"), tmp_path, parallelism=3, job_id="from-savepoint")
+    restored.restore_from(CheckpointMetadata.from_bytes(resolved.metadata), resolved.streams)
+    restored.run_epoch([])
+    assert_state_is_oracle(dump_state(restored.latest_metadata(), restored.streams, 3, tmp_path), rows,
+                           "restored from the savepoint taken again")
 
 
 # ---------------------------------------------------------------------------- no-claim restore

@@ -247,7 +247,7 @@ def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | No
                      storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Convert a completed checkpoint to a canonical savepoint; the document ``--json`` prints."""
     from statekit.registry import backend_class
-    from statekit.runtime.savepoints import snapshot_as_savepoint
+    from statekit.runtime.savepoints import write_savepoint
 
     resolved = _resolve(source_url, storage_options, "--from")
     metadata = CheckpointMetadata.from_bytes(resolved.metadata, metadata_source(resolved.pointer))
@@ -261,23 +261,10 @@ def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | No
         raise InspectionError(f"--backend={name!r}: {cls.__name__}() cannot be created: {exc}") from exc
     check_job_id(metadata.job_id, f"the job id in {resolved.pointer.external_pointer}/{METADATA_FILE}")
     savepoint_id = f"{metadata.job_id}-{metadata.checkpoint_id}"
-    fs, root = open_url(savepoint_dir, "--to", storage_options)
-    directory = posixpath.join(root, f"{SAVEPOINT_PREFIX}{savepoint_id}")
-    existed = fs.exists(directory)
     # refuses an existing savepoint before writing anything
     location = _files(savepoint_dir, storage_options).savepoint_location(savepoint_dir, savepoint_id)
-    try:
-        with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir:
-            savepoint = snapshot_as_savepoint(metadata, resolved.streams, state_backend,
-                                              lambda subtask: location.streams, local_dir=local_dir)
-        pointer = location.commit(savepoint.checkpoint_id, savepoint.to_bytes())
-    except BaseException:
-        if not existed:  # leave nothing half-written behind
-            try:
-                fs.rm(directory, recursive=True)
-            except (OSError, FileNotFoundError):
-                pass
-        raise
+    with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir:
+        savepoint, pointer = write_savepoint(location, metadata, resolved.streams, state_backend, local_dir)
     summary = StreamSummary.of(stream_handles(savepoint))
     return {"path": pointer.external_pointer, "job_id": savepoint.job_id, "checkpoint_id": savepoint.checkpoint_id,
             "source": resolved.pointer.external_pointer, "backend": name, "state_size": summary.state_size,

@@ -18,7 +18,7 @@ from statekit.runtime.event_time import (
 )
 from statekit.runtime.function import Calls, ProcessFunction, calls_of, check_function
 from statekit.runtime.grouped_rows import GroupedRows
-from statekit.runtime.savepoints import snapshot_as_savepoint
+from statekit.runtime.savepoints import snapshot_as_savepoint, write_savepoint
 from statekit.checkpoint.snapshot_format import format_property
 from statekit.runtime.task import (
     DEFAULT_TTL_SWEEP_SECONDS, PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms,
@@ -139,10 +139,7 @@ class LocalRunner:
             return snapshot_as_savepoint(latest.metadata, self.streams, self.state_backend,
                                          lambda subtask: InlineStreams(), local_dir=self.local_dir)
         location = self.checkpoint_storage.savepoint_location(savepoint_dir, f"{self.job_id}-{latest.checkpoint_id}")
-        metadata = snapshot_as_savepoint(latest.metadata, self.streams, self.state_backend,
-                                         lambda subtask: location.streams, local_dir=self.local_dir)
-        location.commit(metadata.checkpoint_id, metadata.to_bytes())
-        return metadata
+        return write_savepoint(location, latest.metadata, self.streams, self.state_backend, self.local_dir)[0]
 
     def latest_metadata(self) -> CheckpointMetadata | None:
         latest = self.store.latest()

@@ -21,7 +21,7 @@ from statekit.runtime.sink_writer import with_logs_copied
 from statekit.runtime.task import PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms
 from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.key_format import read_key_serializer
-from statekit.spi.storage import CheckpointStreams
+from statekit.spi.storage import CheckpointStreams, CompletedCheckpointPointer, SavepointTarget
 
 SAVEPOINT = SnapshotOptions(SnapshotType.SAVEPOINT)
 
@@ -49,6 +49,20 @@ def snapshot_as_savepoint(source: CheckpointMetadata, source_streams: Checkpoint
                                                      streams_for(SINK_PROPERTY))
     return CheckpointMetadata(savepoint_id if savepoint_id is not None else source.checkpoint_id, source.job_id,
                               operators, is_savepoint=True, properties=properties)
+
+
+def write_savepoint(location: SavepointTarget, source: CheckpointMetadata, source_streams: CheckpointStreams,
+                    state_backend: StateBackend, local_dir: str | None = None
+                    ) -> tuple[CheckpointMetadata, CompletedCheckpointPointer]:
+    """Write a savepoint of ``source`` at ``location`` and commit it; on any failure, discard
+    what it wrote (``SavepointTarget.discard``) before the error propagates."""
+    try:
+        metadata = snapshot_as_savepoint(source, source_streams, state_backend, lambda subtask: location.streams,
+                                         local_dir=local_dir)
+        return metadata, location.commit(metadata.checkpoint_id, metadata.to_bytes())
+    except BaseException:
+        location.discard()
+        raise
 
 
 def convert_subtask(source: CheckpointMetadata, operator: OperatorState, index: int, parallelism: int,

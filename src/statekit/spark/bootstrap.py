@@ -139,5 +139,5 @@ def write_savepoint(df: DataFrame, keys: str | Sequence[str], states: Mapping[st
         metadata = CheckpointMetadata(0, job_id, {operator_id: operator}, is_savepoint=True, properties=properties)
         return location.commit(metadata.checkpoint_id, metadata.to_bytes()).external_pointer
     except BaseException:
-        fs.rm(target_dir, recursive=True) if fs.exists(target_dir) else None  # nothing half-written stays
+        location.discard()  # nothing half-written stays
         raise

@@ -7,7 +7,7 @@ import tempfile
 
 from pyspark.sql import SparkSession
 
-from statekit.runtime.savepoints import snapshot_as_savepoint
+from statekit.runtime.savepoints import write_savepoint
 from statekit.spark.checkpoints import latest_checkpoint
 from statekit.spark.conf import StatekitConf
 from statekit.spi.errors import ConfigurationError
@@ -21,6 +21,5 @@ def savepoint(spark: SparkSession, job_id: str, conf: StatekitConf | None = None
     latest, streams = latest_checkpoint(spark, job_id, conf)
     location = conf.create_storage().savepoint_location(conf.savepoint_dir, f"{job_id}-{latest.checkpoint_id}")
     with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir:
-        metadata = snapshot_as_savepoint(latest.metadata, streams, conf.create_backend(),
-                                         lambda subtask: location.streams, local_dir=local_dir)
-    return location.commit(metadata.checkpoint_id, metadata.to_bytes()).external_pointer
+        _, pointer = write_savepoint(location, latest.metadata, streams, conf.create_backend(), local_dir)
+    return pointer.external_pointer

@@ -168,6 +168,10 @@ class SavepointTarget(ABC):
         """Write the savepoint's metadata last and atomically; the pointer's ``external_pointer``
         is what ``resolve_checkpoint`` (and ``spark.statekit.restore.path``) takes."""
 
+    def discard(self) -> None:
+        """Remove what was written for this savepoint; called when it fails before ``commit``
+        completed, so that no half-written savepoint stays behind. The default removes nothing."""
+
 
 class CheckpointStorage(ABC):
     """Picklable storage configuration; creates per-job access objects.

@@ -4,6 +4,7 @@ completed checkpoint or savepoint by URL (``spark.statekit.restore.path``). Stor
 ``resolve_checkpoint`` and ``savepoint_location`` with these."""
 from __future__ import annotations
 
+import logging
 import posixpath
 from typing import Any
 
@@ -19,6 +20,8 @@ from statekit.storage.files import (
 )
 
 SAVEPOINT_DIR_SETTING = "spark.statekit.savepoint.dir"
+
+log = logging.getLogger(__name__)
 
 
 class SavepointLocation(SavepointTarget):
@@ -37,6 +40,18 @@ class SavepointLocation(SavepointTarget):
     def commit(self, checkpoint_id: int, metadata: bytes) -> CompletedCheckpointPointer:
         write_metadata_atomically(self.fs, posixpath.join(self.directory, METADATA_FILE), metadata, SAVEPOINT_DIR_SETTING)
         return CompletedCheckpointPointer(checkpoint_id, self.fs.unstrip_protocol(self.directory), is_savepoint=True)
+
+    def discard(self) -> None:
+        """Remove the savepoint's directory unless it completed: no savepoint was there when this
+        location was made (``_check_absent``), so everything in it was written for this one. Called
+        while an error propagates: a failure here is logged, never raised over it."""
+        try:
+            if not self.fs.exists(posixpath.join(self.directory, METADATA_FILE)):
+                self.fs.rm(self.directory, recursive=True)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("%s", io_failure("remove the failed savepoint", self.directory, exc, SAVEPOINT_DIR_SETTING))
 
 
 def _check_absent(fs: fsspec.AbstractFileSystem, directory: str) -> None:
