@@ -34,6 +34,7 @@ from statekit.conformance_tests.workload import (
 )
 from statekit.registry import storage_class
 from statekit.runtime.local_runner import LocalRunner
+from statekit.runtime.savepoints import snapshot_as_savepoint, write_savepoint
 from statekit.spi import (
     ConfigurationError, CorruptStateError, FileStateHandle, InlineStateHandle, KeyGroupsStateHandle,
     RestoreError, SnapshotError,
@@ -172,10 +173,11 @@ def test_checkpoint_killed_before_metadata_restores_the_previous_one(location, t
 
 
 def test_a_local_checkpoint_reaches_the_disk_before_it_counts_as_complete(tmp_path, monkeypatch):
-    """On file://, every file a ``_metadata`` names is fsynced, with its directory entries, before
-    the rename that completes the checkpoint; ``_metadata`` is synced before that rename and its
-    directory after it. Without it an OS crash can keep the ``_metadata`` and lose the files, and
-    retention may already have deleted the checkpoint before."""
+    """On file://, every file a ``_metadata`` names is fsynced, with its directory entries up to
+    directories that existed before (the checkpoint and savepoint directories are new here), before
+    the rename that completes the checkpoint or savepoint; ``_metadata`` is synced before that
+    rename and its directory after it. Without it an OS crash can keep the ``_metadata`` and lose
+    the files, and retention may already have deleted the checkpoint before."""
     opened: dict[int, str] = {}
     events: list[tuple[str, str]] = []
     real_open, real_fsync = os.open, os.fsync
@@ -195,27 +197,41 @@ def test_a_local_checkpoint_reaches_the_disk_before_it_counts_as_complete(tmp_pa
             rename(source, target, *args, **kwargs)
         return recording_rename
 
+    def assert_durable_when_complete(directory: str, files: list[str], new_directories: list[str]) -> None:
+        metadata_path = os.path.join(directory, "_metadata")
+        completed = events.index(("rename", metadata_path))
+        synced_before = {path for kind, path in events[:completed] if kind == "fsync"}
+        assert files, "the scenario needs state files (above the memory threshold)"
+        for path in files:
+            missing = {path, os.path.dirname(path), os.path.dirname(os.path.dirname(path))} - synced_before
+            assert not missing, f"{path} is named by _metadata but {sorted(missing)} were not synced before it"
+        for new in new_directories:
+            assert os.path.dirname(new) in synced_before, f"the entry of the new directory {new} was not synced"
+        assert any(kind == "fsync" and path.startswith(metadata_path + ".inprogress-")
+                   for kind, path in events[:completed]), f"{metadata_path} was renamed into place unsynced"
+        assert ("fsync", directory) in events[completed:], f"the rename of {metadata_path} was not synced"
+
     monkeypatch.setattr(os, "open", recording_open)
     monkeypatch.setattr(os, "fsync", recording_fsync)
     monkeypatch.setattr(os, "replace", recording(os.replace))
     monkeypatch.setattr(os, "rename", recording(os.rename))
-    storage = FileSystemCheckpointStorage((tmp_path / "store").as_uri())
+    base = os.path.realpath(tmp_path)
+    storage = FileSystemCheckpointStorage((tmp_path / "new" / "store").as_uri())
     runner = _runner(storage, tmp_path, parallelism=2)
     runner.run_epoch(make_rows(3000, 1500, 1))
+    job = os.path.join(base, "new", "store", JOB)
+    assert_durable_when_complete(
+        os.path.join(job, "chk-1"),
+        [os.path.join(job, handle.path) for handle in file_streams(runner.latest_metadata())],
+        [os.path.join(base, "new"), os.path.join(base, "new", "store"), job])
 
-    job = os.path.realpath(tmp_path / "store" / JOB)
-    chk = os.path.join(job, "chk-1")
-    metadata_path = os.path.join(chk, "_metadata")
-    completed = events.index(("rename", metadata_path))
-    synced_before = {path for kind, path in events[:completed] if kind == "fsync"}
-    files = [os.path.join(job, handle.path) for handle in file_streams(runner.latest_metadata())]
-    assert files, "the scenario needs state files (above the memory threshold)"
-    for path in files:
-        missing = {path, os.path.dirname(path), job} - synced_before
-        assert not missing, f"{path} is named by _metadata but {sorted(missing)} were not synced before it"
-    assert any(kind == "fsync" and path.startswith(metadata_path + ".inprogress-")
-               for kind, path in events[:completed]), "_metadata was renamed into place unsynced"
-    assert ("fsync", chk) in events[completed:], "the rename that completes the checkpoint was not synced"
+    del events[:]
+    runner.savepoint((tmp_path / "new-savepoints" / "all").as_uri())
+    savepoint = os.path.join(base, "new-savepoints", "all", f"savepoint-{JOB}-1")
+    assert_durable_when_complete(savepoint, [os.path.join(savepoint, name) for name in os.listdir(savepoint)
+                                             if name != "_metadata"],
+                                 [os.path.join(base, "new-savepoints"), os.path.join(base, "new-savepoints", "all"),
+                                  savepoint])
 
     # native snapshots store files with upload_file: copied or moved, synced before the handle is returned
     streams = storage.create_access(JOB).streams(2, "0")
@@ -333,6 +349,39 @@ def test_a_savepoint_failing_before_its_commit_leaves_nothing_and_can_be_taken_a
     restored.run_epoch([])
     assert_state_is_oracle(dump_state(restored.latest_metadata(), restored.streams, 3, tmp_path), rows,
                            "restored from the savepoint taken again")
+
+
+def test_a_failed_savepoint_attempt_removes_only_its_own_files(location, tmp_path):
+    """Two attempts at the same savepoint (two tools at once): the one that fails removes the files
+    it wrote and none of the other's, which then completes and restores the oracle's state."""
+    rows = make_rows(3000, 1500, 26)
+    runner = _runner(location.storage(), tmp_path, parallelism=2)
+    runner.run_epoch(rows)
+    source = runner.store.latest().metadata
+    storage, url = location.storage(), location.url_of("savepoints")
+    first = storage.savepoint_location(url, "concurrent")
+    second = storage.savepoint_location(url, "concurrent")
+    written = snapshot_as_savepoint(source, runner.streams, runner.state_backend, lambda subtask: first.streams,
+                                    local_dir=str(tmp_path / "first"))
+    first_files = set(location.fs.find(first.directory))
+    assert first_files, "the scenario needs the first attempt's files"
+
+    def fail(checkpoint_id, metadata):
+        raise SnapshotError("injected: the second attempt's _metadata cannot be written")
+
+    second.commit = fail  # type: ignore[method-assign]
+    with pytest.raises(SnapshotError, match="injected"):
+        write_savepoint(second, source, runner.streams, runner.state_backend, str(tmp_path / "second"))
+    assert set(location.fs.find(first.directory)) == first_files, \
+        "the failed attempt removed files of the other attempt, or left its own"
+
+    first.commit(written.checkpoint_id, written.to_bytes())
+    resolved = resolve(location.url_of("savepoints", "savepoint-concurrent"), location.storage_options)
+    restored = _runner(location.storage("other"), tmp_path, parallelism=3, job_id="from-concurrent")
+    restored.restore_from(CheckpointMetadata.from_bytes(resolved.metadata), resolved.streams)
+    restored.run_epoch([])
+    assert_state_is_oracle(dump_state(restored.latest_metadata(), restored.streams, 3, tmp_path), rows,
+                           "restored from the savepoint the other attempt completed")
 
 
 # ---------------------------------------------------------------------------- no-claim restore

@@ -119,13 +119,13 @@ def write_savepoint(df: DataFrame, keys: str | Sequence[str], states: Mapping[st
         raise ConfigurationError(f"savepoint {fs.unstrip_protocol(target_dir)} exists; delete it or choose another "
                                  f"job id or savepoint directory")
     storage = conf.create_storage()
-    location = storage.savepoint_location(directory, savepoint_id)
     backend = conf.create_backend()
-    spec = SubtaskSpec(bootstrap, backend, storage, job_id, operator_id, 0, parallelism, max_parallelism,
-                       key_columns, to_arrow_schema(_NO_OUTPUT), False, None, None, conf.local_dir,
-                       savepoint=location)
-    run = SubtaskRun(spark, spec)
+    location = storage.savepoint_location(directory, savepoint_id)
     try:
+        spec = SubtaskSpec(bootstrap, backend, storage, job_id, operator_id, 0, parallelism, max_parallelism,
+                           key_columns, to_arrow_schema(_NO_OUTPUT), False, None, None, conf.local_dir,
+                           savepoint=location)
+        run = SubtaskRun(spark, spec)
         run.run(df, _NO_OUTPUT, keep_output=False)
         written = run.states()
         if len(written) != parallelism:

@@ -19,7 +19,8 @@ def savepoint(spark: SparkSession, job_id: str, conf: StatekitConf | None = None
     if not conf.savepoint_dir:
         raise ConfigurationError("a savepoint needs spark.statekit.savepoint.dir (a directory URL)")
     latest, streams = latest_checkpoint(spark, job_id, conf)
+    backend = conf.create_backend()  # before the location: from there on, a failure discards it
     location = conf.create_storage().savepoint_location(conf.savepoint_dir, f"{job_id}-{latest.checkpoint_id}")
     with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir:
-        _, pointer = write_savepoint(location, latest.metadata, streams, conf.create_backend(), local_dir)
+        _, pointer = write_savepoint(location, latest.metadata, streams, backend, local_dir)
     return pointer.external_pointer

@@ -68,7 +68,8 @@ class CheckpointStreams(ABC):
         """A new stream holding the bytes of the local file ``path`` (RocksDB's SST files, LMDB's
         environment copy). The default copies it in chunks through ``create_output``; a storage on
         this machine's file system may copy it in the kernel, or with ``move`` (the file was written
-        for this stream and is the caller's to give away) rename it into place."""
+        for this stream and is the caller's to give away) rename it into place. A moved file may be
+        a hard link to a live file (RocksDB's SST files): rename, copy or unlink it, never write to it."""
         out = self.create_output(scope, name=name)
         try:
             with open(path, "rb") as f:

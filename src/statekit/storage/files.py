@@ -123,15 +123,18 @@ class FileSystemOutputStream(CheckpointOutputStream):
 
 
 class FileSystemCheckpointStreams(CheckpointStreams):
-    """Reads any handle relative to ``root``; writes exclusive files under ``exclusive_dir``."""
+    """Reads any handle relative to ``root``; writes exclusive files under ``exclusive_dir``, named
+    with ``attempt`` where given (``<name>-<attempt>-<unique>``: a savepoint attempt finds its own)."""
 
     def __init__(self, fs: fsspec.AbstractFileSystem, root: str, exclusive_dir: str | None = None,
-                 memory_threshold: int = DEFAULT_MEMORY_THRESHOLD, setting: str = CHECKPOINT_DIR_SETTING) -> None:
+                 memory_threshold: int = DEFAULT_MEMORY_THRESHOLD, setting: str = CHECKPOINT_DIR_SETTING,
+                 attempt: str | None = None) -> None:
         self.fs = fs
         self.root = root
         self.exclusive_dir = exclusive_dir
         self.memory_threshold = memory_threshold
         self.setting = setting
+        self.attempt = attempt
 
     def create_output(self, scope: StateScope = StateScope.EXCLUSIVE,
                       name: str | None = None) -> CheckpointOutputStream:
@@ -143,7 +146,8 @@ class FileSystemCheckpointStreams(CheckpointStreams):
         directory = SHARED_DIR if scope is StateScope.SHARED else self.exclusive_dir
         if directory is None:
             raise SnapshotError("these checkpoint streams are read-only")
-        return posixpath.join(directory, f"{name or 'state'}-{uuid.uuid4().hex}")
+        tag = f"{self.attempt}-" if self.attempt else ""
+        return posixpath.join(directory, f"{name or 'state'}-{tag}{uuid.uuid4().hex}")
 
     def upload_file(self, path: str, scope: StateScope, name: str, move: bool = False) -> StreamStateHandle:
         """Where the checkpoint directory is on this machine (``file://``), a rename with ``move``
@@ -161,10 +165,7 @@ class FileSystemCheckpointStreams(CheckpointStreams):
             _sync_to_disk(target)
             size, checksum = _file_checksum(target)
         except OSError as exc:
-            try:
-                os.unlink(target)
-            except OSError:
-                pass
+            _remove(target)
             raise SnapshotError(io_failure("write checkpoint file", target, exc, self.setting)) from exc
         return FileStateHandle(relative, size, checksum.hexdigest())
 
@@ -294,18 +295,23 @@ def _sync_to_disk(path: str) -> None:
 
 def _sync_directories(path: str) -> None:
     """Flush the entry of ``path`` in its directory and that directory's entry in its parent: a
-    checkpoint's files are at most two levels below a directory that existed before it
-    (``<job>/chk-<n>/``, ``<job>/shared/``, ``<savepoint-dir>/savepoint-<id>/``)."""
+    checkpoint's files are at most two levels below a directory whose own entry is on the disk
+    (``<job>/chk-<n>/``, ``<job>/shared/``, ``<savepoint-dir>/savepoint-<id>/``; the job and
+    savepoint directories are synced as ``check_writable`` creates them)."""
     directory = os.path.dirname(path)
-    for level in (directory, os.path.dirname(directory)):
-        fd = os.open(level, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            if exc.errno not in (errno.EINVAL, errno.ENOTSUP):  # file systems that cannot sync a directory
-                raise
-        finally:
-            os.close(fd)
+    _sync_directory(directory)
+    _sync_directory(os.path.dirname(directory))
+
+
+def _sync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):  # file systems that cannot sync one
+            raise
+    finally:
+        os.close(fd)
 
 
 def _verify_file(path: str, handle: FileStateHandle, what: str) -> None:
@@ -339,9 +345,13 @@ def replace_atomically(fs: fsspec.AbstractFileSystem, path: str, data: bytes, se
         fs.makedirs(posixpath.dirname(path), exist_ok=True)
         if _protocol(fs) in _LOCAL_PROTOCOLS:
             temporary = f"{path}.inprogress-{uuid.uuid4().hex}"
-            fs.pipe_file(temporary, data)
-            _sync_to_disk(temporary)
-            os.replace(temporary, path)
+            try:
+                fs.pipe_file(temporary, data)
+                _sync_to_disk(temporary)
+                os.replace(temporary, path)
+            except OSError:
+                _remove(temporary)
+                raise
             _sync_directories(path)
         elif _protocol(fs) in _RENAMING_PROTOCOLS:
             temporary = f"{path}.inprogress-{uuid.uuid4().hex}"
@@ -357,12 +367,35 @@ def check_writable(fs: fsspec.AbstractFileSystem, directory: str, setting: str, 
     """Create ``directory`` and write and delete a probe file in it, or fail naming the setting."""
     probe = posixpath.join(directory, f".statekit-probe-{uuid.uuid4().hex}")
     try:
-        fs.makedirs(directory, exist_ok=True)
+        if _protocol(fs) in _LOCAL_PROTOCOLS:
+            _make_directories_durably(directory)
+        else:
+            fs.makedirs(directory, exist_ok=True)
         fs.pipe_file(probe, b"")
         fs.rm_file(probe)
     except (OSError, PermissionError) as exc:
         raise ConfigurationError(f"{setting}={url!r} is not writable ({type(exc).__name__}: {exc}); choose a "
                                  f"directory this process may write, or fix its permissions") from exc
+
+
+def _make_directories_durably(directory: str) -> None:
+    """``os.makedirs``, then sync the entry of every directory it created in its parent: the files
+    of a checkpoint or savepoint below a new directory must not outlive it in an OS crash."""
+    created = []
+    missing = directory
+    while not os.path.isdir(missing):
+        created.append(missing)
+        missing = os.path.dirname(missing)
+    os.makedirs(directory, exist_ok=True)
+    for new in created:
+        _sync_directory(os.path.dirname(new))
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def completed_checkpoint_ids(fs: fsspec.AbstractFileSystem, job_root: str) -> list[int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import uuid
 from typing import Any
 
 import fsspec
@@ -34,20 +35,30 @@ class SavepointLocation(SavepointTarget):
         self.directory = posixpath.join(root, f"{SAVEPOINT_PREFIX}{savepoint_id}")
         _check_absent(fs, self.directory)
         check_writable(fs, self.directory, SAVEPOINT_DIR_SETTING, savepoint_dir)
-        # a savepoint's files are all exclusive and live beside its _metadata
-        self.streams = FileSystemCheckpointStreams(fs, self.directory, "", memory_threshold, SAVEPOINT_DIR_SETTING)
+        # a savepoint's files are all exclusive and live beside its _metadata; their names carry
+        # this attempt's tag, so that a failed attempt removes its own files and no one else's
+        self.attempt = uuid.uuid4().hex[:16]
+        self.streams = FileSystemCheckpointStreams(fs, self.directory, "", memory_threshold, SAVEPOINT_DIR_SETTING,
+                                                   attempt=self.attempt)
 
     def commit(self, checkpoint_id: int, metadata: bytes) -> CompletedCheckpointPointer:
         write_metadata_atomically(self.fs, posixpath.join(self.directory, METADATA_FILE), metadata, SAVEPOINT_DIR_SETTING)
         return CompletedCheckpointPointer(checkpoint_id, self.fs.unstrip_protocol(self.directory), is_savepoint=True)
 
     def discard(self) -> None:
-        """Remove the savepoint's directory unless it completed: no savepoint was there when this
-        location was made (``_check_absent``), so everything in it was written for this one. Called
-        while an error propagates: a failure here is logged, never raised over it."""
+        """Remove the files this attempt wrote, then the directory if that left it empty. Nothing
+        once a ``_metadata`` exists (this attempt's, or a concurrent one's of the same savepoint,
+        which may be complete); a concurrent attempt's files are never touched. Called while an
+        error propagates: a failure here is logged, never raised over it."""
+        tag = f"-{self.attempt}-"
         try:
-            if not self.fs.exists(posixpath.join(self.directory, METADATA_FILE)):
-                self.fs.rm(self.directory, recursive=True)
+            if self.fs.exists(posixpath.join(self.directory, METADATA_FILE)):
+                return
+            for path in self.fs.find(self.directory):
+                if tag in posixpath.basename(path):
+                    self.fs.rm_file(path)
+            if not self.fs.find(self.directory):
+                self.fs.rmdir(self.directory)
         except FileNotFoundError:
             pass
         except OSError as exc:
