@@ -33,6 +33,7 @@ from statekit.spi.sinks import SinkContext
 from statekit.storage.pointers import resolve
 from statekit.checkpoint.metadata import CheckpointMetadata
 
+from fsync_recorder import record_syncs
 from killable import write_micro_batches
 
 pytestmark = [pytest.mark.spark]
@@ -263,6 +264,33 @@ def test_file_commit_is_idempotent_and_a_lost_staged_file_is_named(tmp_path):
     (tmp_path / record["final"]).unlink()
     with pytest.raises(TransactionLostError, match="staged file .* is gone"):
         sink.commit(record)
+
+
+def test_local_file_output_reaches_the_disk_at_pre_commit_and_commit(tmp_path, monkeypatch):
+    """On file://, pre-commit syncs the staged file and the directory entries leading to it (its
+    staging and sink directories are new here): the checkpoint that records the transaction promises
+    its output. Commit syncs the rename before returning: the next checkpoint forgets the transaction,
+    so a rename an OS crash took back would leave the output staged, and then aborted as lingering."""
+    events = record_syncs(monkeypatch)
+    root = os.path.realpath(tmp_path)
+    sink = ParquetFileSink((tmp_path / "new" / "out").as_uri())
+    transaction = sink.begin_transaction(SinkContext("job", "op", 3, 1, "run", 0))
+    sink.write(transaction, pa.RecordBatch.from_pydict({"key": ["a"], "count": [1]}))
+    synced = {path for kind, path in events if kind == "fsync"}
+    assert {root, os.path.join(root, "new"), os.path.join(root, "new", "out")} <= synced, \
+        f"the new sink and staging directories' entries were not synced: {sorted(synced)}"
+    del events[:]
+    record = sink.pre_commit(transaction)
+    staged = os.path.join(root, "new", "out", record["staged"])
+    assert {("fsync", staged), ("fsync", os.path.dirname(staged)),
+            ("fsync", os.path.dirname(os.path.dirname(staged)))} <= set(events), \
+        f"pre-commit returned before {staged} was synced: {events}"
+    del events[:]
+    sink.commit(record)
+    final = os.path.join(root, "new", "out", record["final"])
+    assert os.path.exists(final)
+    assert ("fsync", os.path.dirname(final)) in events and ("fsync", os.path.dirname(staged)) in events, \
+        f"commit returned before its rename was synced: {events}"
 
 
 def test_postgres_recovery_commits_once_and_aborts_lingering(postgres, pg_table):

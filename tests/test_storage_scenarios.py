@@ -22,6 +22,7 @@ from typing import Any, Iterator
 
 import fsspec
 import pytest
+from fsync_recorder import record_syncs
 
 from statekit.backends.heap import HeapStateBackend
 from statekit.checkpoint.metadata import CheckpointMetadata
@@ -178,24 +179,7 @@ def test_a_local_checkpoint_reaches_the_disk_before_it_counts_as_complete(tmp_pa
     the rename that completes the checkpoint or savepoint; ``_metadata`` is synced before that
     rename and its directory after it. Without it an OS crash can keep the ``_metadata`` and lose
     the files, and retention may already have deleted the checkpoint before."""
-    opened: dict[int, str] = {}
-    events: list[tuple[str, str]] = []
-    real_open, real_fsync = os.open, os.fsync
-
-    def recording_open(path, flags, *args, **kwargs):
-        fd = real_open(path, flags, *args, **kwargs)
-        opened[fd] = os.path.realpath(path)
-        return fd
-
-    def recording_fsync(fd):
-        events.append(("fsync", opened.get(fd, f"fd {fd}")))
-        real_fsync(fd)
-
-    def recording(rename):
-        def recording_rename(source, target, *args, **kwargs):
-            events.append(("rename", os.path.realpath(target)))
-            rename(source, target, *args, **kwargs)
-        return recording_rename
+    events = record_syncs(monkeypatch)
 
     def assert_durable_when_complete(directory: str, files: list[str], new_directories: list[str]) -> None:
         metadata_path = os.path.join(directory, "_metadata")
@@ -211,10 +195,6 @@ def test_a_local_checkpoint_reaches_the_disk_before_it_counts_as_complete(tmp_pa
                    for kind, path in events[:completed]), f"{metadata_path} was renamed into place unsynced"
         assert ("fsync", directory) in events[completed:], f"the rename of {metadata_path} was not synced"
 
-    monkeypatch.setattr(os, "open", recording_open)
-    monkeypatch.setattr(os, "fsync", recording_fsync)
-    monkeypatch.setattr(os, "replace", recording(os.replace))
-    monkeypatch.setattr(os, "rename", recording(os.rename))
     base = os.path.realpath(tmp_path)
     storage = FileSystemCheckpointStorage((tmp_path / "new" / "store").as_uri())
     runner = _runner(storage, tmp_path, parallelism=2)

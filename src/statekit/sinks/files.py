@@ -9,6 +9,10 @@ the staged object is deleted. One file per transaction keeps every commit atomic
 directory (``spark.read.parquet(dir)``, ``pyarrow.dataset``) skip ``_``-prefixed names, so they
 see the files of committed epochs only.
 
+On this machine's file system (``file://``) the staged file is synced to the disk at pre-commit,
+with its directory entries, and the rename at commit: the output a completed checkpoint records
+survives an OS crash, and so does a commit the next checkpoint no longer records.
+
 Committing again is harmless: a staged file that is gone while its final file exists was
 committed before. A staged file that is gone without a final file was deleted by someone else
 (e.g. an object-store lifecycle rule on ``_staging/``): ``TransactionLostError``.
@@ -24,6 +28,7 @@ import pyarrow.parquet as pq
 
 from statekit.spi.errors import TransactionLostError
 from statekit.spi.sinks import TRANSACTION_ID_SEPARATOR, SinkContext, TwoPhaseCommitSink, transaction_prefix
+from statekit.storage.durability import is_local, make_directories_durably, sync_directory, sync_to_disk
 from statekit.storage.urls import open_url
 
 STAGING_DIR = "_staging"
@@ -70,7 +75,10 @@ class ParquetFileSink(TwoPhaseCommitSink[FileTransaction]):
     def write(self, transaction: FileTransaction, batch: pa.RecordBatch) -> None:
         if transaction._writer is None:
             fs, root = self._fs()
-            fs.makedirs(posixpath.join(root, STAGING_DIR), exist_ok=True)
+            if is_local(fs):
+                make_directories_durably(posixpath.join(root, STAGING_DIR))
+            else:
+                fs.makedirs(posixpath.join(root, STAGING_DIR), exist_ok=True)
             transaction._file = fs.open(posixpath.join(root, transaction.staged), "wb")
             transaction._writer = pq.ParquetWriter(transaction._file, batch.schema, compression=self.compression)
         transaction._writer.write_batch(batch)
@@ -81,6 +89,9 @@ class ParquetFileSink(TwoPhaseCommitSink[FileTransaction]):
             return {"id": transaction.context.transaction_id, "staged": None, "final": None, "rows": 0}
         transaction._writer.close()
         transaction._file.close()  # an object store's upload completes here
+        fs, root = self._fs()
+        if is_local(fs):  # the checkpoint that records it promises it survives
+            sync_to_disk(posixpath.join(root, transaction.staged))
         return {"id": transaction.context.transaction_id, "staged": transaction.staged, "final": transaction.final,
                 "rows": transaction.rows}
 
@@ -104,6 +115,9 @@ class ParquetFileSink(TwoPhaseCommitSink[FileTransaction]):
         staged, final = posixpath.join(root, record["staged"]), posixpath.join(root, record["final"])
         if fs.exists(staged):
             fs.mv(staged, final)  # a rename; on object stores a copy (atomic per object) and a delete
+            if is_local(fs):  # before the next checkpoint forgets the transaction
+                sync_directory(posixpath.dirname(final))
+                sync_directory(posixpath.dirname(staged))
         elif not fs.exists(final):
             raise TransactionLostError(f"transaction {record['id']}: its staged file {staged} is gone and {final} "
                                        f"does not exist")

@@ -3,9 +3,9 @@ threshold and become files above it, verified reads, atomic metadata writes, and
 a job directory's completed checkpoints. The ``filesystem`` storage and savepoints use them.
 
 On this machine's file system (``file://``) every file is synced to the disk (``fsync``, with
-its directory entries) before a ``_metadata`` can name it, and ``_metadata`` itself before the
-checkpoint counts as complete: a completed checkpoint survives an OS crash or power loss. Other
-file systems and object stores make a file durable when it is closed.
+its directory entries: ``statekit.storage.durability``) before a ``_metadata`` can name it, and
+``_metadata`` itself before the checkpoint counts as complete. Other file systems and object
+stores make a file durable when it is closed.
 
 Every failed file-system operation is a statekit error naming the path and the setting the
 location came from (``spark.statekit.checkpoint.dir`` or ``spark.statekit.savepoint.dir``).
@@ -27,6 +27,9 @@ from statekit.spi.handles import (
     FileStateHandle, InlineStateHandle, StreamChecksum, StreamStateHandle, verify_checksum,
 )
 from statekit.spi.storage import CheckpointOutputStream, CheckpointStreams, StateScope
+from statekit.storage.durability import (
+    is_local, make_directories_durably, protocol_of, sync_directories, sync_to_disk,
+)
 from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR
 from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure
 
@@ -36,13 +39,6 @@ COPY_CHUNK = 8 << 20
 #: file systems whose rename is atomic, so _metadata is written to a temporary name first;
 #: object stores get a single PUT, which is atomic by itself
 _RENAMING_PROTOCOLS = {"file", "local", "hdfs", "arrow_hdfs", "webhdfs", "viewfs"}
-#: file systems whose paths are this machine's, so that a restore may hard-link their files
-_LOCAL_PROTOCOLS = {"file", "local"}
-
-
-def _protocol(fs: fsspec.AbstractFileSystem) -> str:
-    protocol = fs.protocol
-    return protocol[0] if isinstance(protocol, (tuple, list)) else protocol
 
 
 class FileSystemOutputStream(CheckpointOutputStream):
@@ -97,8 +93,8 @@ class FileSystemOutputStream(CheckpointOutputStream):
                 handle: StreamStateHandle = InlineStateHandle(bytes(self._buffer))
             else:
                 self._file.close()
-                if _protocol(self._fs) in _LOCAL_PROTOCOLS:
-                    _sync_to_disk(self.path)
+                if is_local(self._fs):
+                    sync_to_disk(self.path)
                 handle = FileStateHandle(self._relative, self._size, self._hasher.hexdigest())
         except OSError as exc:
             self.discard()
@@ -154,7 +150,7 @@ class FileSystemCheckpointStreams(CheckpointStreams):
         (on the same file system), else a copy in the kernel (``shutil.copyfile``: no bytes through
         Python), checksummed as stored (mapped in memory); elsewhere, and below the memory
         threshold, in chunks."""
-        if _protocol(self.fs) not in _LOCAL_PROTOCOLS or os.path.getsize(path) <= self.memory_threshold:
+        if not is_local(self.fs) or os.path.getsize(path) <= self.memory_threshold:
             return super().upload_file(path, scope, name, move)
         relative = self._new_file(scope, name)
         target = posixpath.join(self.root, relative)
@@ -162,7 +158,7 @@ class FileSystemCheckpointStreams(CheckpointStreams):
             self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
             if not (move and _renamed(path, target)):
                 shutil.copyfile(path, target)
-            _sync_to_disk(target)
+            sync_to_disk(target)
             size, checksum = _file_checksum(target)
         except OSError as exc:
             _remove(target)
@@ -206,7 +202,7 @@ class FileSystemCheckpointStreams(CheckpointStreams):
         """A hard link where the checkpoint directory is on this machine (``file://``) and on the
         target's file system; verified by size and by the checksum of the file mapped in memory,
         which reads it without copying (11 MB: 0.6 ms against 9 ms for ``copy_to``)."""
-        if not isinstance(handle, FileStateHandle) or _protocol(self.fs) not in _LOCAL_PROTOCOLS:
+        if not isinstance(handle, FileStateHandle) or not is_local(self.fs):
             return False
         source = self._path(handle)
         try:
@@ -281,39 +277,6 @@ def _file_checksum(path: str) -> tuple[int, StreamChecksum]:
     return size, checksum
 
 
-def _sync_to_disk(path: str) -> None:
-    """Flush the local file ``path`` to the disk, with the directory entries that lead to it (see
-    ``_sync_directories``). Checkpoint files are synced as they are finished, so that a
-    ``_metadata`` an OS crash leaves behind never names a file the crash took back."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _sync_directories(path)
-
-
-def _sync_directories(path: str) -> None:
-    """Flush the entry of ``path`` in its directory and that directory's entry in its parent: a
-    checkpoint's files are at most two levels below a directory whose own entry is on the disk
-    (``<job>/chk-<n>/``, ``<job>/shared/``, ``<savepoint-dir>/savepoint-<id>/``; the job and
-    savepoint directories are synced as ``check_writable`` creates them)."""
-    directory = os.path.dirname(path)
-    _sync_directory(directory)
-    _sync_directory(os.path.dirname(directory))
-
-
-def _sync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):  # file systems that cannot sync one
-            raise
-    finally:
-        os.close(fd)
-
-
 def _verify_file(path: str, handle: FileStateHandle, what: str) -> None:
     """Raise ``CorruptStateError`` naming ``what`` unless the local file ``path`` has the handle's size and checksum."""
     size, checksum = _file_checksum(path)
@@ -343,17 +306,17 @@ def replace_atomically(fs: fsspec.AbstractFileSystem, path: str, data: bytes, se
     object stores."""
     try:
         fs.makedirs(posixpath.dirname(path), exist_ok=True)
-        if _protocol(fs) in _LOCAL_PROTOCOLS:
+        if is_local(fs):
             temporary = f"{path}.inprogress-{uuid.uuid4().hex}"
             try:
                 fs.pipe_file(temporary, data)
-                _sync_to_disk(temporary)
+                sync_to_disk(temporary)
                 os.replace(temporary, path)
             except OSError:
                 _remove(temporary)
                 raise
-            _sync_directories(path)
-        elif _protocol(fs) in _RENAMING_PROTOCOLS:
+            sync_directories(path)
+        elif protocol_of(fs) in _RENAMING_PROTOCOLS:
             temporary = f"{path}.inprogress-{uuid.uuid4().hex}"
             fs.pipe_file(temporary, data)
             fs.mv(temporary, path)
@@ -367,8 +330,8 @@ def check_writable(fs: fsspec.AbstractFileSystem, directory: str, setting: str, 
     """Create ``directory`` and write and delete a probe file in it, or fail naming the setting."""
     probe = posixpath.join(directory, f".statekit-probe-{uuid.uuid4().hex}")
     try:
-        if _protocol(fs) in _LOCAL_PROTOCOLS:
-            _make_directories_durably(directory)
+        if is_local(fs):
+            make_directories_durably(directory)
         else:
             fs.makedirs(directory, exist_ok=True)
         fs.pipe_file(probe, b"")
@@ -376,19 +339,6 @@ def check_writable(fs: fsspec.AbstractFileSystem, directory: str, setting: str, 
     except (OSError, PermissionError) as exc:
         raise ConfigurationError(f"{setting}={url!r} is not writable ({type(exc).__name__}: {exc}); choose a "
                                  f"directory this process may write, or fix its permissions") from exc
-
-
-def _make_directories_durably(directory: str) -> None:
-    """``os.makedirs``, then sync the entry of every directory it created in its parent: the files
-    of a checkpoint or savepoint below a new directory must not outlive it in an OS crash."""
-    created = []
-    missing = directory
-    while not os.path.isdir(missing):
-        created.append(missing)
-        missing = os.path.dirname(missing)
-    os.makedirs(directory, exist_ok=True)
-    for new in created:
-        _sync_directory(os.path.dirname(new))
 
 
 def _remove(path: str) -> None:
