@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from statekit.spi.errors import TransactionLostError
 from statekit.spi.sinks import TRANSACTION_ID_SEPARATOR, SinkContext, TwoPhaseCommitSink, transaction_prefix
-from statekit.storage.durability import is_local, make_directories_durably, sync_directory, sync_to_disk
+from statekit.storage.durability import is_local, make_directories, sync_directory, sync_to_disk
 from statekit.storage.urls import open_url
 
 STAGING_DIR = "_staging"
@@ -75,10 +75,7 @@ class ParquetFileSink(TwoPhaseCommitSink[FileTransaction]):
     def write(self, transaction: FileTransaction, batch: pa.RecordBatch) -> None:
         if transaction._writer is None:
             fs, root = self._fs()
-            if is_local(fs):
-                make_directories_durably(posixpath.join(root, STAGING_DIR))
-            else:
-                fs.makedirs(posixpath.join(root, STAGING_DIR), exist_ok=True)
+            make_directories(fs, posixpath.join(root, STAGING_DIR))
             transaction._file = fs.open(posixpath.join(root, transaction.staged), "wb")
             transaction._writer = pq.ParquetWriter(transaction._file, batch.schema, compression=self.compression)
         transaction._writer.write_batch(batch)

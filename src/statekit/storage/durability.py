@@ -61,6 +61,14 @@ def sync_directory(directory: str) -> None:
         os.close(fd)
 
 
+def make_directories(fs: fsspec.AbstractFileSystem, directory: str) -> None:
+    """``fs.makedirs(directory, exist_ok=True)``; on this machine's file system, durably."""
+    if is_local(fs):
+        make_directories_durably(directory)
+    else:
+        fs.makedirs(directory, exist_ok=True)
+
+
 def make_directories_durably(directory: str) -> None:
     """``os.makedirs``, then sync the entry of every directory it created in its parent: files
     below a new directory must not outlive it in an OS crash."""

@@ -28,7 +28,7 @@ from statekit.spi.handles import (
 )
 from statekit.spi.storage import CheckpointOutputStream, CheckpointStreams, StateScope
 from statekit.storage.durability import (
-    is_local, make_directories_durably, protocol_of, sync_directories, sync_to_disk,
+    is_local, make_directories, protocol_of, sync_directories, sync_to_disk,
 )
 from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR
 from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure
@@ -330,10 +330,7 @@ def check_writable(fs: fsspec.AbstractFileSystem, directory: str, setting: str, 
     """Create ``directory`` and write and delete a probe file in it, or fail naming the setting."""
     probe = posixpath.join(directory, f".statekit-probe-{uuid.uuid4().hex}")
     try:
-        if is_local(fs):
-            make_directories_durably(directory)
-        else:
-            fs.makedirs(directory, exist_ok=True)
+        make_directories(fs, directory)
         fs.pipe_file(probe, b"")
         fs.rm_file(probe)
     except (OSError, PermissionError) as exc:
