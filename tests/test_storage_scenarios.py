@@ -40,7 +40,7 @@ from statekit.spi import (
     ConfigurationError, CorruptStateError, FileStateHandle, InlineStateHandle, KeyGroupsStateHandle,
     RestoreError, SnapshotError,
 )
-from statekit.spi.storage import CheckpointStreams, StateScope
+from statekit.spi.storage import CheckpointStreams, ResolvedCheckpoint, StateScope
 from statekit.storage.filesystem import FileSystemCheckpointStorage
 from statekit.storage.pointers import SavepointLocation, resolve
 from statekit.storage.memory import JobManagerCheckpointStorage
@@ -118,6 +118,16 @@ def assert_state_is_oracle(found: dict[str, Any], rows: list[Any], what: str) ->
                       f"{found[wrong[0]]} != {expected[wrong[0]]}"
 
 
+def assert_restores_oracle(location: Location, tmp_path: Any, resolved: ResolvedCheckpoint, job_id: str,
+                           epoch: list[Any], rows: list[Any], what: str) -> None:
+    """A new job at parallelism 3, restored from ``resolved`` and then running ``epoch``, holds the
+    oracle's state of ``rows``."""
+    restored = _runner(location.storage("other"), tmp_path, parallelism=3, job_id=job_id)
+    restored.restore_from(CheckpointMetadata.from_bytes(resolved.metadata), resolved.streams)
+    restored.run_epoch(epoch)
+    assert_state_is_oracle(dump_state(restored.latest_metadata(), restored.streams, 3, tmp_path), rows, what)
+
+
 def file_streams(metadata: CheckpointMetadata) -> list[FileStateHandle]:
     """The keyed state files of a checkpoint (inline streams left out)."""
     return [h.stream for subtask in metadata.operator("keyed-process").subtasks for h in subtask.keyed
@@ -166,11 +176,8 @@ def test_checkpoint_killed_before_metadata_restores_the_previous_one(location, t
                            rows[0] + rows[1] + rows[2], "after the replay of the killed epoch")
 
     # a new job restoring from the resolved job directory gets the same state at chk-2
-    other = _runner(location.storage(), tmp_path, parallelism=3, job_id="from-resolved")
-    other.restore_from(CheckpointMetadata.from_bytes(resolved.metadata), resolved.streams)
-    other.run_epoch(rows[2])
-    assert_state_is_oracle(dump_state(other.latest_metadata(), other.streams, 3, tmp_path),
-                           rows[0] + rows[1] + rows[2], "a new job restored from resolve(job dir)")
+    assert_restores_oracle(location, tmp_path, resolved, "from-resolved", rows[2], rows[0] + rows[1] + rows[2],
+                           "a new job restored from resolve(job dir)")
 
 
 def test_a_local_checkpoint_reaches_the_disk_before_it_counts_as_complete(tmp_path, monkeypatch):
@@ -324,10 +331,7 @@ def test_a_savepoint_failing_before_its_commit_leaves_nothing_and_can_be_taken_a
     monkeypatch.setattr(SavepointLocation, "commit", real_commit)
     runner.savepoint(location.url_of("savepoints"))
     resolved = resolve(location.url_of("savepoints", f"savepoint-{JOB}-1"), location.storage_options)
-    restored = _runner(location.storage("other"), tmp_path, parallelism=3, job_id="from-savepoint")
-    restored.restore_from(CheckpointMetadata.from_bytes(resolved.metadata), resolved.streams)
-    restored.run_epoch([])
-    assert_state_is_oracle(dump_state(restored.latest_metadata(), restored.streams, 3, tmp_path), rows,
+    assert_restores_oracle(location, tmp_path, resolved, "from-savepoint", [], rows,
                            "restored from the savepoint taken again")
 
 
@@ -357,10 +361,7 @@ def test_a_failed_savepoint_attempt_removes_only_its_own_files(location, tmp_pat
 
     first.commit(written.checkpoint_id, written.to_bytes())
     resolved = resolve(location.url_of("savepoints", "savepoint-concurrent"), location.storage_options)
-    restored = _runner(location.storage("other"), tmp_path, parallelism=3, job_id="from-concurrent")
-    restored.restore_from(CheckpointMetadata.from_bytes(resolved.metadata), resolved.streams)
-    restored.run_epoch([])
-    assert_state_is_oracle(dump_state(restored.latest_metadata(), restored.streams, 3, tmp_path), rows,
+    assert_restores_oracle(location, tmp_path, resolved, "from-concurrent", [], rows,
                            "restored from the savepoint the other attempt completed")
 
 

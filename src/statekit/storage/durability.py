@@ -15,7 +15,7 @@ import os
 import fsspec
 
 #: file systems whose paths are this machine's
-LOCAL_PROTOCOLS = frozenset({"file", "local"})
+_LOCAL_PROTOCOLS = frozenset({"file", "local"})
 
 
 def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
@@ -25,7 +25,7 @@ def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     """``fs`` is this machine's file system: its paths are paths ``os`` takes."""
-    return protocol_of(fs) in LOCAL_PROTOCOLS
+    return protocol_of(fs) in _LOCAL_PROTOCOLS
 
 
 def sync_to_disk(path: str) -> None:
@@ -43,7 +43,7 @@ def sync_directories(path: str) -> None:
     """Flush the entry of ``path`` in its directory and that directory's entry in its parent:
     statekit's files are at most two levels below a directory whose own entry is on the disk
     (``<job>/chk-<n>/``, ``<job>/shared/``, ``<savepoint-dir>/savepoint-<id>/``,
-    ``<sink-dir>/_staging/``; those directories are synced as ``make_directories_durably``
+    ``<sink-dir>/_staging/``; those directories are synced as ``make_directories``
     creates them)."""
     directory = os.path.dirname(path)
     sync_directory(directory)
@@ -64,12 +64,12 @@ def sync_directory(directory: str) -> None:
 def make_directories(fs: fsspec.AbstractFileSystem, directory: str) -> None:
     """``fs.makedirs(directory, exist_ok=True)``; on this machine's file system, durably."""
     if is_local(fs):
-        make_directories_durably(directory)
+        _make_directories_durably(directory)
     else:
         fs.makedirs(directory, exist_ok=True)
 
 
-def make_directories_durably(directory: str) -> None:
+def _make_directories_durably(directory: str) -> None:
     """``os.makedirs``, then sync the entry of every directory it created in its parent: files
     below a new directory must not outlive it in an OS crash."""
     created = []

@@ -36,9 +36,10 @@ from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure
 DEFAULT_MEMORY_THRESHOLD = 20 * 1024
 #: bytes per read when a file is copied (``copy_to``)
 COPY_CHUNK = 8 << 20
-#: file systems whose rename is atomic, so _metadata is written to a temporary name first;
-#: object stores get a single PUT, which is atomic by itself
-_RENAMING_PROTOCOLS = {"file", "local", "hdfs", "arrow_hdfs", "webhdfs", "viewfs"}
+#: remote file systems whose rename is atomic, so _metadata is written to a temporary name first
+#: (this machine's too, synced: ``replace_atomically``); object stores get a single PUT, which is
+#: atomic by itself
+_RENAMING_PROTOCOLS = {"hdfs", "arrow_hdfs", "webhdfs", "viewfs"}
 
 
 class FileSystemOutputStream(CheckpointOutputStream):
