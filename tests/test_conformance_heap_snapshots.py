@@ -1,7 +1,7 @@
 """The heap backend against the snapshot/restore, rescale, TTL and timers levels, with both storages."""
 import pytest
 
-from statekit.backends.heap import HeapStateBackend
+from statekit.backends.heap import HeapStateBackend, snapshot_columns
 from statekit.conformance_tests.incremental import IncrementalSnapshotTests
 from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.snapshots import OnFilesystemStorage, SavepointConversionTests, SnapshotRestoreTests
@@ -18,3 +18,13 @@ class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleT
 
 class TestHeapSnapshotsOnFilesystem(OnFilesystemStorage, TestHeapSnapshots):
     pass
+
+
+class TestHeapSnapshotsInShortRuns(TestHeapSnapshots):
+    """Key groups serialized in runs of one or two (``snapshot_columns.KEYS_PER_RUN``), where
+    the default puts a small test's key groups in one run: the columns are cut at run, key-group
+    and namespace boundaries alike."""
+
+    @pytest.fixture(autouse=True)
+    def short_runs(self, monkeypatch):
+        monkeypatch.setattr(snapshot_columns, "KEYS_PER_RUN", 2)

@@ -5,22 +5,21 @@ from itertools import compress, repeat
 from operator import is_not, itemgetter, not_
 from typing import Any, Iterator
 
-import numpy as np
 import pyarrow as pa
 
 from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend
 from statekit.backends.common.canonical import (
     CHANGELOG_FORMAT, DEFAULT_COMPRESSION, CanonicalSnapshotWriter, state_runs,
 )
-from statekit.backends.common.key_layout import timestamp_bytes, timestamp_of_bytes
+from statekit.backends.common.key_layout import timestamp_of_bytes
 from statekit.backends.common.changelog import OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.common.registration import RegisteredState, default_value
 from statekit.backends.heap.bulk import (
     HeapBulkAppendingState, HeapBulkListState, HeapBulkState, HeapBulkValueState,
 )
-from statekit.backends.heap.copies import Namespaces, UserKeys
 from statekit.backends.heap.options import OPTIONS
+from statekit.backends.heap.snapshot_columns import StateColumns, key_group_runs
 from statekit.backends.heap.state_table import KeyGroupMap, StateTable
 from statekit.backends.heap.states import (
     HeapAggregatingState, HeapListState, HeapMapState, HeapReducingState, HeapState, HeapValueState,
@@ -32,7 +31,6 @@ from statekit.spi.backend import (
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle
-from statekit.spi.key_format import KeyBytes
 from statekit.spi.key_groups import canonical_key
 from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
@@ -248,8 +246,9 @@ class _HeapPendingSnapshot(PendingSnapshot):
         self._metas = [table.registration.meta() for table, _, _ in shared.values()]
         self._expired = backend.expired_now(self._metas)
         self._registrations = {name: table.registration for name, (table, _, _) in shared.items()}
-        self._user_keys = {name: table.user_keys for name, (table, _, _) in shared.items()}
         self._namespaces = {name: table.namespaces for name, (table, _, _) in shared.items()}
+        self._columns = {name: StateColumns(table.registration, table.namespaces, table.user_keys, backend.key_bytes)
+                         for name, (table, _, _) in shared.items()}
         self._changelog = backend._changelog
         self._chain = self._changelog.chain
         self._changed = changed  # None: write a full snapshot (a new base when incremental)
@@ -277,12 +276,14 @@ class _HeapPendingSnapshot(PendingSnapshot):
         writer = CanonicalSnapshotWriter(streams.create_output(scope, name="keyed-base" if incremental_base else "keyed"),
                                          expired=self._expired, compression=self._compression)
         try:
-            for index, key_group in enumerate(self._key_group_range):
-                for name, (_, view, _) in self._shared.items():
-                    group = view[index]
-                    if group:
-                        _write_group(writer, key_group, name, self._registrations[name], self._namespaces[name],
-                                     self._user_keys[name], group, self._key_bytes)
+            views = {name: view for name, (_, view, _) in self._shared.items()}
+            for run in key_group_runs(list(views.values()), len(self._key_group_range)):
+                rows = {name: self._columns[name].rows([view[index] for index in run]) for name, view in views.items()}
+                for position, index in enumerate(run):
+                    key_group = self._key_group_range.start + index
+                    for name in views:
+                        for namespace_rows in rows[name][position]:
+                            namespace_rows.write(writer, key_group, name)
             return writer.finish(self._key_group_range, self._key_bytes.snapshot(), self._metas)
         except BaseException:
             writer.abort()
@@ -328,41 +329,10 @@ class _HeapPendingSnapshot(PendingSnapshot):
                 writer.add_columns(key_group, name, self._key_bytes.serialize_arrow(deleted),
                                    pa.array(deleted_namespaces, pa.binary()), None, b"", OP_DELETE)
             if current:
-                _write_group(writer, key_group, name, registration, self._namespaces[name], self._user_keys[name],
-                             current, self._key_bytes, OP_PUT)
+                for namespace_rows in self._columns[name].rows([current])[0]:
+                    namespace_rows.write(writer, key_group, name, OP_PUT)
 
     def release(self) -> None:
         for table, view, owned in self._shared.values():
             table.unshare(owned, view)
         self._shared = {}
-
-
-def _write_group(writer: CanonicalSnapshotWriter, key_group: int, name: str, registration: RegisteredState,
-                 namespaces: Namespaces, user_keys_of: UserKeys | None, group: KeyGroupMap,
-                 key_bytes: KeyBytes, op: int | None = None) -> None:
-    """The cells of one state in one key group, a column at a time: each key is serialized once,
-    and a key's rows (list elements, map entries, timers) repeat its bytes by index."""
-    kind = registration.kind
-    value_serializer = None if kind is StateKind.TIMERS else registration.value_serializer
-    for namespace, entries in group.items():
-        ns_bytes = namespaces.to_bytes(namespace)
-        keys = key_bytes.serialize_arrow(list(entries))
-        user_keys: pa.Array | None = None
-        values: pa.Array | bytes
-        if kind is StateKind.VALUE or kind is StateKind.REDUCING or kind is StateKind.AGGREGATING:
-            values = value_serializer.serialize_arrow(list(entries.values()))  # type: ignore[union-attr]
-        else:
-            keys = keys.take(np.repeat(np.arange(len(keys)), [len(held) for held in entries.values()]))
-            if kind is StateKind.LIST:
-                values = value_serializer.serialize_arrow(  # type: ignore[union-attr]
-                    [v for elements in entries.values() for v in elements])
-            elif kind is StateKind.MAP:
-                user_key_bytes = user_keys_of.to_bytes  # type: ignore[union-attr]
-                user_keys = pa.array([user_key_bytes(k) for mapping in entries.values() for k in mapping], pa.binary())
-                values = value_serializer.serialize_arrow(  # type: ignore[union-attr]
-                    [v for mapping in entries.values() for v in mapping.values()])
-            else:  # timers: one row per timer, the timestamp as user key (the canonical format's)
-                user_keys = pa.array([timestamp_bytes(t) for held in entries.values() for t in sorted(held)],
-                                     pa.binary())
-                values = b""
-        writer.add_columns(key_group, name, keys, ns_bytes, user_keys, values, op)
