@@ -7,7 +7,8 @@ pre-committing leaves a lingering transaction that is aborted; a commit that fai
 retried; one that fails permanently stops the query with nothing lost, and the restarted query
 commits it; a PostgreSQL transaction the server timed out fails its task, whose retry writes the
 rows once; a transaction rolled back behind the job's back is a clear error, or skipped when the
-job is told to ignore it. The kills of whole drivers are in ``test_sink_exactly_once``.
+job is told to ignore it; a discarding sink drops the output and the job keeps its state. The
+kills of whole drivers are in ``test_sink_exactly_once``.
 """
 import os
 import shutil
@@ -25,7 +26,7 @@ from pyspark import TaskContext, cloudpickle
 from statekit.conformance_tests.s3 import DEFAULT_BUCKET, moto_s3  # noqa: F401 - a session-scoped fixture
 from statekit.conformance_tests.workload import WorkloadFunction, expected_outputs, make_rows
 from statekit.runtime.sink_coordinator import SINK_PROPERTY
-from statekit.sinks import ParquetFileSink, PostgresSink, SqliteWriteAheadSink
+from statekit.sinks import DiscardingSink, ParquetFileSink, PostgresSink, SqliteWriteAheadSink
 from statekit.sinks.files import STAGING_DIR
 from statekit.spark import process_keyed_stream
 from statekit.spi.errors import ConfigurationError, SinkError, TransactionLostError
@@ -102,6 +103,17 @@ def test_parquet_sink_on_local_disk(spark, statekit_settings, tmp_path):
     recorded = job.checkpoint().properties[SINK_PROPERTY]
     assert recorded["kind"] == "two-phase-commit" and [o["subtask"] for o in recorded["outputs"]] == [0, 1]
     assert sum(o["rows"] for o in recorded["outputs"]) == len(job.epochs[1])
+
+
+def test_a_discarding_sink_drops_the_output_and_the_job_keeps_its_state(spark, statekit_settings, tmp_path):
+    job = Job(spark, statekit_settings, tmp_path)
+    job.run(DiscardingSink())
+    recorded = job.checkpoint().properties[SINK_PROPERTY]
+    assert [o["subtask"] for o in recorded["outputs"]] == [0, 1]
+    assert sum(o["rows"] for o in recorded["outputs"]) == len(job.epochs[1]), "the rows it dropped"
+    counts = (spark.read.format("statekit").option("state", "count")
+              .load((tmp_path / "checkpoints" / "sinks").as_uri()))
+    assert {r.key: r.value for r in counts.collect()} == Counter(key for e in job.epochs for key, _, _ in e)
 
 
 class FailingAfterPreCommit(ParquetFileSink):

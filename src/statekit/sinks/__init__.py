@@ -8,6 +8,8 @@
 - ``SqliteWriteAheadSink``: rows in an SQLite table, logged in checkpoint storage and published
   once per epoch after the checkpoint is complete (a write-ahead log: no transactions across
   processes needed).
+- ``DiscardingSink``: drops the output where it is computed, for jobs whose product is their state
+  and for measuring a job apart from its output.
 
 Names are imported on first use, so a sink's driver package is loaded only when it is used."""
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING
 from statekit.lazy import lazy_exports
 
 _EXPORTS = {
+    "DiscardingSink": "statekit.sinks.discarding",
     "ParquetFileSink": "statekit.sinks.files",
     "PostgresSink": "statekit.sinks.postgres",
     "SqliteWriteAheadSink": "statekit.sinks.sqlite",
@@ -25,6 +28,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from statekit.sinks.discarding import DiscardingSink
     from statekit.sinks.files import ParquetFileSink
     from statekit.sinks.postgres import PostgresSink
     from statekit.sinks.sqlite import SqliteWriteAheadSink
