@@ -4,10 +4,15 @@ interleaved, best of ``rounds``:
 
 * a ``foreachBatch`` doing nothing: starting and ending the query and listing its source;
 * a ``foreachBatch`` running statekit's plan (key groups, markers, ``repartitionById``) into a
-  ``mapInArrow`` that drops every batch: the shuffle and the transfer of every row to Python;
-* statekit with a function that does nothing: the engine (restore, snapshot, checkpoint, the
-  stage's output kept for the sink and the sink's ``count``);
-* statekit with count + last value per key in bulk state, with and without ``pre_aggregate``.
+  ``mapInArrow`` that drops every batch (in Arrow batches as large as statekit's): the shuffle and
+  the transfer of every row to Python; the same after the pre-aggregation (``groupBy(k).agg(count, last)``): its floor;
+* statekit with a function that does nothing: the engine (restore, snapshot, checkpoint);
+* statekit with count + last value per key in bulk state, with and without ``pre_aggregate``;
+* the pre-aggregated one with a sink function (``out.count()``) instead of ``DiscardingSink``:
+  the output kept for the function (a local checkpoint of the stage) and the function's own job.
+
+statekit's sides drop their output in the stage (``DiscardingSink``), as the built-in
+aggregation does (the ``noop`` format), except the last.
 
 Each is a record of its seconds against Spark's built-in streaming aggregation of the same job
 (lower is better); the differences between consecutive sides are the parts' costs.
@@ -20,7 +25,7 @@ import argparse
 import os
 import shutil
 import tempfile
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from benchmarks.report import record, report
 from benchmarks.spark_keyed import (
@@ -28,6 +33,8 @@ from benchmarks.spark_keyed import (
     write_source,
 )
 from statekit.runtime import KeyedVectorFunction
+from statekit.sinks import DiscardingSink
+from statekit.spark.pre_aggregation import PreAggregation
 
 WARM_UP_ROWS = 10_000
 
@@ -39,11 +46,19 @@ class DoNothing(KeyedVectorFunction):
         return None
 
 
+def _read_all(batches: Iterator[Any]) -> Iterator[Any]:
+    """Every batch read, none returned (a function that returned at once would leave its input
+    unread: a different path through Spark's Python runner)."""
+    for _ in batches:
+        pass
+    return iter(())
+
+
 def run(rows: int = 1_000_000, keys: int = 100_000, rounds: int = 3) -> list[dict]:
     from pyspark.sql import functions as F
 
     from statekit.spark import process_keyed_stream
-    from statekit.spark.keyed import _plan
+    from statekit.spark.keyed import ARROW_BATCH_ROWS, ARROW_BATCH_ROWS_SETTING, _plan, _session_conf
 
     spark = session()
     work = tempfile.mkdtemp(prefix="statekit-bench-breakdown-")
@@ -59,18 +74,24 @@ def run(rows: int = 1_000_000, keys: int = 100_000, rounds: int = 3) -> list[dic
         return lambda source: (stream(source).writeStream.foreachBatch(function)
                                .option("checkpointLocation", checkpoint()).trigger(availableNow=True).start())
 
-    def dropped(df: Any, batch_id: int) -> None:
-        _plan(df, ("k",), 2, 128).mapInArrow(lambda batches: iter(()), "k long").write.format("noop") \
-            .mode("overwrite").save()
+    def dropped(pre_aggregate: dict[str, Any] | None = None) -> Callable[[Any, int], None]:
+        def drop(df: Any, batch_id: int) -> None:
+            if pre_aggregate is not None:
+                df = PreAggregation.of(pre_aggregate, ("k",), None).apply(df)  # type: ignore[union-attr]
+            with _session_conf(df.sparkSession, ARROW_BATCH_ROWS_SETTING, str(ARROW_BATCH_ROWS)):  # as statekit's stage
+                _plan(df, ("k",), 2, 128).mapInArrow(_read_all, "k long").write.format("noop") \
+                    .mode("overwrite").save()
+        return drop
 
-    def statekit(function: type, pre_aggregate: dict[str, Any] | None = None) -> Callable[[str], Any]:
+    def statekit(function: type, pre_aggregate: dict[str, Any] | None = None,
+                 sink: Any = DiscardingSink()) -> Callable[[str], Any]:
         def start(source: str) -> Any:
             location = checkpoint()
             for name, value in {"backend": "heap", "checkpoint.storage": "filesystem", "parallelism": "2",
                                 "checkpoint.dir": f"file://{location}-statekit", "checkpoint.incremental": "true",
                                 "local.dir": os.path.join(work, "local")}.items():
                 spark.conf.set(f"spark.statekit.{name}", value)
-            return process_keyed_stream(stream(source), "k", function(), OUTPUT, lambda out, batch_id: out.count(),
+            return process_keyed_stream(stream(source), "k", function(), OUTPUT, sink,
                                         job_id=f"breakdown-{os.path.basename(location)}", checkpoint_location=location,
                                         trigger={"availableNow": True}, pre_aggregate=pre_aggregate)
         return start
@@ -80,14 +101,17 @@ def run(rows: int = 1_000_000, keys: int = 100_000, rounds: int = 3) -> list[dic
         return (counted.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint())
                 .trigger(availableNow=True).start())
 
+    pre_aggregate = {"count": F.count("*"), "last": F.last("v")}
     sides: dict[str, Callable[[str], Any]] = {
         BUILT_IN: built_in,
         "a foreachBatch doing nothing": each_batch(lambda df, batch_id: None),
-        "statekit's plan into a mapInArrow dropping the rows": each_batch(dropped),
+        "statekit's plan into a mapInArrow dropping the rows": each_batch(dropped()),
+        "statekit's plan after pre-aggregation into a mapInArrow dropping the rows": each_batch(dropped(pre_aggregate)),
         "statekit, a function doing nothing": statekit(DoNothing),
         "statekit, count + last in bulk state": statekit(VectorCountAndLast),
-        "statekit, count + last pre-aggregated": statekit(PreAggregatedCountAndLast,
-                                                          {"count": F.count("*"), "last": F.last("v")}),
+        "statekit, count + last pre-aggregated": statekit(PreAggregatedCountAndLast, pre_aggregate),
+        "statekit, count + last pre-aggregated, a sink function": statekit(
+            PreAggregatedCountAndLast, pre_aggregate, lambda out, batch_id: out.count()),
     }
     try:
         warm_up = write_source(spark, os.path.join(work, "warm-up"), min(rows, WARM_UP_ROWS), keys, 1)
