@@ -133,7 +133,10 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
         else:
             pending = task.snapshot(SnapshotOptions(incremental=spec.incremental, format=spec.checkpoint_format))
             streams = access.streams(spec.checkpoint_id, subtask.name)
-        upload = SnapshotUpload(pending, streams, concurrent=spec.state_backend.capabilities.async_snapshots)
+        # a thread only where work is left to overlap with the upload: starting one costs milliseconds
+        # on a busy executor, more than it saves when the output has gone already
+        upload = SnapshotUpload(pending, streams, concurrent=spec.state_backend.capabilities.async_snapshots
+                                and (bool(outputs) or writer is not None))
         try:
             while outputs:  # the rest of the output goes to Spark (or the sink) while the snapshot uploads
                 yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer)
