@@ -516,3 +516,29 @@ def test_restored_output_a_sink_cannot_commit_is_a_clear_error_or_skipped_when_a
             else:
                 with pytest.raises(error, match=message):
                     coordinator.commit_restored(restored, "file:///sp", InlineStreams())
+
+
+def test_a_discarding_sink_is_a_kind_of_its_own_when_the_sink_changes(tmp_path, postgres, pg_table):
+    """A checkpoint a DiscardingSink recorded holds no output: a job with a real sink that restores
+    or continues from it commits nothing there and goes on. A job switching to a DiscardingSink is
+    stopped while the latest checkpoint records another sink's output: dropping it would lose it."""
+    from statekit.runtime.sink_coordinator import SinkCoordinator
+    from statekit.storage.inline import InlineStreams
+    discarded = CheckpointMetadata(4, "bootstrap", {}, properties={SINK_PROPERTY: {
+        "operator": "op", "kind": "discarding", "outputs": [{"subtask": 0, "epoch": 4, "rows": 9, "transaction": {}}]}})
+    with sqlite3.connect(tmp_path / "out.db") as connection:
+        connection.execute("CREATE TABLE out (key TEXT, count INTEGER)")
+    for sink in (ParquetFileSink(tmp_path.as_uri()), PostgresSink(postgres.conninfo, pg_table),
+                 SqliteWriteAheadSink(str(tmp_path / "out.db"), "out")):
+        coordinator = SinkCoordinator(sink, "bootstrap", "op")
+        assert coordinator.recorded(discarded) == [], "recorded (the epoch is done), nothing to commit"
+        coordinator.commit_restored(discarded, "file:///sp", InlineStreams())
+        coordinator.recover(discarded, InlineStreams())
+
+    staged = {"id": "statekit~job~op~1~0~run~7", "staged": f"{STAGING_DIR}/a.parquet", "final": "a.parquet"}
+    parquet = CheckpointMetadata(1, "job", {}, properties={SINK_PROPERTY: {
+        "operator": "op", "kind": "two-phase-commit", "outputs": [{"subtask": 0, "epoch": 1, "rows": 3,
+                                                                    "transaction": staged}]}})
+    with pytest.raises(SinkError, match=r"records output of a two-phase-commit sink, but the job now writes to "
+                                        r"DiscardingSink, a discarding sink: run it once more with the sink it had"):
+        SinkCoordinator(DiscardingSink(), "job", "op").recover(parquet, InlineStreams())

@@ -31,7 +31,7 @@ from typing import Any, Callable, TypeVar
 from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.runtime.sink_writer import logged_output
 from statekit.spi.errors import SinkError, TransactionLostError
-from statekit.spi.sinks import Sink, SinkContext, TwoPhaseCommitSink, WriteAheadSink
+from statekit.spi.sinks import DISCARDING_KIND, Sink, SinkContext, TwoPhaseCommitSink, WriteAheadSink
 from statekit.spi.storage import CheckpointStreams
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,8 @@ class SinkCoordinator:
         recorded = metadata.properties.get(SINK_PROPERTY)
         if not isinstance(recorded, dict) or recorded.get("operator") != self.operator_id:
             return None
+        if recorded.get("kind") == DISCARDING_KIND:  # recorded, so the epoch is done, but nothing to commit
+            return []
         if recorded.get("kind") != self.sink.kind:
             where = (f"the restored snapshot {restored_from} (job {metadata.job_id!r})" if restored_from else
                      f"checkpoint {metadata.checkpoint_id} of job {self.job_id!r}")

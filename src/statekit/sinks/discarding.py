@@ -6,7 +6,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from statekit.spi.sinks import SinkContext, TwoPhaseCommitSink
+from statekit.spi.sinks import DISCARDING_KIND, SinkContext, TwoPhaseCommitSink
 
 
 class DiscardingSink(TwoPhaseCommitSink[None]):
@@ -14,7 +14,13 @@ class DiscardingSink(TwoPhaseCommitSink[None]):
     product (state built to be read or queried, a bootstrap run) and for measuring a job apart
     from its output: a sink function would get the output kept for it (a local checkpoint of the
     stage) and run its own Spark job over it. The job checkpoints as with any sink, and the
-    checkpoint records how many rows each subtask dropped."""
+    checkpoint records how many rows each subtask dropped.
+
+    Its own ``kind``: a job restored from its checkpoints by a job with another sink finds no
+    output to commit there, and a job that switches to it from another sink is stopped until the
+    output that sink's latest checkpoint records is committed, as for any switch of sink kind."""
+
+    kind = DISCARDING_KIND
 
     def begin_transaction(self, context: SinkContext) -> None:
         return None

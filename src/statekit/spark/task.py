@@ -34,7 +34,7 @@ from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
 from statekit.spi.errors import FunctionResultError, StatekitError
 from statekit.spi.key_groups import canonical_key
 from statekit.spi.backend import SnapshotFormat, SnapshotOptions, StateBackend, SubtaskInfo
-from statekit.spi.sinks import Sink, SinkContext
+from statekit.spi.sinks import DISCARDING_KIND, Sink, SinkContext
 from statekit.spi.storage import CheckpointStorage, SavepointTarget
 from statekit.spi.timers import MIN_TIMESTAMP
 
@@ -133,10 +133,10 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
         else:
             pending = task.snapshot(SnapshotOptions(incremental=spec.incremental, format=spec.checkpoint_format))
             streams = access.streams(spec.checkpoint_id, subtask.name)
-        # a thread only where work is left to overlap with the upload: starting one costs milliseconds
-        # on a busy executor, more than it saves when the output has gone already
-        upload = SnapshotUpload(pending, streams, concurrent=spec.state_backend.capabilities.async_snapshots
-                                and (bool(outputs) or writer is not None))
+        # a thread only where work is left to overlap with the upload (output, a sink's pre-commit):
+        # starting one costs milliseconds on a busy executor, more than it saves when there is none
+        upload = SnapshotUpload(pending, streams, concurrent=spec.state_backend.capabilities.async_snapshots and (
+            bool(outputs) or writer is not None and writer.sink.kind != DISCARDING_KIND))
         try:
             while outputs:  # the rest of the output goes to Spark (or the sink) while the snapshot uploads
                 yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer)

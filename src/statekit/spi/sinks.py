@@ -31,6 +31,9 @@ import pyarrow as pa
 #: separates the parts of a transaction id; job and operator ids never contain it (``spi.names``)
 TRANSACTION_ID_SEPARATOR = "~"
 TRANSACTION_ID_PREFIX = "statekit"
+#: the ``kind`` of a sink that writes nothing (``statekit.sinks.DiscardingSink``): what its
+#: checkpoints record holds no output to commit, and its subtasks have no pre-commit work
+DISCARDING_KIND = "discarding"
 
 Transaction = TypeVar("Transaction")
 
