@@ -5,17 +5,22 @@ interleaved, best of ``rounds``:
 * a ``foreachBatch`` doing nothing: starting and ending the query and listing its source;
 * a ``foreachBatch`` running statekit's plan (key groups, markers, ``repartitionById``) into a
   ``mapInArrow`` that drops every batch (in Arrow batches as large as statekit's): the shuffle and
-  the transfer of every row to Python; the same after the pre-aggregation (``groupBy(k).agg(count, last)``): its floor;
-* statekit with a function that does nothing: the engine (restore, snapshot, checkpoint);
-* statekit with count + last value per key in bulk state, with and without ``pre_aggregate``;
-* the pre-aggregated one with a sink function (``out.count()``) instead of ``DiscardingSink``:
-  the output kept for the function (a local checkpoint of the stage) and the function's own job.
+  the transfer of every row to Python;
+* statekit with a function that does nothing: the engine (grouping the rows by key, restore,
+  snapshot, checkpoint);
+* statekit with count + last value per key in bulk state;
+* the plan's floor after the pre-aggregation (``groupBy(k).agg(count, last)``), the same
+  ``foreachBatch`` as the second;
+* statekit with count + last over the pre-aggregated rows; and the same with a sink function
+  (``out.count()``) instead of ``DiscardingSink``: the output kept for the function (a local
+  checkpoint of the stage) and the function's own Spark job.
 
 statekit's sides drop their output in the stage (``DiscardingSink``), as the built-in
 aggregation does (the ``noop`` format), except the last.
 
 Each is a record of its seconds against Spark's built-in streaming aggregation of the same job
-(lower is better); the differences between consecutive sides are the parts' costs.
+(lower is better). Each side does one part more than the one before it, so their difference is
+that part's cost; the pre-aggregated floor starts a second chain, of the sides after it.
 
     python -m benchmarks.spark_breakdown [--rows 1000000] [--keys 100000] [--rounds 3] [--json FILE]
 """
@@ -106,9 +111,9 @@ def run(rows: int = 1_000_000, keys: int = 100_000, rounds: int = 3) -> list[dic
         BUILT_IN: built_in,
         "a foreachBatch doing nothing": each_batch(lambda df, batch_id: None),
         "statekit's plan into a mapInArrow dropping the rows": each_batch(dropped()),
-        "statekit's plan after pre-aggregation into a mapInArrow dropping the rows": each_batch(dropped(pre_aggregate)),
         "statekit, a function doing nothing": statekit(DoNothing),
         "statekit, count + last in bulk state": statekit(VectorCountAndLast),
+        "statekit's plan after pre-aggregation into a mapInArrow dropping the rows": each_batch(dropped(pre_aggregate)),
         "statekit, count + last pre-aggregated": statekit(PreAggregatedCountAndLast, pre_aggregate),
         "statekit, count + last pre-aggregated, a sink function": statekit(
             PreAggregatedCountAndLast, pre_aggregate, lambda out, batch_id: out.count()),

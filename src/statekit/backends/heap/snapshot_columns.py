@@ -57,12 +57,12 @@ class StateColumns:
 
     def rows(self, groups: Sequence[KeyGroupMap]) -> list[list[NamespaceRows]]:
         """For each of ``groups`` (key-group maps of this state), its rows per namespace."""
-        runs = [(position, self._namespaces.to_bytes(namespace), entries)
-                for position, group in enumerate(groups) for namespace, entries in group.items() if entries]
+        cells = [(position, self._namespaces.to_bytes(namespace), entries)
+                 for position, group in enumerate(groups) for namespace, entries in group.items() if entries]
         rows: list[list[NamespaceRows]] = [[] for _ in groups]
-        if not runs:
+        if not cells:
             return rows
-        held = [entries for _, _, entries in runs]
+        held = [entries for _, _, entries in cells]
         keys = self._key_bytes.serialize_arrow(list(chain.from_iterable(held)))
         user_keys: pa.Array | None = None
         values: pa.Array | bytes
@@ -84,7 +84,7 @@ class StateColumns:
                 user_keys = pa.array([timestamp_bytes(t) for timers in containers for t in sorted(timers)], pa.binary())
                 values = b""
         start = 0
-        for (position, namespace, _), count in zip(runs, counts):
+        for (position, namespace, _), count in zip(cells, counts):
             rows[position].append(NamespaceRows(
                 namespace, keys.slice(start, count), None if user_keys is None else user_keys.slice(start, count),
                 values if isinstance(values, bytes) else values.slice(start, count)))
@@ -94,7 +94,8 @@ class StateColumns:
 
 def key_group_runs(views: Sequence[Sequence[KeyGroupMap]], n_key_groups: int) -> list[range]:
     """Consecutive key-group indices in runs of about ``KEYS_PER_RUN`` keys of all ``views`` (a
-    state's key-group maps each)."""
+    state's key-group maps each). Keys, not rows: a key of a list, map or timer state counts once
+    however many elements it holds, so runs of such states may hold more rows (and objects)."""
     runs, start, keys = [], 0, 0
     for index in range(n_key_groups):
         keys += sum(len(entries) for view in views for entries in view[index].values())
