@@ -80,9 +80,11 @@ def run(rows: int = 1_000_000, keys: int = 100_000, rounds: int = 3) -> list[dic
                                .option("checkpointLocation", checkpoint()).trigger(availableNow=True).start())
 
     def dropped(pre_aggregate: dict[str, Any] | None = None) -> Callable[[Any, int], None]:
+        pre_aggregation = PreAggregation.of(pre_aggregate, ("k",), None)
+
         def drop(df: Any, batch_id: int) -> None:
-            if pre_aggregate is not None:
-                df = PreAggregation.of(pre_aggregate, ("k",), None).apply(df)  # type: ignore[union-attr]
+            if pre_aggregation is not None:
+                df = pre_aggregation.apply(df)
             with _session_conf(df.sparkSession, ARROW_BATCH_ROWS_SETTING, str(ARROW_BATCH_ROWS)):  # as statekit's stage
                 _plan(df, ("k",), 2, 128).mapInArrow(_read_all, "k long").write.format("noop") \
                     .mode("overwrite").save()

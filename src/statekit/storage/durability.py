@@ -73,7 +73,7 @@ def _make_directories_durably(directory: str) -> None:
     """``os.makedirs``, then sync the entry of every directory it created in its parent: files
     below a new directory must not outlive it in an OS crash."""
     created = []
-    missing = directory
+    missing = os.path.abspath(directory)  # a relative path's parents end in "", never a directory
     while not os.path.isdir(missing):
         created.append(missing)
         missing = os.path.dirname(missing)
