@@ -4,11 +4,11 @@
   changed (RocksDB: shared SST files; heap and LMDB: changelog deltas on a base);
 * full checkpoint throughput vs the disk's sequential write bandwidth (a file of the same size
   written and fsynced, as checkpoint files are), the best of three interleaved rounds of each;
-  for a backend with native snapshots (RocksDB, LMDB) also in its native format
+  for a backend with native snapshots (heap, RocksDB, LMDB) also in its native format
   (``spark.statekit.checkpoint.format=native``: RocksDB's SST files hard-linked into the
   checkpoint, as the storage is on the same file system, so the fraction may exceed 1; LMDB's
-  environment copied by LMDB), its seconds and bytes vs the canonical one's of the same
-  state, and the restore from it vs from the canonical one;
+  environment copied by LMDB; the heap's key-group maps pickled), its seconds and bytes vs the
+  canonical one's of the same state, and the restore from it vs from the canonical one;
 * full checkpoints with each snapshot compression (lz4, zstd) vs none: bytes and seconds;
 * restore at the same parallelism from the incremental checkpoint vs from the full one;
 * rescale 4 -> 8 vs plain restore 4 -> 4, from the same incremental checkpoint (restores: best

@@ -41,6 +41,7 @@ NATIVE = SnapshotFormat.NATIVE
 FLAVOURS: dict[str, tuple[Callable[[], Any], bool, SnapshotFormat]] = {
     "heap-full": (HeapStateBackend, False, SnapshotFormat.CANONICAL),
     "heap-changelog": (HeapStateBackend, True, SnapshotFormat.CANONICAL),
+    "heap-native": (HeapStateBackend, False, NATIVE),
     "rocksdb-full": (RocksDBStateBackend, False, SnapshotFormat.CANONICAL),
     "rocksdb-incremental": (RocksDBStateBackend, True, SnapshotFormat.CANONICAL),
     "rocksdb-native": (RocksDBStateBackend, False, NATIVE),
@@ -319,9 +320,10 @@ def _handles(checkpoints: dict[str, Checkpoint]) -> dict[str, dict[str, Any]]:
     changelog = checkpoints["heap-changelog"].body()["operators"][0]["subtasks"][0]["keyed"][0]
     rocksdb = checkpoints["rocksdb-incremental"].body()["operators"][0]["subtasks"][0]["keyed"][0]
     lmdb = checkpoints["lmdb-native"].body()["operators"][0]["subtasks"][0]["keyed"][0]
+    heap = checkpoints["heap-native"].body()["operators"][0]["subtasks"][0]["keyed"][0]
     return {"file": heap_full["keyed"][0]["stream"], "inline": InlineStateHandle(b"inline bytes").to_json(),
             "key-groups": heap_full["keyed"][0], "operator": heap_full["operator"], "changelog": changelog,
-            "rocksdb-incremental": rocksdb, "lmdb-native": lmdb}
+            "rocksdb-incremental": rocksdb, "lmdb-native": lmdb, "heap-native": heap}
 
 
 OPTIONAL_FIELDS = {"inline": ("checksum",), "key-groups": ("format",)}
@@ -329,7 +331,7 @@ WRONG_VALUES = [None, "?", -1, 1.5, True, {}, [], [[]], {"type": "file"}]
 
 
 @pytest.mark.parametrize("tag", ["file", "inline", "key-groups", "operator", "changelog", "rocksdb-incremental",
-                                 "lmdb-native"])
+                                 "lmdb-native", "heap-native"])
 def test_every_handle_field_is_checked_and_named(checkpoints, tag):
     handle = _handles(checkpoints)[tag]
     assert StateHandle.from_json(copy.deepcopy(handle)).to_json() == StateHandle.from_json(handle).to_json()

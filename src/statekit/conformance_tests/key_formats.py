@@ -19,6 +19,7 @@ from statekit.spi import (
     KeyedStateBackend, KeyGroupsStateHandle, SnapshotOptions, SnapshotType, StateHandle, ValueStateDescriptor,
 )
 from statekit.spi.key_format import KEY_FORMAT, KEYS_AS_GIVEN, KeyBytes, read_key_serializer
+from statekit.spi.key_groups import canonical_key
 from statekit.spi.storage import CheckpointStreams
 from statekit.storage.inline import InlineStreams
 
@@ -92,6 +93,23 @@ class KeyFormatTests(SnapshotTestBase):
         want = {keyed_backend.key_serializer.serialize(INSTANT)}
         assert stored_keys(savepoint, snapshot_streams) == want, \
             "a savepoint holds an instant under the key serializer's bytes of the instant in UTC"
+
+    def test_a_nan_key_is_one_key_through_a_restore(self, state_backend, keyed_backend, snapshot_streams,
+                                                    snapshot_options, tmp_path):
+        """The runtime gives every NaN key as ``CANONICAL_NAN`` (``canonical_key``), alone or in a
+        tuple key: the restored state must find it under that one object again (NaN != NaN)."""
+        keys = [canonical_key(float("nan")), canonical_key((1, float("nan")))]
+        for key in keys:
+            add_one(keyed_backend, key)
+        handle = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            for key in keys:
+                add_one(restored, key)
+                assert count_of(restored, key) == 2, \
+                    f"after a restore the NaN key {key!r} reads {count_of(restored, key)!r}, expected 2"
+        finally:
+            restored.dispose()
 
     def test_an_instant_is_one_key_through_a_backend_switch(self, state_backend, keyed_backend, snapshot_streams,
                                                             tmp_path):

@@ -273,6 +273,33 @@ def check_byte_ranges(path: str, ranges: list[tuple[str, ByteRange]], stream: "S
         previous_end, previous = byte_range.end, name
 
 
+def key_group_index_json(key_groups: dict[int, ByteRange]) -> list[list[Any]]:
+    """The byte range of every key group in a stream, as ``[[key group, offset, length, checksum], ...]``."""
+    return [[kg, *r.to_json()] for kg, r in sorted(key_groups.items())]
+
+
+def read_key_group_index(data: JsonObject, key: str, key_group_range: KeyGroupRange,
+                         stream: "StreamStateHandle") -> dict[int, ByteRange]:
+    """The index ``key_group_index_json`` wrote: key groups inside the handle's range, ascending,
+    once each, their byte ranges inside ``stream`` and apart."""
+    index = data.array(key)
+    key_groups: dict[int, ByteRange] = {}
+    previous = -1
+    for entry in index.arrays(4):
+        key_group = entry.integer(0)
+        if key_group not in key_group_range:
+            malformed(entry.path_of(0), f"is key group {key_group}, outside the handle's key-group range "
+                                        f"{key_group_range}", show_value=False)
+        if key_group <= previous:
+            problem = "appears twice" if key_group in key_groups else "is out of order"
+            malformed(entry.path_of(0), f"is key group {key_group}, which {problem} in the index (key groups "
+                                        f"are listed once each, in ascending order)", show_value=False)
+        key_groups[key_group] = ByteRange.from_json(entry, first=1)
+        previous = key_group
+    check_byte_ranges(index.path, [(f"key group {kg}", r) for kg, r in key_groups.items()], stream)
+    return key_groups
+
+
 @dataclass(frozen=True)
 class StateMetaInfo:
     """What a snapshot records of one state: its kind and the serializers that wrote it."""
@@ -359,7 +386,7 @@ class KeyGroupsStateHandle(RecordedStates):
         return {
             "key_group_range": self.key_group_range.to_json(),
             "stream": self.stream.to_json(),
-            "key_groups": [[kg, *r.to_json()] for kg, r in sorted(self.key_groups.items())],
+            "key_groups": key_group_index_json(self.key_groups),
             "key_serializer": self.key_serializer,
             "states": [s.to_json() for s in self.states],
             "format": self.format,
@@ -377,21 +404,7 @@ class KeyGroupsStateHandle(RecordedStates):
                       f"wrote the snapshot, or a newer one", show_value=False)
         key_group_range = read_key_group_range(data)
         stream = nested_handle(data, "stream", StreamStateHandle)
-        index = data.array("key_groups")
-        key_groups: dict[int, ByteRange] = {}
-        previous = -1
-        for entry in index.arrays(4):
-            key_group = entry.integer(0)
-            if key_group not in key_group_range:
-                malformed(entry.path_of(0), f"is key group {key_group}, outside the handle's key-group range "
-                                            f"{key_group_range}", show_value=False)
-            if key_group <= previous:
-                problem = "appears twice" if key_group in key_groups else "is out of order"
-                malformed(entry.path_of(0), f"is key group {key_group}, which {problem} in the index (key groups "
-                                            f"are listed once each, in ascending order)", show_value=False)
-            key_groups[key_group] = ByteRange.from_json(entry, first=1)
-            previous = key_group
-        check_byte_ranges(index.path, [(f"key group {kg}", r) for kg, r in key_groups.items()], stream)
+        key_groups = read_key_group_index(data, "key_groups", key_group_range, stream)
         return cls(key_group_range, stream, key_groups, read_serializer_snapshot(data, "key_serializer"),
                    tuple(StateMetaInfo.from_json(s) for s in data.array("states").objects()),
                    data.text("format") if data.has("format") else "canonical-arrow-v1", version)

@@ -31,7 +31,7 @@ from statekit.backends.common.snapshot_sink import CHUNK_BYTES, HashingSink
 from statekit.backends.common.ttl import TIMESTAMP
 from statekit.spi.descriptors import StateKind
 from statekit.spi.errors import ConfigurationError, CorruptStateError, SnapshotError
-from statekit.spi.handles import ByteRange, KeyGroupsStateHandle, StateMetaInfo, verify_checksum
+from statekit.spi.handles import ByteRange, KeyGroupsStateHandle, StateMetaInfo, StreamStateHandle, verify_checksum
 from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.options import Option, choice
 from statekit.spi.serializer import SerializerSnapshot
@@ -221,14 +221,23 @@ def read_key_groups(handle: KeyGroupsStateHandle, streams: CheckpointStreams,
     schema = SCHEMAS.get(handle.format)
     if schema is None:
         raise CorruptStateError(f"unsupported keyed snapshot format {handle.format!r}; known: {sorted(SCHEMAS)}")
-    wanted = sorted((kg, r) for kg, r in handle.key_groups.items() if kg in key_groups)
+    for kg, part in key_group_bytes(handle.stream, handle.key_groups, key_groups, streams):
+        yield from ((kg, batch) for batch in _parse_batches(part, handle, kg, schema))
+
+
+def key_group_bytes(stream: StreamStateHandle, index: dict[int, ByteRange], key_groups: KeyGroupRange,
+                    streams: CheckpointStreams) -> Iterator[tuple[int, memoryview]]:
+    """Yield ``(key_group, bytes)`` for every key group of ``key_groups`` in ``index`` (the byte
+    ranges of ``stream``): contiguous key groups are fetched with one range read, and each key
+    group's bytes are verified against its checksum before they are yielded."""
+    wanted = sorted((kg, r) for kg, r in index.items() if kg in key_groups)
     for run in _contiguous_runs(wanted):
         start, end = run[0][1].offset, run[-1][1].end
-        data = memoryview(streams.read_range(handle.stream, start, end - start))
+        data = memoryview(streams.read_range(stream, start, end - start))
         for kg, byte_range in run:
             part = data[byte_range.offset - start:byte_range.end - start]
-            verify_checksum(part, byte_range.checksum, f"key group {kg} of {_describe(handle)}")
-            yield from ((kg, batch) for batch in _parse_batches(part, handle, kg, schema))
+            verify_checksum(part, byte_range.checksum, f"key group {kg} of {_describe(stream)}")
+            yield kg, part
 
 
 def state_runs(states: Sequence[str]) -> Iterator[tuple[str, int, int]]:
@@ -262,9 +271,9 @@ def _parse_batches(data: memoryview, handle: KeyGroupsStateHandle, kg: int,
         while reader.tell() < len(data):
             yield pa.ipc.read_record_batch(pa.ipc.read_message(reader), schema)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptStateError(f"key group {kg} of {_describe(handle)} cannot be parsed: {exc}") from exc
+        raise CorruptStateError(f"key group {kg} of {_describe(handle.stream)} cannot be parsed: {exc}") from exc
 
 
-def _describe(handle: KeyGroupsStateHandle) -> str:
-    stored_as = handle.stream.stored_as
+def _describe(stream: StreamStateHandle) -> str:
+    stored_as = stream.stored_as
     return f"snapshot stream {stored_as!r}" if stored_as else "an inline snapshot"

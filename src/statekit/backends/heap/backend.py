@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend
+from statekit.backends.common.abstract_keyed import AbstractKeyedStateBackend, streams_to_read
 from statekit.backends.common.canonical import (
     CHANGELOG_FORMAT, DEFAULT_COMPRESSION, CanonicalSnapshotWriter, state_runs,
 )
@@ -18,6 +18,8 @@ from statekit.backends.common.registration import RegisteredState, default_value
 from statekit.backends.heap.bulk import (
     HeapBulkAppendingState, HeapBulkListState, HeapBulkState, HeapBulkValueState,
 )
+from statekit.backends.heap.native_snapshot import NativeHeapSnapshot, NativeHeapStateHandle
+from statekit.backends.heap.native_snapshot import restore as restore_native
 from statekit.backends.heap.options import OPTIONS
 from statekit.backends.heap.snapshot_columns import StateColumns, key_group_runs
 from statekit.backends.heap.state_table import KeyGroupMap, StateTable
@@ -26,7 +28,8 @@ from statekit.backends.heap.states import (
 )
 from statekit.backends.heap.timers import HeapTimerQueue
 from statekit.spi.backend import (
-    Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot, StateBackend,
+    Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot, SnapshotFormat,
+    SnapshotOptions, SnapshotType, StateBackend,
 )
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError
@@ -40,10 +43,11 @@ _GONE = object()  # a changed cell's key that its key group no longer holds
 
 class HeapStateBackend(StateBackend):
     """Keyed state in Python dicts: the fastest backend while state fits in memory.
-    Incremental snapshots are changelog deltas on a canonical base (``common.changelog``)."""
+    Incremental snapshots are changelog deltas on a canonical base (``common.changelog``); full
+    checkpoints may be native, the key-group maps pickled (``native_snapshot``)."""
 
     name = "heap"
-    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True)
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, native_snapshots=True)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -70,8 +74,14 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         self._key_group = -1
         self._index = self._num_key_groups  # the NO_CURRENT_KEY slot of every StateTable
         self._key_cache: dict[bytes, Any] = {}  # deserialized keys while restoring
-        if params.restore_handles:
-            self.restore_canonical(params.restore_handles, params.restore_streams)
+        native = [h for h in params.restore_handles if isinstance(h, NativeHeapStateHandle)]
+        for handle in native:
+            self.adopt_state_metas(handle.states, handle.key_serializer)
+        if native:
+            restore_native(native, streams_to_read(params.restore_streams), self.key_group_range, self._tables)
+        canonical = [h for h in params.restore_handles if not isinstance(h, NativeHeapStateHandle)]
+        if canonical:
+            self.restore_canonical(canonical, params.restore_streams)
             self._key_cache = {}
 
     # --- current key
@@ -123,10 +133,20 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         return table.keys(namespace) if table is not None else iter(())
 
     # --- snapshots: the key-group maps are shared with the pending snapshot (copy-on-write)
+    def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
+        if (options.snapshot_type is SnapshotType.CHECKPOINT and not options.incremental
+                and options.format is SnapshotFormat.NATIVE):
+            self._changelog.full(checkpoint_id)
+            return NativeHeapSnapshot(self._share_tables(), self.key_group_range, self.state_metas(),
+                                      self.key_bytes.snapshot().to_json())
+        return super().snapshot(checkpoint_id, options)
+
+    def _share_tables(self) -> dict[str, tuple[StateTable, list[KeyGroupMap], list[bool]]]:
+        """The synchronous part of a full snapshot: every state's key-group maps, shared."""
+        return {name: (table, *table.share()) for name, table in sorted(self._tables.items()) if not table.is_empty()}
+
     def _full_snapshot(self, checkpoint_id: int) -> PendingSnapshot:
-        shared = {name: (table, *table.share()) for name, table in sorted(self._tables.items())
-                  if not table.is_empty()}
-        return _HeapPendingSnapshot(self, shared, checkpoint_id)
+        return _HeapPendingSnapshot(self, self._share_tables(), checkpoint_id)
 
     def _changelog_snapshot(self, checkpoint_id: int, changed: list[set[Any]] | None) -> PendingSnapshot:
         shared = {name: (table, *table.share()) for name, table in sorted(self._tables.items())}
