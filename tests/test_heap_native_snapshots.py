@@ -1,6 +1,9 @@
 """The heap backend's native full checkpoints (``backends/heap/native_snapshot.py``) where the
 conformance suite's snapshot levels, which run every mode against every backend, do not reach:
 held values pickle cannot write, and other backends refusing the handle."""
+import sys
+import types
+
 import pytest
 
 from statekit.backends.heap import HeapStateBackend
@@ -77,3 +80,29 @@ def test_other_backends_refuse_a_native_heap_checkpoint_and_name_the_way_through
     assert isinstance(handle, NativeHeapStateHandle)
     with pytest.raises(RestoreError, match="NativeHeapStateHandle.*savepoint"):
         open_keyed_backend(other(), str(tmp_path / "other"), restore_handles=[handle], restore_streams=streams)
+
+
+def test_a_value_whose_class_is_gone_where_the_job_restores_names_the_class_and_the_fix(tmp_path, monkeypatch):
+    module = types.ModuleType("statekit_vanishing_values")
+
+    class Reading:
+        def __init__(self, value: int) -> None:
+            self.value = value
+    Reading.__module__ = module.__name__
+    Reading.__qualname__ = "Reading"
+    module.Reading = Reading
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    readings = ValueStateDescriptor("readings")
+    backend = open_keyed_backend(HeapStateBackend(), str(tmp_path / "local"))
+    streams = InlineStreams()
+    try:
+        set_key(backend, "a")
+        backend.get_state(readings).update(Reading(7))
+        handle = backend.snapshot(1, NATIVE).write(streams)
+    finally:
+        backend.dispose()
+    monkeypatch.delitem(sys.modules, module.__name__)  # the executors that restore have no such module
+    with pytest.raises(RestoreError, match=r"class cannot be loaded here .*statekit_vanishing_values.*"
+                                           r"make its module importable.*savepoint or a canonical checkpoint"):
+        open_keyed_backend(HeapStateBackend(), str(tmp_path / "restored"), restore_handles=[handle],
+                           restore_streams=streams)

@@ -43,7 +43,7 @@ SETTINGS = OptionSet(
     Option("checkpoint.incremental", boolean, False, "incremental checkpoints, where the backend supports them"),
     Option("checkpoint.format", choice(*(f.value for f in SnapshotFormat)), SnapshotFormat.CANONICAL.value,
            "the format of full checkpoints: canonical (read by every backend) or native (the backend's own files, "
-           "where it supports them: rocksdb, lmdb)"),
+           "where it supports them: heap, rocksdb, lmdb)"),
     Option("checkpoint.num-retained", integer(minimum=1, maximum=10_000), DEFAULT_NUM_RETAINED,
            "completed checkpoints kept per job"),
     Option("parallelism", integer(minimum=1, maximum=UPPER_BOUND_MAX_PARALLELISM), None,

@@ -176,9 +176,9 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
     def restore_canonical(self, handles: Sequence[StateHandle], streams: CheckpointStreams | None) -> None:
         for handle in handles:
             if not isinstance(handle, (KeyGroupsStateHandle, ChangelogStateHandle)):
-                raise RestoreError(f"the {self.backend_name} backend restores canonical and changelog snapshots, not "
-                                   f"{type(handle).__name__}; take a savepoint with the backend that wrote it and "
-                                   f"restore from that")
+                raise RestoreError(f"the {self.backend_name} backend restores canonical and changelog snapshots (and "
+                                   f"its own native ones), not {type(handle).__name__}; take a savepoint with the "
+                                   f"backend that wrote it and restore from that")
             streams = streams_to_read(streams)
             self.adopt_state_metas(handle.state_meta_infos(), handle.key_serializer_snapshot())
             if isinstance(handle, ChangelogStateHandle):
