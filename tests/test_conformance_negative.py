@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conformance_command import SuiteRun, run_suite
+from statekit.conformance_tests.snapshot_support import SNAPSHOT_MODES
 
 
 def assert_fails_exactly(run: SuiteRun, expected: dict[str, tuple[str, ...]], levels: str) -> None:
@@ -20,16 +21,17 @@ def assert_fails_exactly(run: SuiteRun, expected: dict[str, tuple[str, ...]], le
     assert f"statekit conformance: FAILED in {levels}" in run.output, run.output[-3000:]
 
 
-def both_modes(test: str, *texts: str) -> dict[str, tuple[str, ...]]:
-    """``test`` (with a ``{mode}`` placeholder) with full and with incremental snapshots."""
-    return {test.format(mode=mode): texts for mode in ("full", "incremental")}
+def every_mode(test: str, *texts: str) -> dict[str, tuple[str, ...]]:
+    """``test`` (with a ``{mode}`` placeholder) with full, incremental and native snapshots (the
+    broken backends are the heap's, which declares all three)."""
+    return {test.format(mode=mode): texts for mode in SNAPSHOT_MODES}
 
 
 def test_dropped_writes_after_a_snapshot_fail_the_snapshot_and_incremental_levels(tmp_path):
     run = run_suite(tmp_path, "--backend", "broken_backends.lost_writes:LostWritesBackend",
                     "--level", "snapshots", "--level", "incremental")
     assert_fails_exactly(run, {
-        **both_modes("TestSnapshots::test_overlapping_snapshots_each_see_their_own_point[{mode}]",
+        **every_mode("TestSnapshots::test_overlapping_snapshots_each_see_their_own_point[{mode}]",
                      "snapshot two does not hold its own point in time: 250 of 750 keys missing"),
         "TestSnapshots::test_chain_of_completed_checkpoints_restores_every_key":
             ("state restored from checkpoint 2:", "keys with other state"),
@@ -42,7 +44,7 @@ def test_dropped_writes_after_a_snapshot_fail_the_snapshot_and_incremental_level
             ("state of 3 subtasks restored from an incremental chain:",),
         "TestSnapshots::test_an_incremental_checkpoint_after_a_full_one_survives_retention":
             ("state restored from incremental checkpoint 3",),
-        **both_modes("TestSnapshots::test_list_cells_spanning_record_batches_restore_whole[{mode}]",
+        **every_mode("TestSnapshots::test_list_cells_spanning_record_batches_restore_whole[{mode}]",
                      "snapshot 2: key 0's list of 65547 elements restored with 65546"),
         **{f"TestSnapshots::test_random_changes_through_a_chain_match_a_model[{seed}]":
            (f"seed {seed}: cells restored from checkpoint",) for seed in range(4)},
@@ -55,11 +57,11 @@ def test_a_snapshot_not_isolated_from_later_writes_fails_the_snapshot_level(tmp_
     run = run_suite(tmp_path, "--backend", "broken_backends.leaky_snapshot:LeakySnapshotBackend",
                     "--level", "snapshots", "-k", "not test_write_runs_concurrently_with_processing")
     assert_fails_exactly(run, {
-        **both_modes("TestSnapshots::test_writes_after_sync_part_do_not_leak[{mode}]",
+        **every_mode("TestSnapshots::test_writes_after_sync_part_do_not_leak[{mode}]",
                      "writes made after the synchronous part leaked into the snapshot:", "unexpected keys"),
-        **both_modes("TestSnapshots::test_overlapping_snapshots_each_see_their_own_point[{mode}]",
+        **every_mode("TestSnapshots::test_overlapping_snapshots_each_see_their_own_point[{mode}]",
                      "snapshot one does not hold its own point in time:"),
-        **both_modes("TestSnapshots::test_older_snapshot_written_after_a_newer_one_keeps_its_point[{mode}]",
+        **every_mode("TestSnapshots::test_older_snapshot_written_after_a_newer_one_keeps_its_point[{mode}]",
                      "writes made after a newer snapshot was written reached an older pending one:"),
     }, "snapshots")
 
@@ -69,7 +71,7 @@ def test_restoring_the_wrong_key_groups_fails_the_rescale_matrix(tmp_path):
                     "--level", "rescale")
     expected: dict[str, tuple[str, ...]] = {}
     for old, new in ((4, 2), (15, 77), (77, 15)):  # a new subtask's range spans several old ones
-        expected |= both_modes(f"TestSnapshots::test_rescale_matrix[{old}to{new}-{{mode}}]",
+        expected |= every_mode(f"TestSnapshots::test_rescale_matrix[{old}to{new}-{{mode}}]",
                                f"outputs after rescale {old}->{new}:", "rows missing")
     assert_fails_exactly(run, expected, "rescale")
     assert {f"TestSnapshots::test_rescale_matrix[{ids}-full]" for ids in ("2to4", "2to2")} <= run.passed
@@ -147,7 +149,7 @@ def test_a_backend_whose_timers_are_not_state_fails_the_timers_level(tmp_path):
         "TestTimers::test_timers_restore_from_a_full_snapshot[checkpoint]": empty,
         "TestTimers::test_timers_restore_from_a_full_snapshot[savepoint]": empty,
         "TestTimers::test_timers_restore_from_an_incremental_chain": empty,
-        **both_modes("TestTimers::test_timers_go_with_their_key_groups_on_rescale[{mode}]", *empty),
+        **every_mode("TestTimers::test_timers_go_with_their_key_groups_on_rescale[{mode}]", *empty),
         "TestTimers::test_heap_savepoint_timers_fire_in_this_backend_and_back":
             ("a heap savepoint's timers must fire in this backend",),
         "TestTimers::test_a_timer_job_matches_its_oracle_across_rescales": ("epoch 2 output", "rows missing"),
