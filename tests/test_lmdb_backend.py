@@ -15,8 +15,8 @@ from statekit.conformance_tests.base import open_keyed_backend, set_key
 from statekit.registry import backend_class
 from statekit.serializers import BytesSerializer, StringSerializer
 from statekit.spi import (
-    ConfigurationError, KeyGroupRange, MapStateDescriptor, RestoreError, StateAccessError, StatekitError,
-    ValueStateDescriptor,
+    ConfigurationError, KeyGroupRange, MapStateDescriptor, RestoreError, SnapshotError, SnapshotFormat,
+    SnapshotOptions, StateAccessError, StatekitError, ValueStateDescriptor,
 )
 from statekit.storage.inline import InlineStreams
 
@@ -451,33 +451,62 @@ def test_dispose_closes_releases_and_removes_the_directory(tmp_path):
         backend.get_state(ValueStateDescriptor("another"))
 
 
+def _refusals_in_a_forked_child(backend, accesses):
+    """Fork; the child runs each access, which must raise a StatekitError naming the fork, then
+    disposes the backend (leaving the parent's files). The child's exit code: 3 if every access was
+    refused, 10 + i if access i was not, 4 on another error."""
+    pid = os.fork()
+    if pid == 0:
+        code = 4
+        try:
+            refused = []
+            for access in accesses:
+                try:
+                    access()
+                    refused.append(False)
+                except StatekitError as exc:
+                    refused.append("fork" in str(exc))
+            code = 3 if all(refused) else 10 + refused.index(False)
+        finally:
+            try:
+                backend.dispose()
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_forked_child_cannot_use_the_parents_environment(lmdb_backend):
     _write(lmdb_backend, range(10), 16)
     lmdb_backend.snapshot(1).release()  # commits: no write transaction is open at the fork
-    pid = os.fork()
-    if pid == 0:  # the child: any access is refused, dispose leaves the parent's files alone
-        code = 1
-        try:
-            set_key(lmdb_backend, "key-0000001")
-            state = lmdb_backend.get_state(VALUE)
-            refused = []
-            for access in (lambda: state.update(b"child"), state.value):  # a write first: puts are write-behind
-                try:
-                    access()
-                except StatekitError as exc:
-                    refused.append("fork" in str(exc))
-            code = 3 if refused == [True, True] else 2
-        except BaseException:
-            code = 4
-        try:
-            lmdb_backend.dispose()
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 3
+    set_key(lmdb_backend, "key-0000001")
+    state = lmdb_backend.get_state(VALUE)
+    # a write first: puts are write-behind
+    assert _refusals_in_a_forked_child(lmdb_backend, (lambda: state.update(b"child"), state.value)) == 3
     assert os.path.exists(lmdb_backend.instance_dir)
     _check(lmdb_backend, range(10), 16)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.parametrize("pending_put", [False, True], ids=["transaction-open", "put-pending"])
+def test_forked_child_cannot_use_the_parents_open_write_transaction(lmdb_backend, pending_put):
+    """Forked while the write transaction is open (its cursors reading) or while a put is pending:
+    the child's reads and writes are refused too, not served by the parent's transaction."""
+    _write(lmdb_backend, range(10), 16)
+    lmdb_backend.store.commit()
+    mapping = lmdb_backend.get_state(MapStateDescriptor("m", StringSerializer(), BytesSerializer()))
+    set_key(lmdb_backend, "key-0000001")
+    state = lmdb_backend.get_state(VALUE)
+    state.value(), mapping.contains("x")  # the write transaction and both tables' cursors are open
+    if pending_put:
+        lmdb_backend.store.commit()
+        state.update(b"pending")
+    accesses = (state.value, lambda: state.update(b"child"), state.clear, lambda: mapping.put("u", b"child"),
+                lambda: dict(mapping.items()))
+    assert _refusals_in_a_forked_child(lmdb_backend, accesses) == 3  # 10 + i: access i was not refused
+    assert state.value() == (b"pending" if pending_put else _value(1, 16))
+    _check(lmdb_backend, [k for k in range(10) if k != 1 or not pending_put], 16)
 
 
 def test_first_entry_reads_neither_a_page_nor_a_snapshot(lmdb_backend):
@@ -504,3 +533,13 @@ def test_first_entry_reads_neither_a_page_nor_a_snapshot(lmdb_backend):
     assert mapping.is_empty()
     set_key(lmdb_backend, "other")
     assert not mapping.is_empty() and mapping.get("pending") == b"x"  # the pending put is in the range
+
+
+def test_a_native_snapshot_written_after_dispose_is_a_snapshot_error(lmdb_backend):
+    """The backend's directory is gone with its environment: the copy fails as a SnapshotError
+    (not an OSError from making its work directory)."""
+    _write(lmdb_backend, range(10), 16)
+    pending = lmdb_backend.snapshot(1, SnapshotOptions(format=SnapshotFormat.NATIVE))
+    lmdb_backend.dispose()
+    with pytest.raises(SnapshotError, match="LMDB"):
+        pending.write(InlineStreams())

@@ -70,16 +70,18 @@ class NativeLMDBSnapshot(PendingSnapshot):
         self._key_serializer = key_serializer
 
     def write(self, streams: CheckpointStreams) -> StateHandle | None:
-        directory = tempfile.mkdtemp(prefix="native-", dir=self._work_dir)
+        directory = None
         try:
+            directory = tempfile.mkdtemp(prefix="native-", dir=self._work_dir)
             self._snapshot.copy_to(directory)
             data = streams.upload_file(os.path.join(directory, DATA_FILE), StateScope.EXCLUSIVE, "lmdb-data",
                                        move=True)  # the copy is written for this checkpoint
         except (OSError, lmdb.Error) as exc:
-            raise SnapshotError(f"cannot copy the LMDB environment for a native checkpoint into {directory}: "
-                                f"{exc}") from exc
+            raise SnapshotError(f"cannot copy the LMDB environment for a native checkpoint into "
+                                f"{directory or self._work_dir}: {exc}") from exc
         finally:
-            shutil.rmtree(directory, ignore_errors=True)
+            if directory is not None:
+                shutil.rmtree(directory, ignore_errors=True)
             self.release()
         return NativeLMDBStateHandle(self._key_group_range, data, self._key_serializer, tuple(self._metas))
 

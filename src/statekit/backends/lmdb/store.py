@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import Any
 
 import lmdb
@@ -37,6 +38,18 @@ ENV_DIR = "env"
 
 #: native objects a forked child inherited and must never deallocate (see ``LMDBStore.close``)
 _INHERITED: list[Any] = []
+#: the stores open in this process, for ``_disown_in_child``
+_OPEN_STORES: "weakref.WeakSet[LMDBStore]" = weakref.WeakSet()
+
+
+def _disown_in_child() -> None:
+    """Run in a forked child: every store open at the fork gives up its parent's write transaction."""
+    for store in list(_OPEN_STORES):
+        store.disown_write_transaction()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_in_child)
 
 
 class LMDBStore:
@@ -74,6 +87,7 @@ class LMDBStore:
             raise
         self.max_key_size = self.env.max_key_size()
         self.map_size = self.env.info()["map_size"]
+        _OPEN_STORES.add(self)
 
     # --- tables
     def table(self, name: str) -> "LMDBTable":
@@ -241,12 +255,23 @@ class LMDBStore:
         if os.getpid() != self._pid:
             self._check_usable()
 
+    def disown_write_transaction(self) -> None:
+        """In a forked child, the write transaction open at the fork, its cursors and the pending
+        puts are the parent's: forget them (never deallocating the native objects), so that the next
+        access begins a transaction of its own and is refused by ``_check_usable`` (reads through the
+        inherited cursors would otherwise go on working, and writes vanish at the refused commit)."""
+        cursors = [table._cursor for table in self._tables.values()]
+        _INHERITED.append((self._end_txn(), cursors))
+        for table in self._tables.values():
+            table.forget_writes()
+
     def close(self) -> None:
         """Abort the write transaction, end every snapshot, close the environment, release the lock.
         In a forked child only the child's references are dropped: the parent still owns it all."""
         if self._closed:
             return
         self._closed = True
+        _OPEN_STORES.discard(self)
         if os.getpid() != self._pid:
             # keep the inherited native objects alive: deallocating them here could close the
             # parent's environment from the child
