@@ -254,6 +254,33 @@ class TimerTests(BackendTestBase):
                 part.dispose()
         assert sorted(found, key=repr) == sorted(timers, key=repr)
 
+    @pytest.mark.parametrize("mode", SNAPSHOT_MODES)
+    def test_timers_of_several_subtasks_merge_on_rescale(self, state_backend, snapshot_streams, tmp_path, mode):
+        """3 -> 2: each new subtask restores key groups of two old ones, timers among them (backends
+        that restore one handle as their base and copy in the others' key groups must copy the timer
+        tables too)."""
+        timers = set(plan(1500, seed=10, n_keys=400))
+        handles = []
+        for index in range(3):
+            old = open_keyed_backend(state_backend, str(tmp_path / f"old-{index}"), subtask_index=index,
+                                     parallelism=3)
+            try:
+                register(old, self.queue(old),
+                         [t for t in timers if key_group_for_key(t[1], MAX_P) in old.key_group_range])
+                handles.append(snapshot_of(old, snapshot_streams, 1, snapshot_options_for(mode, state_backend)))
+            finally:
+                old.dispose()
+        for index in range(2):
+            new = open_keyed_backend(state_backend, str(tmp_path / f"new-{index}"), subtask_index=index,
+                                     parallelism=2, restore_handles=handles, restore_streams=snapshot_streams)
+            try:
+                kgs = new.key_group_range
+                assert drain(self.queue(new)) == firing_order(
+                    [t for t in timers if key_group_for_key(t[1], MAX_P) in kgs]), \
+                    f"subtask {index} of 2 must fire exactly the timers of its key groups, from both old subtasks"
+            finally:
+                new.dispose()
+
     def test_heap_savepoint_timers_fire_in_this_backend_and_back(self, state_backend, snapshot_streams, tmp_path):
         from statekit.backends.heap import HeapStateBackend
 

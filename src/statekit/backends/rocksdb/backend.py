@@ -264,16 +264,18 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
     def _ingest(self, name: str, entries: Iterator[tuple[bytes, bytes]], directory: str) -> None:
         """Bulk-load sorted entries as an SST file: 1.4x faster than batched writes when rescaling
         (``benchmarks/rocksdb_backend.py``, rescale_strategies)."""
-        path = os.path.join(directory, f"ingest-{name}-{uuid.uuid4().hex[:8]}.sst")
+        first = next(entries, None)
+        if first is None:
+            return
+        # not named after the state: a timer table's name holds '/' (``_timers/<name>/by-time``)
+        path = os.path.join(directory, f"ingest-{uuid.uuid4().hex}.sst")
         writer = SstFileWriter(options=self._options.column_family_options())
         writer.open(path)
-        written = 0
+        writer[first[0]] = first[1]
         for key, value in entries:
             writer[key] = value
-            written += 1
-        if written:
-            writer.finish()
-            self._table(name).ingest(path)
+        writer.finish()
+        self._table(name).ingest(path)
 
     # --- lifecycle
     def dispose(self) -> None:
