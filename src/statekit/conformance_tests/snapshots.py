@@ -31,8 +31,8 @@ from statekit.runtime.task import KeyedTask
 from statekit.serializers import Int64Serializer, StringSerializer
 from statekit.spi import (
     SnapshotOptions, CorruptStateError, IncompatibleSerializerError, InlineStateHandle, KeyedStateBackend,
-    KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, SnapshotType, StateBackend,
-    StateHandle, SubtaskInfo, ValueStateDescriptor, key_group_for_key,
+    KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, SnapshotError, SnapshotType,
+    StateBackend, StateHandle, SubtaskInfo, ValueStateDescriptor, key_group_for_key,
 )
 from statekit.spi.storage import CheckpointStreams
 from statekit.storage.inline import InlineStreams
@@ -159,6 +159,26 @@ class SnapshotRestoreTests(KeyFormatTests):
                                                              "the snapshot")
             set_key(restored, "key-1")
             assert restored.get_state(MEAN).get() == 10, "an in-place accumulator update leaked into the snapshot"
+        finally:
+            restored.dispose()
+
+    def test_a_pending_snapshot_writes_once(self, state_backend, keyed_backend, snapshot_streams, snapshot_options,
+                                            tmp_path):
+        """``write`` after ``release`` (an aborted checkpoint) or after a first ``write`` is a
+        ``SnapshotError``, never ``None``, which would read as a backend without state; the backend's
+        next snapshot holds its state."""
+        expected = fill_states(keyed_backend, range(300))
+        aborted = keyed_backend.snapshot(1, snapshot_options)
+        aborted.release()
+        with expect_error(SnapshotError, "write() of a released pending snapshot must fail"):
+            aborted.write(snapshot_streams)
+        pending = keyed_backend.snapshot(2, snapshot_options)
+        handle = pending.write(snapshot_streams)
+        with expect_error(SnapshotError, "a second write() of a pending snapshot must fail"):
+            pending.write(snapshot_streams)
+        restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams)
+        try:
+            assert_same_state(read_states(restored), expected, "state restored after a refused write()")
         finally:
             restored.dispose()
 

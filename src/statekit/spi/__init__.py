@@ -5,7 +5,7 @@ Nothing here imports another part of statekit; everything else imports from here
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, KeyedStateBackend, OperatorBackendParams,
     OperatorStateBackend, PendingSnapshot, SnapshotFormat, SnapshotOptions, SnapshotType, StateBackend,
-    SubtaskInfo,
+    SubtaskInfo, released_snapshot,
 )
 from statekit.spi.bulk_state import (
     BulkAggregatingState, BulkListState, BulkMapState, BulkReducingState, BulkState, BulkValueState, KeyBatch,

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 from statekit.spi.bulk_state import BulkState, per_key_bulk_state
 from statekit.spi.descriptors import StateDescriptor
+from statekit.spi.errors import SnapshotError
 from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle, StateHandle
 from statekit.spi.key_format import KeyBytes
 from statekit.spi.key_groups import KeyGroupRange
@@ -76,10 +77,18 @@ class PendingSnapshot(ABC):
     @abstractmethod
     def write(self, streams: CheckpointStreams) -> StateHandle | None:
         """The asynchronous part: write the view, return its handle (``None`` if empty).
-        May run on another thread while the backend keeps processing."""
+        May run on another thread while the backend keeps processing. A keyed snapshot writes
+        once: after ``write`` or ``release``, ``write`` raises ``released_snapshot()`` (never
+        ``None``, which would read as a backend without state)."""
 
     def release(self) -> None:
         """Drop the view without writing it (the checkpoint was aborted)."""
+
+
+def released_snapshot() -> SnapshotError:
+    """The error of ``PendingSnapshot.write`` on a snapshot already written or released."""
+    return SnapshotError("this pending snapshot was written or released (its checkpoint aborted) already: its "
+                         "view is gone; take a new snapshot")
 
 
 @dataclass(frozen=True)

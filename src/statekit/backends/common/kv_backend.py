@@ -36,7 +36,7 @@ from statekit.backends.common.kv_timers import KVTimerQueue, delete_timer_cell, 
 from statekit.backends.common.namespaces import encode_namespace
 from statekit.backends.common.registration import RegisteredState, default_value
 from statekit.backends.common.ttl import timestamp_of
-from statekit.spi.backend import KeyedBackendParams, PendingSnapshot
+from statekit.spi.backend import KeyedBackendParams, PendingSnapshot, released_snapshot
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError, StateAccessError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle, StateMetaInfo
@@ -316,6 +316,7 @@ class ChangelogKVSnapshot(PendingSnapshot):
         self._changed = changed
 
     def write(self, streams: CheckpointStreams) -> StateHandle | None:
+        self._full.check_unreleased()  # the delta reads the same view
         if self._changed is None or self._chain is None:
             base = self._full.write(streams)
             handle = ChangelogStateHandle(self._key_groups, base) if isinstance(base, KeyGroupsStateHandle) else None
@@ -409,7 +410,12 @@ class CanonicalKVSnapshot(PendingSnapshot):
         self._metas = metas
         self._scope = scope
 
+    def check_unreleased(self) -> None:
+        if self._view is None:
+            raise released_snapshot()
+
     def write(self, streams: CheckpointStreams) -> StateHandle | None:
+        self.check_unreleased()
         if not self._metas:
             self.release()
             return None

@@ -22,7 +22,7 @@ from statekit.backends.heap.native_snapshot import NativeHeapSnapshot, NativeHea
 from statekit.backends.heap.native_snapshot import restore as restore_native
 from statekit.backends.heap.options import OPTIONS
 from statekit.backends.heap.snapshot_columns import StateColumns, key_group_runs
-from statekit.backends.heap.state_table import KeyGroupMap, StateTable
+from statekit.backends.heap.state_table import KeyGroupMap, SharedTables, SharedTablesSnapshot, StateTable
 from statekit.backends.heap.states import (
     HeapAggregatingState, HeapListState, HeapMapState, HeapReducingState, HeapState, HeapValueState,
 )
@@ -141,7 +141,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
                                       self.key_bytes.snapshot().to_json())
         return super().snapshot(checkpoint_id, options)
 
-    def _share_tables(self) -> dict[str, tuple[StateTable, list[KeyGroupMap], list[bool]]]:
+    def _share_tables(self) -> SharedTables:
         """The synchronous part of a full snapshot: every state's key-group maps, shared."""
         return {name: (table, *table.share()) for name, table in sorted(self._tables.items()) if not table.is_empty()}
 
@@ -251,18 +251,17 @@ def _load_rows(table: StateTable, group: KeyGroupMap, columns: dict[str, list[An
             entries[key] = value
 
 
-class _HeapPendingSnapshot(PendingSnapshot):
+class _HeapPendingSnapshot(SharedTablesSnapshot):
     """Holds the key-group maps shared at the synchronous part and writes them: a full canonical
     snapshot, or for incremental snapshots a new changelog base or a delta of ``changed`` cells."""
 
-    def __init__(self, backend: HeapKeyedStateBackend,
-                 shared: dict[str, tuple[StateTable, list[KeyGroupMap], list[bool]]], checkpoint_id: int,
+    def __init__(self, backend: HeapKeyedStateBackend, shared: SharedTables, checkpoint_id: int,
                  incremental: bool = False, changed: list[set[Any]] | None = None) -> None:
+        super().__init__(shared)
         self._backend = backend
         self._checkpoint_id = checkpoint_id
         self._key_group_range = backend.key_group_range
         self._key_bytes = backend.key_bytes
-        self._shared = shared
         self._metas = [table.registration.meta() for table, _, _ in shared.values()]
         self._expired = backend.expired_now(self._metas)
         self._registrations = {name: table.registration for name, (table, _, _) in shared.items()}
@@ -276,6 +275,7 @@ class _HeapPendingSnapshot(PendingSnapshot):
         self._compression = backend.snapshot_compression
 
     def write(self, streams: CheckpointStreams) -> StateHandle | None:
+        self._check_unreleased()
         try:
             if self._changed is not None and self._chain is not None:
                 delta = self._write_delta(streams)
@@ -351,8 +351,3 @@ class _HeapPendingSnapshot(PendingSnapshot):
             if current:
                 for namespace_rows in self._columns[name].rows([current])[0]:
                     namespace_rows.write(writer, key_group, name, OP_PUT)
-
-    def release(self) -> None:
-        for table, view, owned in self._shared.values():
-            table.unshare(owned, view)
-        self._shared = {}

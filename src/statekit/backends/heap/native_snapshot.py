@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from statekit.backends.common.canonical import key_group_bytes
-from statekit.backends.heap.state_table import KeyGroupMap, StateTable
-from statekit.spi.backend import PendingSnapshot
+from statekit.backends.heap.state_table import KeyGroupMap, SharedTables, SharedTablesSnapshot, StateTable
 from statekit.spi.errors import CorruptStateError, RestoreError, SnapshotError
 from statekit.spi.handles import (
     ByteRange, RecordedStates, StateHandle, StateMetaInfo, StreamStateHandle, checksum, key_group_index_json,
@@ -73,18 +72,19 @@ class NativeHeapStateHandle(RecordedStates):
                    tuple(StateMetaInfo.from_json(s) for s in data.array("states").objects()))
 
 
-class NativeHeapSnapshot(PendingSnapshot):
+class NativeHeapSnapshot(SharedTablesSnapshot):
     """The key-group maps shared at the synchronous part (copy-on-write, as for canonical
     snapshots), pickled key group by key group by ``write``."""
 
-    def __init__(self, shared: dict[str, tuple[StateTable, list[KeyGroupMap], list[bool]]],
-                 key_group_range: KeyGroupRange, metas: list[StateMetaInfo], key_serializer: dict[str, Any]) -> None:
-        self._shared = shared
+    def __init__(self, shared: SharedTables, key_group_range: KeyGroupRange, metas: list[StateMetaInfo],
+                 key_serializer: dict[str, Any]) -> None:
+        super().__init__(shared)
         self._key_group_range = key_group_range
         self._metas = metas
         self._key_serializer = key_serializer
 
     def write(self, streams: CheckpointStreams) -> StateHandle | None:
+        self._check_unreleased()
         try:
             views = {name: view for name, (_, view, _) in self._shared.items()}
             if not any(any(view) for view in views.values()):
@@ -106,11 +106,6 @@ class NativeHeapSnapshot(PendingSnapshot):
                                          tuple(self._metas))
         finally:
             self.release()
-
-    def release(self) -> None:
-        for table, view, owned in self._shared.values():
-            table.unshare(owned, view)
-        self._shared = {}
 
 
 def _pickled(maps: dict[str, KeyGroupMap], key_group: int) -> bytes:

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 from statekit.backends.common.registration import RegisteredState
 from statekit.backends.heap.copies import Namespaces, UserKeys
+from statekit.spi.backend import PendingSnapshot, released_snapshot
 from statekit.spi.descriptors import StateKind
 from statekit.spi.errors import StateAccessError
 from statekit.spi.key_groups import KeyGroupRange
@@ -119,3 +120,27 @@ class StateTable:
     def _check_usable(self) -> None:
         if self.groups[self.size] is DISPOSED:
             raise StateAccessError(_DISPOSED_MESSAGE)
+
+
+#: a state's table with the key-group maps it shared (``StateTable.share``) and its ``owned`` marker
+SharedTables = dict[str, tuple[StateTable, list[KeyGroupMap], list[bool]]]
+
+
+class SharedTablesSnapshot(PendingSnapshot):
+    """A pending heap snapshot of the key-group maps its synchronous part shared; writing or
+    releasing it gives them back (``StateTable.unshare``), once."""
+
+    def __init__(self, shared: SharedTables) -> None:
+        self._shared = shared
+        self._released = False
+
+    def _check_unreleased(self) -> None:
+        if self._released:
+            raise released_snapshot()
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            for table, view, owned in self._shared.values():
+                table.unshare(owned, view)
+            self._shared = {}

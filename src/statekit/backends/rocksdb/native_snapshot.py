@@ -17,7 +17,7 @@ import shutil
 from typing import Any, Callable
 
 from statekit.backends.rocksdb.handle import IncrementalRocksDBStateHandle
-from statekit.spi.backend import PendingSnapshot
+from statekit.spi.backend import PendingSnapshot, released_snapshot
 from statekit.spi.errors import SnapshotError
 from statekit.spi.handles import StateHandle, StateMetaInfo, StreamStateHandle
 from statekit.spi.key_groups import KeyGroupRange
@@ -42,8 +42,11 @@ class NativeSnapshot(PendingSnapshot):
         self._backend_id = backend_id
         self._metas = metas
         self._key_serializer = key_serializer
+        self._released = False
 
     def write(self, streams: CheckpointStreams) -> StateHandle | None:
+        if self._released:
+            raise released_snapshot()
         try:
             shared: dict[str, StreamStateHandle] = {}
             private: dict[str, StreamStateHandle] = {}
@@ -64,4 +67,5 @@ class NativeSnapshot(PendingSnapshot):
             self.release()
 
     def release(self) -> None:
+        self._released = True
         shutil.rmtree(self._dir, ignore_errors=True)
