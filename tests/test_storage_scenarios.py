@@ -26,7 +26,7 @@ from fsync_recorder import record_syncs
 
 from statekit.backends.heap import HeapStateBackend
 from statekit.checkpoint.metadata import CheckpointMetadata
-from statekit.checkpoint.store import CheckpointStore
+from statekit.checkpoint.store import CheckpointStore, stream_handles
 from statekit.conformance_tests.s3 import DEFAULT_BUCKET, moto_s3  # noqa: F401 (fixture)
 from statekit.conformance_tests.storage import payload, write_stream
 from statekit.conformance_tests.workload import dump_state as workload_dump
@@ -410,6 +410,63 @@ def test_no_claim_restore_from_an_older_checkpoint_of_the_same_job_keeps_it(loca
                              f"{sorted(before.keys() - after.keys())[:3]}")
     assert_state_is_oracle(dump_state(restarted.latest_metadata(), restarted.streams, 2, tmp_path),
                            rows[0] + rows[3] + rows[4], "the job restarted from chk-1")
+
+
+
+def test_a_replay_after_a_restart_never_restores_a_checkpoint_older_than_its_restore_point(location, tmp_path):
+    """After a restart, the job's directory also holds a checkpoint it no longer retains (restored
+    from in no-claim mode, so kept). A replay of an epoch whose restore point retention removed
+    must be refused, as in the run that wrote them, not restore the kept checkpoint and lose the
+    epochs between them."""
+    rows = [make_rows(300, 100, seed) for seed in range(60, 70)]
+    first = _runner(location.storage(), tmp_path, parallelism=2, num_retained=3)
+    for epoch_rows in rows[:5]:
+        first.run_epoch(epoch_rows)
+    chk3 = first.store.completed()[0]
+    first.restore_from(chk3.metadata, first.streams)  # the job's own checkpoint, no-claim: kept for good
+    for epoch_rows in rows[5:]:
+        first.run_epoch(epoch_rows)  # epochs 6-10 (their restore points: 3, 6, 7, 8, 9)
+    restarted = _runner(location.storage(), tmp_path, parallelism=2, num_retained=3)
+    assert [c.checkpoint_id for c in restarted.store.completed()] == [3, 8, 9, 10]
+    with pytest.raises(RestoreError, match="epoch 8 cannot be replayed: its restore point, checkpoint 7"):
+        restarted.run_epoch(rows[7], checkpoint_id=8)
+    restarted.run_epoch(rows[8], checkpoint_id=10)  # a replay whose restore point is retained goes on
+    assert_state_is_oracle(dump_state(restarted.latest_metadata(), restarted.streams, 2, tmp_path),
+                           rows[0] + rows[1] + rows[2] + rows[5] + rows[6] + rows[7] + rows[8] + rows[8],
+                           "epoch 10 replayed after the restart")
+
+
+def test_a_checkpoint_whose_deletion_failed_keeps_its_files_until_it_is_deleted(tmp_path, caplog):
+    """Retention fails to delete chk-1's _metadata once: chk-1 still looks complete, so its
+    shared files must stay until the next checkpoint deletes it again."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), memory_threshold=0)
+    runner = _runner(storage, tmp_path, parallelism=2, num_retained=1, incremental=True)
+    access = runner.storage
+    remove, failed = access.fs.rm_file, []
+
+    def remove_failing_once(path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.endswith("chk-1/_metadata") and not failed:
+            failed.append(path)
+            raise OSError(5, "Input/output error")
+        return remove(path, *args, **kwargs)
+
+    access.fs.rm_file = remove_failing_once
+    rows = [make_rows(300, 100, seed) for seed in range(70, 74)]
+
+    def missing_files_of_complete_checkpoints() -> list[str]:
+        found = (CheckpointMetadata.from_bytes(access.read_metadata(p)) for p in access.completed())
+        return [h.path for metadata in found for h in stream_handles(metadata)
+                if isinstance(h, FileStateHandle) and not os.path.exists(os.path.join(access.job_root, h.path))]
+
+    runner.run_epoch(rows[0])
+    runner.run_epoch(rows[1])  # retention deletes chk-1: its _metadata fails
+    assert failed and "deleting checkpoint 1 failed" in caplog.text
+    for epoch_rows in rows[2:]:
+        runner.run_epoch(epoch_rows)  # the first deletes chk-1 again, before retention sweeps its files
+        assert not missing_files_of_complete_checkpoints(), "a checkpoint that looks complete lost files"
+    assert not os.path.exists(os.path.join(access.job_root, "chk-1", "_metadata")), "chk-1 was not deleted again"
+    assert_state_is_oracle(dump_state(runner.latest_metadata(), runner.streams, 2, tmp_path), sum(rows, []),
+                           "the job after a failed deletion")
 
 
 # ---------------------------------------------------------------------------- bad input

@@ -34,6 +34,10 @@ DEFAULT_NUM_RETAINED = 3
 #: checkpoint property: whether its epoch started from empty state (restored nothing); a replay of
 #: that epoch may start from empty state again (``CheckpointStore.check_fresh_start``)
 FRESH_START = "fresh_start"
+#: checkpoint property: the id of the job's own checkpoint its epoch restored from (None: it restored
+#: none, or a snapshot from elsewhere); a replay of the epoch must restore the same one
+#: (``CheckpointStore.latest_before``)
+RESTORE_POINT = "restore_point"
 #: checkpoint property: ids of the job's own checkpoints restored from in no-claim mode, which no
 #: later coordinator may delete (each new checkpoint carries the list forward)
 NO_CLAIM_KEPT = "no_claim_kept"
@@ -100,9 +104,11 @@ class SharedStateRegistry:
             if self.last_used.get(key, -1) < checkpoint_id:
                 self.last_used[key] = checkpoint_id
 
-    def unused_before(self, lowest_retained: int) -> list[StreamStateHandle]:
-        """Unregister and return the files no checkpoint from ``lowest_retained`` on uses."""
-        dropped = [k for k, last in self.last_used.items() if last < lowest_retained and k not in self.protected]
+    def unused_before(self, lowest_retained: int, held: frozenset[str] = frozenset()) -> list[StreamStateHandle]:
+        """Unregister and return the files no checkpoint from ``lowest_retained`` on uses, but
+        those ``held``."""
+        dropped = [k for k, last in self.last_used.items()
+                   if last < lowest_retained and k not in self.protected and k not in held]
         for key in dropped:
             del self.last_used[key]
         return [self._handles.pop(key) for key in dropped]
@@ -120,6 +126,9 @@ class CheckpointStore:
         self.ownership = ownership
         self.registry = SharedStateRegistry()
         self._retained: list[CompletedCheckpoint] = []
+        #: checkpoints retention dropped whose deletion failed: deleted again by the next ``add``, and
+        #: their shared files kept until then (their ``_metadata`` may still be there: complete to a reader)
+        self._undisposed: list[CompletedCheckpoint] = []
         for pointer in access.completed():
             self._retained.append(CompletedCheckpoint(pointer, _retained_metadata(access, pointer)))
         for checkpoint in self._retained:
@@ -152,9 +161,22 @@ class CheckpointStore:
         return self._retained[-1] if self._retained else None
 
     def latest_before(self, checkpoint_id: int) -> CompletedCheckpoint | None:
-        """The restore point of epoch ``checkpoint_id`` (exactly-once rule)."""
+        """The restore point of epoch ``checkpoint_id`` (exactly-once rule). A replayed epoch's is
+        the one its completed attempt recorded (``RESTORE_POINT``), and a ``RestoreError`` when that
+        is no longer retained: after a restart, the checkpoints found on disk can include older ones
+        the job no longer retains (restored from in no-claim mode, or whose deletion failed), and
+        restoring one of those would drop the epochs between it and the replayed one."""
         earlier = [c for c in self._retained if c.checkpoint_id < checkpoint_id]
-        return earlier[-1] if earlier else None
+        latest = earlier[-1] if earlier else None
+        attempt = next((c for c in self._retained if c.checkpoint_id == checkpoint_id), None)
+        if attempt is None or RESTORE_POINT not in attempt.metadata.properties:  # not a replay, or written before
+            return latest
+        recorded = attempt.metadata.properties[RESTORE_POINT]
+        if recorded is None:  # fresh or external: ``check_fresh_start`` and the caller's record decide
+            return None
+        if latest is not None and latest.checkpoint_id == recorded:
+            return latest
+        raise self._not_replayable(checkpoint_id, f"checkpoint {recorded}")
 
     def check_fresh_start(self, epoch: int) -> None:
         """Raise ``RestoreError`` unless epoch ``epoch`` may start from empty state (no restore
@@ -169,11 +191,14 @@ class CheckpointStore:
         fresh = replaced[0].metadata.properties.get(FRESH_START)
         if fresh or (fresh is None and epoch <= 1):  # None: a checkpoint written before the property
             return
-        raise RestoreError(
-            f"epoch {epoch} cannot be replayed: its restore point, the latest checkpoint before {epoch}, is no longer "
-            f"retained (the job retains checkpoints {[c.checkpoint_id for c in self._retained]}, num-retained "
-            f"{self.num_retained}), so it would start from empty state and replace checkpoints "
-            f"{[c.checkpoint_id for c in replaced]} with it. "
+        raise self._not_replayable(epoch, f"the latest checkpoint before {epoch}")
+
+    def _not_replayable(self, epoch: int, restore_point: str) -> RestoreError:
+        replaced = [c.checkpoint_id for c in self._retained if c.checkpoint_id >= epoch]
+        return RestoreError(
+            f"epoch {epoch} cannot be replayed: its restore point, {restore_point}, is no longer retained (the job "
+            f"retains checkpoints {[c.checkpoint_id for c in self._retained]}, num-retained {self.num_retained}), so "
+            f"it would replace checkpoints {replaced} with state that misses epochs. "
             f"Run the next epoch ({self._retained[-1].checkpoint_id + 1}) instead, or restore the state before "
             f"epoch {epoch} explicitly from a snapshot (spark.statekit.restore.path, LocalRunner.restore_from)")
 
@@ -196,6 +221,12 @@ class CheckpointStore:
         pointer = self.access.commit(metadata.checkpoint_id, metadata.to_bytes())
         completed = CompletedCheckpoint(pointer, metadata)
         self._retained.append(completed)
+        for leftover in list(self._undisposed):
+            try:
+                self.access.dispose(leftover.pointer, frozenset())
+                self._undisposed.remove(leftover)
+            except StatekitError as exc:
+                log.warning("deleting checkpoint %d failed again: %s", leftover.checkpoint_id, exc)
         while len(self._retained) > self.num_retained:
             oldest = self._retained[0]
             try:
@@ -230,7 +261,11 @@ class CheckpointStore:
         if checkpoint.checkpoint_id in self._kept:
             log.info("keeping checkpoint %d: it was restored from in no-claim mode", checkpoint.checkpoint_id)
         else:
-            self.access.dispose(checkpoint.pointer, keep)
+            try:
+                self.access.dispose(checkpoint.pointer, keep)
+            except StatekitError:
+                self._undisposed.append(checkpoint)
+                raise
         if not sweep:
             return
         if self._retained:
@@ -238,7 +273,8 @@ class CheckpointStore:
         else:
             # nothing retained: only files registered by later checkpoints would survive
             lowest = checkpoint.checkpoint_id + 1
-        for handle in self.registry.unused_before(lowest):
+        held = frozenset(_key(h) for c in self._undisposed for h in self._shared(c.metadata))
+        for handle in self.registry.unused_before(lowest, held):
             self.access.discard_shared(handle)
 
     def _shared(self, metadata: CheckpointMetadata) -> list[StreamStateHandle]:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from statekit.checkpoint.assignment import assign, check_max_parallelism
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership
-from statekit.checkpoint.store import FRESH_START, CheckpointStore, CompletedCheckpoint, RestoreMode
+from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.event_time import (
     LATE_ROWS, MAX_EVENT_TIME, WATERMARK, EventTime, LateRows, event_time_ms, is_late,
@@ -126,7 +126,8 @@ class LocalRunner:
         except BaseException:
             self.store.abort(epoch, subtasks)
             raise
-        self._commit(epoch, subtasks, fresh_start=restored is None)
+        own = restored[0].checkpoint_id if restored is not None and self._restore_override is None else None
+        self._commit(epoch, subtasks, fresh_start=restored is None, restore_point=own)
         return outputs
 
     def savepoint(self, savepoint_dir: str | None = None) -> CheckpointMetadata:
@@ -219,11 +220,13 @@ class LocalRunner:
         finally:
             task.close()
 
-    def _metadata(self, epoch: int, subtasks: list[SubtaskState], fresh_start: bool) -> CheckpointMetadata:
+    def _metadata(self, epoch: int, subtasks: list[SubtaskState], fresh_start: bool,
+                  restore_point: int | None) -> CheckpointMetadata:
         operator = OperatorState(self.operator_id, self.parallelism, self.max_parallelism, tuple(subtasks))
         return CheckpointMetadata(epoch, self.job_id, {self.operator_id: operator},
                                   properties={"backend": self.state_backend.name, "incremental": self.incremental,
                                               PROCESSING_TIME: self._processing_time_ms, FRESH_START: fresh_start,
+                                              RESTORE_POINT: restore_point,
                                               **format_property(self.state_backend, self.incremental,
                                                                 self.checkpoint_format),
                                               **self._key_schema(), **self._event_time_properties})
@@ -236,8 +239,8 @@ class LocalRunner:
         names = ["key"] if len(self.key_types) == 1 else [f"key_{i + 1}" for i in range(len(self.key_types))]
         return {KEY_SCHEMA: {self.operator_id: [list(c) for c in zip(names, self.key_types)]}}
 
-    def _commit(self, epoch: int, subtasks: list[SubtaskState], fresh_start: bool) -> None:
-        self.store.add(self._metadata(epoch, subtasks, fresh_start))
+    def _commit(self, epoch: int, subtasks: list[SubtaskState], fresh_start: bool, restore_point: int | None) -> None:
+        self.store.add(self._metadata(epoch, subtasks, fresh_start, restore_point))
         self._restore_override = None
 
 

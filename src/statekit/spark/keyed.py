@@ -31,7 +31,7 @@ from pyspark.sql.types import StructType
 
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership, RunIdentity, recorded_identity
-from statekit.checkpoint.store import FRESH_START, CheckpointStore
+from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore
 from statekit.checkpoint.snapshot_format import format_property
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.function import ProcessFunction, check_function
@@ -232,6 +232,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
     recovery = {str(i): states[i][1] for i in range(parallelism)}
     properties = {"backend": spec.state_backend.name, "incremental": conf.incremental, "recovery": recovery,
                   PROCESSING_TIME: processing_time, FRESH_START: chosen.checkpoint is None,
+                  RESTORE_POINT: chosen.checkpoint.checkpoint_id if chosen.checkpoint and restore_url is None else None,
                   **format_property(spec.state_backend, conf.incremental, conf.checkpoint_format),
                   **recorded_event_time(job.event_time, restored_properties, [states[i][2] for i in range(parallelism)])}
     if job.key_types:
