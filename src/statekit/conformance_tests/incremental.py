@@ -43,6 +43,15 @@ class IncrementalSnapshotTests(BackendTestBase):
         return open_keyed_backend(state_backend, str(tmp_path / name), restore_handles=[handle],
                                   restore_streams=streams, **kwargs)
 
+    def _assert_restores(self, state_backend: StateBackend, tmp_path: Any, handle: Any, streams: CheckpointStreams,
+                         name: str, expected: dict[str, Any], what: str) -> None:
+        """A backend restored from ``handle`` holds ``expected`` (``what``: the assertion's subject)."""
+        restored = self._restored(state_backend, tmp_path, handle, streams, name)
+        try:
+            assert_same_state(read_states(restored), expected, what)
+        finally:
+            restored.dispose()
+
     def test_chain_of_completed_checkpoints_restores_every_key(self, state_backend, keyed_backend,
                                                                 snapshot_streams, tmp_path):
         requires(state_backend, "incremental_snapshots")
@@ -65,11 +74,8 @@ class IncrementalSnapshotTests(BackendTestBase):
                         c, lst, sm = expected[key]
                         expected[key] = (c, lst + [checkpoint_id], {k2: v for k2, v in sm.items() if k2 != "b"})
             handle = self._checkpoint(keyed_backend, checkpoint_id, snapshot_streams)
-            restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, f"r{checkpoint_id}")
-            try:
-                assert_same_state(read_states(restored), expected, f"state restored from checkpoint {checkpoint_id}")
-            finally:
-                restored.dispose()
+            self._assert_restores(state_backend, tmp_path, handle, snapshot_streams, f"r{checkpoint_id}", expected,
+                                  f"state restored from checkpoint {checkpoint_id}")
 
     def test_namespaced_cells_of_every_kind_through_a_chain(self, state_backend, keyed_backend,
                                                              snapshot_streams, tmp_path):
@@ -134,11 +140,8 @@ class IncrementalSnapshotTests(BackendTestBase):
             operator = OperatorState("op", 1, MAX_PARALLELISM, (SubtaskState((handle,)),))
             store.add(CheckpointMetadata(checkpoint_id, "conformance-job", {"op": operator}))
             keyed_backend.notify_checkpoint_complete(checkpoint_id)
-        restored = self._restored(state_backend, tmp_path, handle, access.restore_streams(), "after-retention")
-        try:
-            assert_same_state(read_states(restored), expected, "state restored from incremental checkpoint 3")
-        finally:
-            restored.dispose()
+        self._assert_restores(state_backend, tmp_path, handle, access.restore_streams(), "after-retention", expected,
+                              "state restored from incremental checkpoint 3")
 
     def test_aborted_checkpoint_changes_reach_the_next_one(self, state_backend, keyed_backend,
                                                            snapshot_streams, tmp_path):
@@ -149,11 +152,8 @@ class IncrementalSnapshotTests(BackendTestBase):
         self._checkpoint(keyed_backend, 2, snapshot_streams, complete=False)
         expected.update(fill_states(keyed_backend, range(1, 500, 7), base=3000))
         handle = self._checkpoint(keyed_backend, 3, snapshot_streams)
-        restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, "restored")
-        try:
-            assert_same_state(read_states(restored), expected, "changes of an aborted checkpoint were lost")
-        finally:
-            restored.dispose()
+        self._assert_restores(state_backend, tmp_path, handle, snapshot_streams, "restored", expected,
+                              "changes of an aborted checkpoint were lost")
 
     def test_pending_checkpoint_not_yet_confirmed(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
         """Checkpoint 3 is taken while 2 is still pending: it must hold 2's changes too."""
@@ -167,11 +167,66 @@ class IncrementalSnapshotTests(BackendTestBase):
         pending.write(snapshot_streams)
         handle = third.write(snapshot_streams)
         keyed_backend.notify_checkpoint_complete(3)
-        restored = self._restored(state_backend, tmp_path, handle, snapshot_streams, "restored")
-        try:
-            assert_same_state(read_states(restored), expected, "checkpoint 3, taken while 2 was pending")
-        finally:
-            restored.dispose()
+        self._assert_restores(state_backend, tmp_path, handle, snapshot_streams, "restored", expected,
+                              "checkpoint 3, taken while 2 was pending")
+
+    def test_a_late_completion_of_an_older_checkpoint_is_ignored(self, state_backend, keyed_backend,
+                                                                 snapshot_streams, tmp_path):
+        """Checkpoint 3 completes before 2 is written and confirmed: 3 subsumes 2, so the late
+        confirmation of 2 must not set the chain back (4 then builds on 2, without 3's changes)."""
+        requires(state_backend, "incremental_snapshots")
+        expected = fill_states(keyed_backend, range(1500))
+        self._checkpoint(keyed_backend, 1, snapshot_streams)
+        expected.update(fill_states(keyed_backend, range(0, 1500, 50), base=2000))
+        second = keyed_backend.snapshot(2, INCREMENTAL)
+        expected.update(fill_states(keyed_backend, range(1, 1500, 50), base=3000))
+        self._checkpoint(keyed_backend, 3, snapshot_streams)
+        second.write(snapshot_streams)
+        keyed_backend.notify_checkpoint_complete(2)
+        expected.update(fill_states(keyed_backend, range(2, 1500, 50), base=4000))
+        handle = self._checkpoint(keyed_backend, 4, snapshot_streams)
+        self._assert_restores(state_backend, tmp_path, handle, snapshot_streams, "restored", expected,
+                              "checkpoint 4, after a late confirmation of 2")
+
+    def test_an_incremental_checkpoint_taken_while_a_full_one_is_pending_survives_retention(
+            self, state_backend, keyed_backend, tmp_path):
+        """Full checkpoint 2 is pending when incremental 3 is taken; 2 completes (retention, one
+        checkpoint retained, disposes 1 and the files only it held), then 3: 3 must not build on 1."""
+        requires(state_backend, "incremental_snapshots")
+        access = small_threshold_files((tmp_path / "checkpoints").as_uri()).create_access("conformance-job")
+        store = CheckpointStore(access, num_retained=1)
+
+        def complete(checkpoint_id: int, pending: Any) -> Any:
+            handle = pending.write(access.streams(checkpoint_id, "op-0"))
+            operator = OperatorState("op", 1, MAX_PARALLELISM, (SubtaskState((handle,)),))
+            store.add(CheckpointMetadata(checkpoint_id, "conformance-job", {"op": operator}))
+            keyed_backend.notify_checkpoint_complete(checkpoint_id)
+            return handle
+
+        expected = fill_states(keyed_backend, range(1500))
+        complete(1, keyed_backend.snapshot(1, INCREMENTAL))
+        expected.update(fill_states(keyed_backend, range(0, 1500, 7), base=2000))
+        full = keyed_backend.snapshot(2, SnapshotOptions())
+        expected.update(fill_states(keyed_backend, range(1, 1500, 7), base=3000))
+        third = keyed_backend.snapshot(3, INCREMENTAL)
+        complete(2, full)
+        handle = complete(3, third)
+        self._assert_restores(state_backend, tmp_path, handle, access.restore_streams(), "after-retention", expected,
+                              "incremental checkpoint 3, taken while full 2 was pending")
+
+    def test_a_checkpoint_id_taken_again_after_its_abort_holds_both_attempts_changes(
+            self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        requires(state_backend, "incremental_snapshots")
+        expected = fill_states(keyed_backend, range(1500))
+        self._checkpoint(keyed_backend, 1, snapshot_streams)
+        expected.update(fill_states(keyed_backend, range(0, 1500, 40), base=2000))  # only in the aborted attempt
+        aborted = keyed_backend.snapshot(2, INCREMENTAL)
+        aborted.release()
+        keyed_backend.notify_checkpoint_aborted(2)
+        expected.update(fill_states(keyed_backend, range(1, 1500, 40), base=3000))
+        handle = self._checkpoint(keyed_backend, 2, snapshot_streams)
+        self._assert_restores(state_backend, tmp_path, handle, snapshot_streams, "restored", expected,
+                              "checkpoint 2 taken again after its abort")
 
     def test_rescale_from_an_incremental_chain(self, state_backend, keyed_backend, snapshot_streams, tmp_path):
         requires(state_backend, "incremental_snapshots")

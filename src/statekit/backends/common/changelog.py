@@ -112,17 +112,26 @@ class ChangelogTracker:
         self._captured: dict[int, list[set[Any]]] = {}  # per pending checkpoint: its dirty cells
         #: per pending checkpoint: what it holds (None: a full checkpoint, no chain)
         self._written: dict[int, ChangelogStateHandle | None] = {}
+        #: the newest checkpoint completed: it subsumes every older one (a late confirmation is ignored)
+        self._last_completed = 0
 
     def needs_base(self) -> bool:
+        """Whether the next incremental snapshot must write a new base: no chain, a chain too long,
+        or a full checkpoint pending (once it completes, retention may delete the chain's files)."""
         chain = self.chain
-        return (chain is None or len(chain.deltas) >= self.config.max_chain_length
+        return (chain is None or None in self._written.values() or len(chain.deltas) >= self.config.max_chain_length
                 or chain.delta_bytes > self.config.max_chain_bytes_ratio * chain.base.stream.size)
 
     def capture(self, checkpoint_id: int) -> list[set[Any]]:
         """Synchronous snapshot part: the cells changed since the last completed checkpoint
         (those of snapshots still pending, aborted ones included, and the current ones)."""
         self.enabled = True
-        self._captured[checkpoint_id] = self.dirty
+        earlier = self._captured.get(checkpoint_id)  # an aborted attempt of the same checkpoint
+        if earlier is None:
+            self._captured[checkpoint_id] = self.dirty
+        else:
+            for cells, new in zip(earlier, self.dirty):
+                cells |= new
         self.dirty = [set() for _ in range(len(self.key_groups))]
         union = [set() for _ in range(len(self.key_groups))]
         for captured in self._captured.values():
@@ -132,16 +141,19 @@ class ChangelogTracker:
         return union
 
     def written(self, checkpoint_id: int, handle: ChangelogStateHandle) -> None:
-        self._written[checkpoint_id] = handle
+        if checkpoint_id > self._last_completed:
+            self._written[checkpoint_id] = handle
 
     def full(self, checkpoint_id: int) -> None:
         """A full checkpoint was taken. Once it completes, the next delta must not build on the
         chain of an earlier checkpoint: retention may delete that checkpoint and its files."""
-        self._written[checkpoint_id] = None
+        if checkpoint_id > self._last_completed:
+            self._written[checkpoint_id] = None
 
     def complete(self, checkpoint_id: int) -> None:
         if checkpoint_id not in self._written:
-            return  # not a checkpoint of this instance
+            return  # not a checkpoint of this instance, or one a newer completed checkpoint subsumes
+        self._last_completed = checkpoint_id
         self.chain = self._written[checkpoint_id]
         for done in [c for c in self._captured if c <= checkpoint_id]:
             del self._captured[done]
