@@ -490,7 +490,7 @@ def test_forked_child_cannot_use_the_parents_environment(lmdb_backend):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 @pytest.mark.parametrize("pending_put", [False, True], ids=["transaction-open", "put-pending"])
-def test_forked_child_cannot_use_the_parents_open_write_transaction(lmdb_backend, pending_put):
+def test_forked_child_cannot_use_the_parents_open_write_transaction(lmdb_backend, pending_put, tmp_path):
     """Forked while the write transaction is open (its cursors reading) or while a put is pending:
     the child's reads and writes are refused too, not served by the parent's transaction."""
     _write(lmdb_backend, range(10), 16)
@@ -498,15 +498,30 @@ def test_forked_child_cannot_use_the_parents_open_write_transaction(lmdb_backend
     mapping = lmdb_backend.get_state(MapStateDescriptor("m", StringSerializer(), BytesSerializer()))
     set_key(lmdb_backend, "key-0000001")
     state = lmdb_backend.get_state(VALUE)
+    snapshot = lmdb_backend.snapshot(1)  # pending: its read transaction is open at the fork
     state.value(), mapping.contains("x")  # the write transaction and both tables' cursors are open
     if pending_put:
         lmdb_backend.store.commit()
         state.update(b"pending")
+
+    def write_then_release() -> None:
+        try:
+            snapshot.write(InlineStreams())
+        finally:
+            snapshot.release()  # must leave the parent's read transaction alone
+
     accesses = (state.value, lambda: state.update(b"child"), state.clear, lambda: mapping.put("u", b"child"),
-                lambda: dict(mapping.items()))
+                lambda: dict(mapping.items()), write_then_release)
     assert _refusals_in_a_forked_child(lmdb_backend, accesses) == 3  # 10 + i: access i was not refused
     assert state.value() == (b"pending" if pending_put else _value(1, 16))
     _check(lmdb_backend, [k for k in range(10) if k != 1 or not pending_put], 16)
+    streams = InlineStreams()
+    restored = open_keyed_backend(LMDBStateBackend(), str(tmp_path / "restored"),
+                                  restore_handles=[snapshot.write(streams)], restore_streams=streams)
+    try:
+        _check(restored, range(10), 16)  # the snapshot's point in time: before the pending put
+    finally:
+        restored.dispose()
 
 
 def test_first_entry_reads_neither_a_page_nor_a_snapshot(lmdb_backend):

@@ -38,7 +38,7 @@ from statekit.runtime.local_runner import LocalRunner
 from statekit.runtime.savepoints import snapshot_as_savepoint, write_savepoint
 from statekit.spi import (
     ConfigurationError, CorruptStateError, FileStateHandle, InlineStateHandle, KeyGroupsStateHandle,
-    RestoreError, SnapshotError,
+    RestoreError, SnapshotError, StatekitError,
 )
 from statekit.spi.storage import CheckpointStreams, ResolvedCheckpoint, StateScope
 from statekit.storage.filesystem import FileSystemCheckpointStorage
@@ -412,7 +412,6 @@ def test_no_claim_restore_from_an_older_checkpoint_of_the_same_job_keeps_it(loca
                            rows[0] + rows[3] + rows[4], "the job restarted from chk-1")
 
 
-
 def test_a_replay_after_a_restart_never_restores_a_checkpoint_older_than_its_restore_point(location, tmp_path):
     """After a restart, the job's directory also holds a checkpoint it no longer retains (restored
     from in no-claim mode, so kept). A replay of an epoch whose restore point retention removed
@@ -428,7 +427,7 @@ def test_a_replay_after_a_restart_never_restores_a_checkpoint_older_than_its_res
         first.run_epoch(epoch_rows)  # epochs 6-10 (their restore points: 3, 6, 7, 8, 9)
     restarted = _runner(location.storage(), tmp_path, parallelism=2, num_retained=3)
     assert [c.checkpoint_id for c in restarted.store.completed()] == [3, 8, 9, 10]
-    with pytest.raises(RestoreError, match="epoch 8 cannot be replayed: its restore point, checkpoint 7"):
+    with pytest.raises(RestoreError, match="epoch 8 cannot be replayed"):
         restarted.run_epoch(rows[7], checkpoint_id=8)
     restarted.run_epoch(rows[8], checkpoint_id=10)  # a replay whose restore point is retained goes on
     assert_state_is_oracle(dump_state(restarted.latest_metadata(), restarted.streams, 2, tmp_path),
@@ -437,15 +436,15 @@ def test_a_replay_after_a_restart_never_restores_a_checkpoint_older_than_its_res
 
 
 def test_a_checkpoint_whose_deletion_failed_keeps_its_files_until_it_is_deleted(tmp_path, caplog):
-    """Retention fails to delete chk-1's _metadata once: chk-1 still looks complete, so its
-    shared files must stay until the next checkpoint deletes it again."""
+    """Retention fails to delete chk-1's _metadata, and the next checkpoint's retry fails too:
+    chk-1 still looks complete, so its shared files must stay until a retry deletes it."""
     storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), memory_threshold=0)
     runner = _runner(storage, tmp_path, parallelism=2, num_retained=1, incremental=True)
     access = runner.storage
     remove, failed = access.fs.rm_file, []
 
     def remove_failing_once(path: str, *args: Any, **kwargs: Any) -> Any:
-        if path.endswith("chk-1/_metadata") and not failed:
+        if path.endswith("chk-1/_metadata") and len(failed) < 2:
             failed.append(path)
             raise OSError(5, "Input/output error")
         return remove(path, *args, **kwargs)
@@ -462,8 +461,9 @@ def test_a_checkpoint_whose_deletion_failed_keeps_its_files_until_it_is_deleted(
     runner.run_epoch(rows[1])  # retention deletes chk-1: its _metadata fails
     assert failed and "deleting checkpoint 1 failed" in caplog.text
     for epoch_rows in rows[2:]:
-        runner.run_epoch(epoch_rows)  # the first deletes chk-1 again, before retention sweeps its files
+        runner.run_epoch(epoch_rows)  # the first retry fails, the second deletes chk-1
         assert not missing_files_of_complete_checkpoints(), "a checkpoint that looks complete lost files"
+    assert len(failed) == 2 and "deleting checkpoint 1 failed again" in caplog.text
     assert not os.path.exists(os.path.join(access.job_root, "chk-1", "_metadata")), "chk-1 was not deleted again"
     assert_state_is_oracle(dump_state(runner.latest_metadata(), runner.streams, 2, tmp_path), sum(rows, []),
                            "the job after a failed deletion")
@@ -579,3 +579,27 @@ def test_replayed_epoch_keeps_the_new_attempts_files(tmp_path):
     found = workload_dump(metadata, runner.streams, str(tmp_path / "dump"),
                           state_backend=RocksDBStateBackend(**{"local-dir": str(tmp_path / "d")}))
     assert_state_is_oracle(found, rows[1], "the replayed epoch")
+
+
+def test_a_failed_deletion_of_a_replaced_attempt_never_deletes_its_replacement(tmp_path):
+    """A replay of epoch 2 replaces chk-2 in place; deleting the old attempt fails. The next commit
+    must not retry that deletion: chk-2 is the replacement's directory now."""
+    access = FileSystemCheckpointStorage(str(tmp_path / "checkpoints")).create_access("job")
+    store = CheckpointStore(access, num_retained=3)
+    for checkpoint_id in (1, 2, 3):
+        store.add(CheckpointMetadata(checkpoint_id, "job", {}))
+    remove, failed = access.fs.rm, []
+
+    def remove_failing_once(path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.endswith("chk-2") and not failed:
+            failed.append(path)
+            raise OSError(5, "Input/output error")
+        return remove(path, *args, **kwargs)
+
+    access.fs.rm = remove_failing_once
+    with pytest.raises(StatekitError):
+        store.add(CheckpointMetadata(2, "job", {}, properties={"attempt": 2}))
+    assert failed
+    store.add(CheckpointMetadata(2, "job", {}, properties={"attempt": 3}))
+    store.add(CheckpointMetadata(3, "job", {}))
+    assert [p.checkpoint_id for p in access.completed()] == [c.checkpoint_id for c in store.completed()] == [1, 2, 3]

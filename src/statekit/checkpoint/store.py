@@ -34,9 +34,9 @@ DEFAULT_NUM_RETAINED = 3
 #: checkpoint property: whether its epoch started from empty state (restored nothing); a replay of
 #: that epoch may start from empty state again (``CheckpointStore.check_fresh_start``)
 FRESH_START = "fresh_start"
-#: checkpoint property: the id of the job's own checkpoint its epoch restored from (None: it restored
-#: none, or a snapshot from elsewhere); a replay of the epoch must restore the same one
-#: (``CheckpointStore.latest_before``)
+#: checkpoint property: the id of the checkpoint of the job its epoch restored as the latest one before
+#: it (None: it restored none, or a snapshot given explicitly); a replay of the epoch restores the same
+#: one or none (``CheckpointStore.latest_before``)
 RESTORE_POINT = "restore_point"
 #: checkpoint property: ids of the job's own checkpoints restored from in no-claim mode, which no
 #: later coordinator may delete (each new checkpoint carries the list forward)
@@ -160,23 +160,23 @@ class CheckpointStore:
     def latest(self) -> CompletedCheckpoint | None:
         return self._retained[-1] if self._retained else None
 
+    def attempt(self, epoch: int) -> CompletedCheckpoint | None:
+        """The completed checkpoint of ``epoch``, if there is one (which a replay of it replaces)."""
+        return next((c for c in self._retained if c.checkpoint_id == epoch), None)
+
     def latest_before(self, checkpoint_id: int) -> CompletedCheckpoint | None:
-        """The restore point of epoch ``checkpoint_id`` (exactly-once rule). A replayed epoch's is
-        the one its completed attempt recorded (``RESTORE_POINT``), and a ``RestoreError`` when that
-        is no longer retained: after a restart, the checkpoints found on disk can include older ones
-        the job no longer retains (restored from in no-claim mode, or whose deletion failed), and
-        restoring one of those would drop the epochs between it and the replayed one."""
+        """The restore point of epoch ``checkpoint_id`` (exactly-once rule): the latest checkpoint
+        before it, and for a replayed epoch only if its completed attempt restored that one
+        (``RESTORE_POINT``), else None, as when retention removed it. After a restart, the
+        checkpoints found on disk can include older ones the job no longer retains (restored from
+        in no-claim mode, or whose deletion failed): restoring one of those would drop the epochs
+        between it and the replayed one."""
         earlier = [c for c in self._retained if c.checkpoint_id < checkpoint_id]
         latest = earlier[-1] if earlier else None
-        attempt = next((c for c in self._retained if c.checkpoint_id == checkpoint_id), None)
-        if attempt is None or RESTORE_POINT not in attempt.metadata.properties:  # not a replay, or written before
-            return latest
-        recorded = attempt.metadata.properties[RESTORE_POINT]
-        if recorded is None:  # fresh or external: ``check_fresh_start`` and the caller's record decide
-            return None
-        if latest is not None and latest.checkpoint_id == recorded:
-            return latest
-        raise self._not_replayable(checkpoint_id, f"checkpoint {recorded}")
+        attempt = self.attempt(checkpoint_id)
+        if latest is None or attempt is None or RESTORE_POINT not in attempt.metadata.properties:
+            return latest  # not a replay, or a checkpoint written before the property
+        return latest if attempt.metadata.properties[RESTORE_POINT] == latest.checkpoint_id else None
 
     def check_fresh_start(self, epoch: int) -> None:
         """Raise ``RestoreError`` unless epoch ``epoch`` may start from empty state (no restore
@@ -191,14 +191,11 @@ class CheckpointStore:
         fresh = replaced[0].metadata.properties.get(FRESH_START)
         if fresh or (fresh is None and epoch <= 1):  # None: a checkpoint written before the property
             return
-        raise self._not_replayable(epoch, f"the latest checkpoint before {epoch}")
-
-    def _not_replayable(self, epoch: int, restore_point: str) -> RestoreError:
-        replaced = [c.checkpoint_id for c in self._retained if c.checkpoint_id >= epoch]
-        return RestoreError(
-            f"epoch {epoch} cannot be replayed: its restore point, {restore_point}, is no longer retained (the job "
-            f"retains checkpoints {[c.checkpoint_id for c in self._retained]}, num-retained {self.num_retained}), so "
-            f"it would replace checkpoints {replaced} with state that misses epochs. "
+        raise RestoreError(
+            f"epoch {epoch} cannot be replayed: the state its first attempt restored is not a checkpoint the job "
+            f"retains (retention deleted it, or it was a snapshot given explicitly; the job retains checkpoints "
+            f"{[c.checkpoint_id for c in self._retained]}, num-retained {self.num_retained}), so it would replace "
+            f"checkpoints {[c.checkpoint_id for c in replaced]} with state that misses epochs. "
             f"Run the next epoch ({self._retained[-1].checkpoint_id + 1}) instead, or restore the state before "
             f"epoch {epoch} explicitly from a snapshot (spark.statekit.restore.path, LocalRunner.restore_from)")
 
@@ -221,6 +218,8 @@ class CheckpointStore:
         pointer = self.access.commit(metadata.checkpoint_id, metadata.to_bytes())
         completed = CompletedCheckpoint(pointer, metadata)
         self._retained.append(completed)
+        # chk-<id> is the new checkpoint's now: an earlier one of the same id must not be deleted again
+        self._undisposed = [c for c in self._undisposed if c.checkpoint_id != metadata.checkpoint_id]
         for leftover in list(self._undisposed):
             try:
                 self.access.dispose(leftover.pointer, frozenset())
@@ -264,7 +263,8 @@ class CheckpointStore:
             try:
                 self.access.dispose(checkpoint.pointer, keep)
             except StatekitError:
-                self._undisposed.append(checkpoint)
+                if sweep:  # retention's (a superseded attempt shares its directory with its replacement)
+                    self._undisposed.append(checkpoint)
                 raise
         if not sweep:
             return

@@ -1,7 +1,8 @@
 """Which snapshot an epoch restores, and the guard against silent rollback.
 
 Epoch N restores the job's latest completed checkpoint with an id below N (a bounded run: the
-latest). A streaming epoch also knows what Spark committed: micro-batch ``b`` is epoch ``b + 1``,
+latest); a replayed epoch only the one its first attempt restored (``CheckpointStore.latest_before``).
+A streaming epoch also knows what Spark committed: micro-batch ``b`` is epoch ``b + 1``,
 so when Spark's commit log says micro-batch ``C`` was committed, the state must continue from
 checkpoint ``C + 1`` or a later one. An older restore point (its ``_metadata`` was deleted, or
 the ``jobmanager`` storage lost everything with the driver) would silently drop committed
@@ -85,8 +86,8 @@ def _first_attempts_restore(store: CheckpointStore, epoch: int) -> str | None:
     """The external snapshot a completed earlier attempt of ``epoch`` restored from, if any: a
     replay restores the same even when ``spark.statekit.restore.path`` was unset or changed since,
     or names a job directory whose latest checkpoint is another one now."""
-    attempts = [c for c in store.completed() if c.checkpoint_id == epoch]
-    return attempts[0].metadata.properties.get(RESTORED_FROM) if attempts else None
+    attempt = store.attempt(epoch)
+    return attempt.metadata.properties.get(RESTORED_FROM) if attempt else None
 
 
 def _refuse_replacing_another_owner(store: CheckpointStore, epoch: int, progress: StreamProgress,

@@ -23,7 +23,7 @@ import lmdb
 from statekit.backends.common.key_layout import key_group_bounds
 from statekit.backends.lmdb.cursors import read_range
 from statekit.backends.lmdb.read_snapshot import DATA_FILE, ReadSnapshot
-from statekit.spi.backend import PendingSnapshot
+from statekit.spi.backend import PendingSnapshot, released_snapshot
 from statekit.spi.errors import SnapshotError
 from statekit.spi.handles import (
     RecordedStates, StateHandle, StateMetaInfo, StreamStateHandle, nested_handle, read_key_group_range,
@@ -68,8 +68,11 @@ class NativeLMDBSnapshot(PendingSnapshot):
         self._key_group_range = key_group_range
         self._metas = metas
         self._key_serializer = key_serializer
+        self._released = False
 
     def write(self, streams: CheckpointStreams) -> StateHandle | None:
+        if self._released:
+            raise released_snapshot()
         directory = None
         try:
             directory = tempfile.mkdtemp(prefix="native-", dir=self._work_dir)
@@ -86,6 +89,7 @@ class NativeLMDBSnapshot(PendingSnapshot):
         return NativeLMDBStateHandle(self._key_group_range, data, self._key_serializer, tuple(self._metas))
 
     def release(self) -> None:
+        self._released = True
         self._snapshot.release()
 
 

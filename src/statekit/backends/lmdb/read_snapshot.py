@@ -89,6 +89,25 @@ class ReadSnapshot:
         self._env: Any = None  # the spilled copy, once spilled
         self._dir: str | None = None
         self._closed = False
+        self._forked = False  # in a forked child, where the transaction is the parent's
+
+    def _check_open(self, when: str) -> None:
+        if self._forked:
+            raise SnapshotError(f"the LMDB snapshot was taken in process {self._store._pid} and cannot be read in "
+                                f"process {os.getpid()} (a fork): take it in the process that writes it")
+        if self._closed:
+            raise SnapshotError(f"the LMDB snapshot was released (or its backend disposed) {when}")
+
+    def forget_after_fork(self) -> tuple[Any, Any]:
+        """In a forked child: the read transaction and a spilled copy are the parent's. Returns them,
+        for the caller to keep alive (aborting the transaction here would free the parent's reader
+        slot in the shared lock file, letting its writer reuse pages this snapshot reads); reads
+        are refused from now on, and closing deletes nothing."""
+        inherited = (self._txn, self._env)
+        self._txn = self._env = self._dir = None
+        self._closed = self._forked = True
+        self._lock = threading.Lock()  # another thread of the parent may have held it at the fork
+        return inherited
 
     @property
     def spilled(self) -> bool:
@@ -97,8 +116,7 @@ class ReadSnapshot:
     def _with_cursor(self, name: str, read: Callable[[Any], T], empty: T) -> T:
         """``read(cursor)`` on table ``name`` under the lock (``empty`` when there is no such table)."""
         with self._lock:
-            if self._closed:
-                raise SnapshotError("the LMDB snapshot was released (or its backend disposed) while it was read")
+            self._check_open("while it was read")
             db = self._dbs.get(name)
             if db is None:
                 return empty
@@ -121,8 +139,7 @@ class ReadSnapshot:
     def entry_count(self, name: str) -> int:
         """The entries of table ``name`` at the snapshot's point in time (from its B+tree's header)."""
         with self._lock:
-            if self._closed:
-                raise SnapshotError("the LMDB snapshot was released (or its backend disposed) while it was read")
+            self._check_open("while it was read")
             db = self._dbs.get(name)
             return 0 if db is None else self._txn.stat(db)["entries"]
 
@@ -145,8 +162,7 @@ class ReadSnapshot:
     def copy_to(self, directory: str) -> None:
         """A compacted copy of this point in time as the environment of ``directory`` (``DATA_FILE``)."""
         with self._lock:
-            if self._closed:
-                raise SnapshotError("the LMDB snapshot was released (or its backend disposed) before it was copied")
+            self._check_open("before it was copied")
             copy_environment(self._env if self._env is not None else self._store.env, self._txn, directory)
 
     def spill(self) -> None:

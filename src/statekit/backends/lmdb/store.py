@@ -43,9 +43,9 @@ _OPEN_STORES: "weakref.WeakSet[LMDBStore]" = weakref.WeakSet()
 
 
 def _disown_in_child() -> None:
-    """Run in a forked child: every store open at the fork gives up its parent's write transaction."""
+    """Run in a forked child: every store open at the fork gives up its parent's transactions."""
     for store in list(_OPEN_STORES):
-        store.disown_write_transaction()
+        store.disown_after_fork()
 
 
 if hasattr(os, "register_at_fork"):
@@ -255,15 +255,20 @@ class LMDBStore:
         if os.getpid() != self._pid:
             self._check_usable()
 
-    def disown_write_transaction(self) -> None:
-        """In a forked child, the write transaction open at the fork, its cursors and the pending
-        puts are the parent's: forget them (never deallocating the native objects), so that the next
-        access begins a transaction of its own and is refused by ``_check_usable`` (reads through the
-        inherited cursors would otherwise go on working, and writes vanish at the refused commit)."""
+    def disown_after_fork(self) -> None:
+        """In a forked child, the write transaction open at the fork, its cursors, the pending puts
+        and the read snapshots are the parent's: forget them (never deallocating the native objects),
+        so that the next access begins a transaction of its own and is refused by ``_check_usable``
+        (reads through the inherited cursors would otherwise go on working, and writes vanish at the
+        refused commit), and a snapshot refuses to be read (``ReadSnapshot.forget_after_fork``)."""
         cursors = [table._cursor for table in self._tables.values()]
         _INHERITED.append((self._end_txn(), cursors))
         for table in self._tables.values():
             table.forget_writes()
+        _INHERITED.extend(snapshot.forget_after_fork() for snapshot in (*self._snapshots, *self._dropped))
+        self._snapshots.clear()
+        self._dropped.clear()
+        self._snapshots_lock = threading.Lock()  # another thread of the parent may have held it at the fork
 
     def close(self) -> None:
         """Abort the write transaction, end every snapshot, close the environment, release the lock.
