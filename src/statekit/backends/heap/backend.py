@@ -141,16 +141,18 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
                                       self.key_bytes.snapshot().to_json())
         return super().snapshot(checkpoint_id, options)
 
-    def _share_tables(self) -> SharedTables:
-        """The synchronous part of a full snapshot: every state's key-group maps, shared."""
-        return {name: (table, *table.share()) for name, table in sorted(self._tables.items()) if not table.is_empty()}
+    def _share_tables(self, empty_too: bool = False) -> SharedTables:
+        """The synchronous part of a snapshot: every state's key-group maps, shared (a full snapshot
+        leaves empty states out; a changelog delta needs them, to delete what they held)."""
+        return {name: (table, *table.share()) for name, table in sorted(self._tables.items())
+                if empty_too or not table.is_empty()}
 
     def _full_snapshot(self, checkpoint_id: int) -> PendingSnapshot:
         return _HeapPendingSnapshot(self, self._share_tables(), checkpoint_id)
 
     def _changelog_snapshot(self, checkpoint_id: int, changed: list[set[Any]] | None) -> PendingSnapshot:
-        shared = {name: (table, *table.share()) for name, table in sorted(self._tables.items())}
-        return _HeapPendingSnapshot(self, shared, checkpoint_id, incremental=True, changed=changed)
+        return _HeapPendingSnapshot(self, self._share_tables(empty_too=True), checkpoint_id, incremental=True,
+                                    changed=changed)
 
     def dispose(self) -> None:
         for table in self._tables.values():
