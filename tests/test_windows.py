@@ -1,7 +1,8 @@
 """The windows library on the local runner, against plain-Python recomputations: tumbling,
 sliding and session windows in event time (sessions merging, also when an element bridges two
-sessions), allowed lateness, processing-time windows, a process-window function, and windows
-kept open across a rescale and a backend switch through a savepoint."""
+sessions), allowed lateness (also for a late element that joins a live session), processing-time
+windows, a process-window function, windows kept open across a rescale and a backend switch through
+a savepoint, and windows and cleanup times at the largest timestamp."""
 from __future__ import annotations
 
 import random
@@ -19,6 +20,7 @@ from statekit.registry import storage_class
 from statekit.runtime.event_time import EventTime
 from statekit.runtime.local_runner import LocalRunner
 from statekit.spi import AggregateFunction, ConfigurationError
+from statekit.spi.timers import MAX_TIMESTAMP
 
 T0 = 1_700_000_000_000
 SECOND = 1000
@@ -321,3 +323,95 @@ def test_a_row_at_the_watermark_is_late(backend):
     out = run.run_epoch([{"k": "a", "ts": start + 9999}])  # the watermark is start + 9999: the row is late
     assert run.latest_metadata().properties["late_rows_dropped"] == 1
     assert out == [("x", start, start + 10_000, 1)]
+
+
+def test_a_late_element_joins_the_live_session_it_merges_with(backend):
+    """Flink's WindowOperatorTest scenario (gap 3 s, lateness 10 ms): the element at 10000 comes
+    when the watermark is 14600, so its own window [10000, 13000) is past its lateness, but it
+    touches the live session [11600, 14600) (lateness until 14609): Flink merges first and tests
+    the merged window for lateness, keeps the element and fires [10000, 14600) at once. The
+    operator tested the element's own window and dropped it. "x" only moves the watermark."""
+    function = windows.aggregate(windows.SessionWindows.with_gap("3 s"), windows.Count(), timestamp="ts",
+                                 allowed_lateness="10 ms")
+    run = runner(function, backend, parallelism=1, late_rows="process")
+
+    def rows(key, *stamps):
+        return [{"k": key, "ts": ts} for ts in stamps]
+
+    epochs = [  # each epoch's watermark is the largest event time of the epochs before it
+        (rows("a", 1000) + rows("x", 1999), []),
+        (rows("a", 2000) + rows("x", 4998), []),  # watermark 1999
+        (rows("a", 4500) + rows("x", 7400), []),  # 4998
+        (rows("a", 8500, 7000) + rows("x", 11501), []),  # 7400: 7000 bridges [1000, 7500) and [8500, 11500)
+        (rows("a", 11600) + rows("x", 14600), [("a", 1000, 11500, 5), ("x", 1999, 10400, 3)]),  # 11501
+        ([], [("a", 11600, 14600, 1), ("x", 11501, 14501, 1)]),  # 14600
+        (rows("a", 10000, 14500) + rows("x", 20000), [("a", 10000, 14600, 2)]),  # 14600: fires at once
+        (rows("x", 100_000), [("a", 10000, 17500, 3), ("x", 14600, 17600, 1)]),  # 20000
+        ([], [("x", 20000, 23000, 1)]),  # 100000
+    ]
+    for number, (records, expected) in enumerate(epochs, 1):
+        assert_same_rows(run.run_epoch(records), expected, f"epoch {number}")
+
+
+MAX = MAX_TIMESTAMP
+
+
+def test_a_window_at_the_largest_timestamp_fires_and_is_cleaned_up(backend, tmp_path):
+    """Tumbling 1 s windows with 2 s of lateness and an element at 2**63 - 1750: its window ends
+    at MAX - 807 and its cleanup time, end plus lateness, passes the largest timestamp, so it
+    saturates at MAX (Flink's cleanupTime). It overflowed and registering its timer failed."""
+    function = windows.aggregate(windows.TumblingWindows.of("1 s"), windows.Count(), timestamp="ts",
+                                 allowed_lateness="2 s")
+    run = LocalRunner(function, lambda row: row["k"], parallelism=1, max_parallelism=32, state_backend=backend,
+                      event_time="ts", watermark_delay="0 ms", late_rows="process",
+                      storage=storage_class("filesystem")(f"file://{tmp_path}/checkpoints"), job_id="job")
+    element = 2**63 - 1750
+    start, end = MAX - 1807, MAX - 807
+    assert run.run_epoch([{"k": "a", "ts": element}]) == []
+    assert run.run_epoch([{"k": "x", "ts": end - 1}]) == []  # the watermark is the element
+    assert sorted(run.run_epoch([])) == [("a", start, end, 1), ("x", start, end, 1)], \
+        "the watermark reached the window's last millisecond"
+    assert run.run_epoch([{"k": "a", "ts": element + 1}]) == [("a", start, end, 2)], \
+        "late within the lateness (until the largest timestamp): fires at once"
+    assert run.run_epoch([{"k": "x", "ts": MAX}]) == []
+
+    def cells():
+        reader = SnapshotReader.open(f"file://{tmp_path}/checkpoints/job")
+        return list(reader.cells(reader.operator(), 0, 1))
+
+    assert [(cell.namespace, cell.user_key) for cell in cells() if cell.key == "a" and cell.kind == "timers"] == [
+        (windows.TimeWindow(start, end), MAX)], "the window's one timer left is its cleanup, at the largest timestamp"
+    assert run.run_epoch([]) == [("x", end, MAX, 1)], "the last window stops at the largest timestamp"
+    assert run.run_epoch([{"k": "a", "ts": element + 2}]) == [], "the watermark MAX ended the lateness"
+    assert cells() == [], "the cleanup timers at the largest timestamp fired and cleared every window"
+
+
+@pytest.mark.parametrize("assigner, expected", [
+    (windows.TumblingWindows.of("1 s"), [("a", MAX - 1807, MAX - 807, 1), ("a", MAX - 807, MAX, 1)]),
+    (windows.SlidingWindows.of("2 s", "1 s"),
+     [("a", MAX - 2807, MAX - 807, 1), ("a", MAX - 1807, MAX, 2), ("a", MAX - 807, MAX, 1)]),
+    (windows.SessionWindows.with_gap("3 s"), [("a", MAX - 1750, MAX, 2)]),
+], ids=["tumbling", "sliding", "session"])
+def test_windows_near_the_largest_timestamp_stop_at_it(backend, assigner, expected):
+    """Window ends past 2**63 - 1 (start + size, timestamp + gap) do not fit a timer: they stop at
+    the largest timestamp, and the watermark MAX fires them."""
+    function = windows.aggregate(assigner, windows.Count(), timestamp="ts", allowed_lateness="2 s")
+    run = runner(function, backend, parallelism=1)
+    assert run.run_epoch([{"k": "a", "ts": MAX - 1750}]) == []
+    assert run.run_epoch([{"k": "a", "ts": MAX}]) == []
+    assert sorted(run.run_epoch([])) == expected
+
+
+@pytest.mark.parametrize("build, named", [
+    (lambda: windows.TumblingWindows.of("200000000000 days"), "TumblingWindows: the window size"),
+    (lambda: windows.TumblingWindows.of("1 s", offset="200000000000 days"), "TumblingWindows: the window offset"),
+    (lambda: windows.SlidingWindows.of("1 s", "200000000000 days"), "SlidingWindows: the window slide"),
+    (lambda: windows.SessionWindows.with_gap("200000000000 days"), "SessionWindows: the session gap"),
+    (lambda: windows.aggregate(windows.TumblingWindows.of("1 s"), Sum(), timestamp="ts",
+                               allowed_lateness="200000000000 days"), "allowed_lateness"),
+], ids=["size", "offset", "slide", "gap", "lateness"])
+def test_a_duration_beyond_the_largest_timestamp_is_refused(build, named):
+    with pytest.raises(ConfigurationError) as refused:
+        build()
+    message = str(refused.value)
+    assert named in message and "'200000000000 days'" in message and str(MAX_TIMESTAMP) in message, message

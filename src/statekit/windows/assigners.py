@@ -1,5 +1,9 @@
 """Window assigners (Flink's ``WindowAssigner``): which windows an element belongs to, and in
-which time domain they close. Sizes are durations (``"1 hour"``, a ``timedelta``)."""
+which time domain they close. Sizes are durations (``"1 hour"``, a ``timedelta``).
+
+Timestamps are 64-bit epoch milliseconds: a size, slide, gap or offset beyond the largest one is
+refused, and a window that would reach past either end of that range stops at it (an element near
+the largest timestamp gets ``[start, MAX_TIMESTAMP)``), so its timers can always be kept."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -8,7 +12,7 @@ from typing import Any
 
 from statekit.runtime.event_time import duration_ms
 from statekit.spi.errors import ConfigurationError
-from statekit.spi.timers import TimeDomain
+from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP, TimeDomain
 from statekit.windows.time_window import TimeWindow
 
 
@@ -23,11 +27,28 @@ class WindowAssigner(ABC):
         """The windows an element with ``timestamp`` (epoch ms) belongs to."""
 
 
-def _positive(value: Any, setting: str) -> int:
-    ms = duration_ms(value, setting)
-    if ms <= 0:
-        raise ConfigurationError(f"{setting} must be a positive duration, got {value!r}")
+def checked_ms(owner: str, setting: str, ms: int, given: Any = None, positive: bool = True) -> int:
+    """``ms`` if it is a duration windows can use: positive (or, with ``positive=False``, not
+    negative) and at most the largest timestamp; else a ``ConfigurationError`` naming ``owner``,
+    the ``setting``, the value (as ``given``, and in milliseconds) and the limit."""
+    shown = f"{given!r} ({ms} ms)" if given is not None else f"{ms} ms"
+    if ms <= 0 if positive else ms < 0:
+        raise ConfigurationError(f"{owner}: {setting} must be a {'positive' if positive else 'non-negative'} "
+                                 f"duration, got {shown}")
+    if ms > MAX_TIMESTAMP:
+        raise ConfigurationError(f"{owner}: {setting} must be at most the largest timestamp, {MAX_TIMESTAMP} ms "
+                                 f"(about 292 million years), got {shown}: its windows could not be represented")
     return ms
+
+
+def window_duration_ms(owner: str, setting: str, value: Any, positive: bool = True) -> int:
+    """A duration setting of ``owner`` (``"1 hour"``, a ``timedelta``) as milliseconds, checked by ``checked_ms``."""
+    return checked_ms(owner, setting, duration_ms(value, setting), value, positive)
+
+
+def _window(start: int, size: int) -> TimeWindow:
+    """``[start, start + size)``, stopped at the ends of the 64-bit timestamps."""
+    return TimeWindow(max(start, MIN_TIMESTAMP), min(start + size, MAX_TIMESTAMP))
 
 
 @dataclass(frozen=True)
@@ -40,11 +61,15 @@ class TumblingWindows(WindowAssigner):
 
     @classmethod
     def of(cls, size: Any, offset: Any = "0 ms", domain: TimeDomain = TimeDomain.EVENT_TIME) -> "TumblingWindows":
-        return cls(_positive(size, "the window size"), duration_ms(offset, "the window offset"), domain)
+        return cls(window_duration_ms(cls.__name__, "the window size", size),
+                   window_duration_ms(cls.__name__, "the window offset", offset, positive=False), domain)
+
+    def __post_init__(self) -> None:
+        checked_ms(type(self).__name__, "the window size", self.size_ms)
+        checked_ms(type(self).__name__, "the window offset", self.offset_ms, positive=False)
 
     def assign(self, timestamp: int) -> list[TimeWindow]:
-        start = timestamp - (timestamp - self.offset_ms) % self.size_ms
-        return [TimeWindow(start, start + self.size_ms)]
+        return [_window(timestamp - (timestamp - self.offset_ms) % self.size_ms, self.size_ms)]
 
 
 @dataclass(frozen=True)
@@ -59,13 +84,18 @@ class SlidingWindows(WindowAssigner):
     @classmethod
     def of(cls, size: Any, slide: Any, offset: Any = "0 ms",
            domain: TimeDomain = TimeDomain.EVENT_TIME) -> "SlidingWindows":
-        return cls(_positive(size, "the window size"), _positive(slide, "the window slide"),
-                   duration_ms(offset, "the window offset"), domain)
+        return cls(window_duration_ms(cls.__name__, "the window size", size),
+                   window_duration_ms(cls.__name__, "the window slide", slide),
+                   window_duration_ms(cls.__name__, "the window offset", offset, positive=False), domain)
+
+    def __post_init__(self) -> None:
+        checked_ms(type(self).__name__, "the window size", self.size_ms)
+        checked_ms(type(self).__name__, "the window slide", self.slide_ms)
+        checked_ms(type(self).__name__, "the window offset", self.offset_ms, positive=False)
 
     def assign(self, timestamp: int) -> list[TimeWindow]:
         last_start = timestamp - (timestamp - self.offset_ms) % self.slide_ms
-        return [TimeWindow(start, start + self.size_ms)
-                for start in range(last_start, timestamp - self.size_ms, -self.slide_ms)]
+        return [_window(start, self.size_ms) for start in range(last_start, timestamp - self.size_ms, -self.slide_ms)]
 
 
 @dataclass(frozen=True)
@@ -79,7 +109,10 @@ class SessionWindows(WindowAssigner):
 
     @classmethod
     def with_gap(cls, gap: Any, domain: TimeDomain = TimeDomain.EVENT_TIME) -> "SessionWindows":
-        return cls(_positive(gap, "the session gap"), domain)
+        return cls(window_duration_ms(cls.__name__, "the session gap", gap), domain)
+
+    def __post_init__(self) -> None:
+        checked_ms(type(self).__name__, "the session gap", self.gap_ms)
 
     def assign(self, timestamp: int) -> list[TimeWindow]:
-        return [TimeWindow(timestamp, timestamp + self.gap_ms)]
+        return [_window(timestamp, self.gap_ms)]

@@ -8,22 +8,25 @@ clears the window (with ``allowed_lateness``, the result is emitted then and aga
 element, and the window is cleared when the watermark passes its end plus the lateness). Session
 windows merge as Flink's ``MergingWindowSet`` does: each key keeps a map from its sessions to the
 window whose namespace holds their contents (packed into one tuple of integers), so a session that grows moves no state; when an
-element bridges two sessions, the later one's contents are merged into the earlier one's.
+element bridges two sessions, the later one's contents are merged into the earlier one's. As in Flink,
+a session element is late only if the session it merges into is: its own window may be past the
+allowed lateness while the live session it touches is not. Cleanup times (a window's last
+millisecond plus the lateness) stop at the largest timestamp, as Flink's ``cleanupTime`` does.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Iterator
 
-from statekit.runtime.event_time import duration_ms, event_time_ms
+from statekit.runtime.event_time import event_time_ms
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction
 from statekit.runtime.timers import TimerService
 from statekit.spi.descriptors import AggregateFunction, ListStateDescriptor, ValueStateDescriptor
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import ValueState
-from statekit.spi.timers import TimeDomain
-from statekit.windows.assigners import WindowAssigner
+from statekit.spi.timers import MAX_TIMESTAMP, TimeDomain
+from statekit.windows.assigners import WindowAssigner, window_duration_ms
 from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
 
 #: the timer service of window operators (``_timers/windows/<domain>``)
@@ -143,7 +146,8 @@ class WindowOperator(KeyedProcessFunction):
         self.contents = contents
         self.timestamp = timestamp
         self.value = value
-        self.lateness_ms = duration_ms(allowed_lateness, "allowed_lateness")
+        self.lateness_ms = window_duration_ms("the window operator", "allowed_lateness", allowed_lateness,
+                                              positive=False)
         if self.lateness_ms and not event_time:
             raise ConfigurationError("allowed_lateness is for event-time windows: processing time is never late")
 
@@ -162,7 +166,9 @@ class WindowOperator(KeyedProcessFunction):
         return event_time_ms(stamp(row) if callable(stamp) else row[stamp])
 
     def _cleanup_time(self, window: TimeWindow) -> int:
-        return window.max_timestamp + self.lateness_ms
+        """When the window's state goes: its last millisecond plus the allowed lateness, at most the
+        largest timestamp (Flink's ``cleanupTime``, which saturates at ``Long.MAX_VALUE``)."""
+        return min(window.max_timestamp + self.lateness_ms, MAX_TIMESTAMP)
 
     def _register(self, timers: TimerService, window: TimeWindow) -> None:
         if self.assigner.domain is TimeDomain.PROCESSING_TIME:
@@ -187,11 +193,17 @@ class WindowOperator(KeyedProcessFunction):
         watermark = timers.current_watermark()
         event_time = self.assigner.domain is TimeDomain.EVENT_TIME
         for window in self.assigner.assign(timestamp):
-            if event_time and self._cleanup_time(window) <= watermark:
-                continue  # late beyond the allowed lateness: dropped, as in Flink
-            state_window = window
             if self.assigner.merging:
-                window, state_window = self._merge(window, timers, watermark if event_time else None)
+                # as Flink: merge first, then ask whether the merged session is late, so an element
+                # whose own window is past its lateness still joins a live session it touches
+                merged = self._merge(window, timers, watermark if event_time else None)
+                if merged is None:
+                    continue  # late beyond the allowed lateness: dropped, as in Flink
+                window, state_window = merged
+            elif event_time and self._cleanup_time(window) <= watermark:
+                continue  # late beyond the allowed lateness: dropped, as in Flink
+            else:
+                state_window = window
             self.contents.add(state_window, value)
             if event_time and window.max_timestamp <= watermark:  # late, within the lateness: fire now
                 yield from self.contents.emit(ctx.current_key, window, state_window, ctx)
@@ -202,8 +214,10 @@ class WindowOperator(KeyedProcessFunction):
             else:
                 self._register(timers, window)
 
-    def _merge(self, new: TimeWindow, timers: TimerService, watermark: int | None) -> tuple[TimeWindow, TimeWindow]:
-        """Merge ``new`` with the key's sessions it intersects: (the session, its state window). An
+    def _merge(self, new: TimeWindow, timers: TimerService,
+               watermark: int | None) -> tuple[TimeWindow, TimeWindow] | None:
+        """Merge ``new`` with the key's sessions it intersects: (the session, its state window), or
+        None when the merged session is late beyond the allowed lateness (then nothing changes). An
         event-time session the ``watermark`` passed by its lateness is over (its cleanup timer fires
         after the epoch's rows): it merges with nothing."""
         kept: list[int] = []
@@ -217,6 +231,12 @@ class WindowOperator(KeyedProcessFunction):
         merged = new
         for session, _ in overlapping:
             merged = merged.cover(session)
+        if watermark is not None and self._cleanup_time(merged) <= watermark:
+            # Flink adds the window, finds the result late and retires it again. Every session
+            # merged here ends its lateness after the watermark, and so would the result: a late
+            # result is ``new`` alone, and leaving the sessions, state and timers as they are is
+            # the same
+            return None
         state_window = overlapping[0][1] if overlapping else new
         for session, other in overlapping:
             if other != state_window:
