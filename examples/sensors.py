@@ -7,6 +7,7 @@ exceeds the sensor's running mean by 50%.
 """
 from __future__ import annotations
 
+import json
 import random
 from typing import Any, Iterator
 
@@ -81,42 +82,45 @@ def recompute(all_readings: list[Reading]) -> dict[str, dict]:
     return expected
 
 
-
-
-STATES = (COUNT, RECENT, HOURLY_MAX, MEAN)
-
-
 def matches(found: dict[str, tuple], expected: dict[str, dict]) -> list[str]:
-    """Sensors whose (count, recent, hourly maxima, mean) differ from the recomputation."""
+    """Sensors whose (count, recent, hourly maxima, mean accumulator) differ from the recomputation."""
     mismatches = [s for s in expected if s not in found]
-    for sensor, (count, recent, hourly, mean) in found.items():
+    for sensor, (count, recent, hourly, (total, n)) in found.items():
         want = expected.get(sensor)
         if want is None or not (count == want["count"] and recent == want["recent"]
-                                and hourly == want["hourly_max"]
-                                and abs(mean - want["sum"] / want["count"]) < 1e-9):
+                                and hourly == want["hourly_max"] and n == want["count"]
+                                and abs(total - want["sum"]) < 1e-6):
             mismatches.append(sensor)
     return mismatches
 
 
-def read_state(metadata: Any, streams: Any, state_backend: Any, local_dir: str,
-               operator_id: str = "keyed-process") -> dict[str, tuple]:
-    """Every sensor's (count, recent, hourly maxima, mean) in a checkpoint, read subtask by subtask."""
-    from statekit.checkpoint.assignment import assign
-    from statekit.conformance_tests.base import open_keyed_backend, set_key
+def query_state(path: str, sensors: list[str]) -> dict[str, tuple]:
+    """Each sensor's (count, recent, hourly maxima, mean accumulator) in a completed checkpoint or
+    savepoint, looked up key by key without Spark (``statekit.query.QueryableState``)."""
+    from statekit.query import QueryableState
 
-    operator = metadata.operator(operator_id)
-    found: dict[str, tuple] = {}
-    for index in range(operator.parallelism):
-        restore = assign(operator, index, operator.parallelism)
-        backend = open_keyed_backend(state_backend, f"{local_dir}/read-{index}", subtask_index=index,
-                                     parallelism=operator.parallelism, max_parallelism=operator.max_parallelism,
-                                     restore_handles=restore.keyed, restore_streams=streams,
-                                     job_id=metadata.job_id, operator_id=operator_id)
-        try:
-            count, recent, hourly, mean = (backend.get_state(d) for d in STATES)
-            for sensor in backend.keys(COUNT.name):
-                set_key(backend, sensor)
-                found[sensor] = (count.value(), recent.get(), dict(hourly.items()), mean.get())
-        finally:
-            backend.dispose()
+    state = QueryableState(path)
+    found = {}
+    for sensor in sensors:
+        cells = [state.get(descriptor.name, sensor) for descriptor in (COUNT, RECENT, HOURLY_MAX, MEAN)]
+        if cells[0] is not None:
+            found[sensor] = tuple(cells)
     return found
+
+
+def read_state(spark: Any, path: str) -> dict[str, tuple]:
+    """Every sensor's (count, recent, hourly maxima, mean accumulator) in a completed checkpoint or
+    savepoint, read as DataFrames with ``spark.read.format("statekit")``, one state at a time so
+    that each value column has the state's type."""
+    def rows(descriptor: Any) -> list[Any]:
+        frame = spark.read.format("statekit").option("state", descriptor.name).load(path)
+        return frame.select("sensor", "user_key", "value").collect()  # a list's elements in order
+
+    found: dict[str, list] = {row.sensor: [row.value, [], {}, None] for row in rows(COUNT)}
+    for row in rows(RECENT):
+        found[row.sensor][1].append(row.value)
+    for row in rows(HOURLY_MAX):
+        found[row.sensor][2][row.user_key] = row.value
+    for row in rows(MEAN):  # the accumulator (sum, count), pickled: JSON text in the value column
+        found[row.sensor][3] = tuple(json.loads(row.value))
+    return {sensor: tuple(cells) for sensor, cells in found.items()}

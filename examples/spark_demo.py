@@ -6,13 +6,16 @@
 2. A savepoint is taken of the last checkpoint.
 3. A new job restores the savepoint into the RocksDB backend at parallelism 3 and processes
    the next batch of readings.
-4. Every sensor's state is compared with a plain-Python recomputation of all readings.
+4. Every sensor's state, read back with ``spark.read.format("statekit")``, is compared with a
+   plain-Python recomputation of all readings, and the ``statekit`` command describes the last
+   checkpoint and looks up one sensor's count in it.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import sensors  # noqa: E402
 from sensors import SensorAlerts, matches, read_state, readings, recompute  # noqa: E402
+
+STATEKIT = os.path.join(os.path.dirname(sys.executable), "statekit")  # the console script beside this Python
 
 SCHEMA = "sensor string, hour long, temperature double"
 OUTPUT = "sensor string, alert string, temperature double"
@@ -32,9 +37,7 @@ def main() -> None:
     from pyspark import cloudpickle
     from pyspark.sql import SparkSession
 
-    from statekit.checkpoint.metadata import CheckpointMetadata, metadata_source
-    from statekit.spark import StatekitConf, process_keyed, process_keyed_stream, savepoint
-    from statekit.storage.pointers import resolve
+    from statekit.spark import process_keyed, process_keyed_stream, savepoint
 
     cloudpickle.register_pickle_by_value(sensors)  # executors need not import the example module
     started = time.perf_counter()
@@ -87,17 +90,24 @@ def main() -> None:
         alerts = process_keyed(df, "sensor", SensorAlerts(), OUTPUT, job_id="sensors-rocksdb").count()
         print(f"restored into the rocksdb backend at parallelism 3: 10,000 more readings, {alerts} alerts")
 
-        resolved = resolve(f"file://{work}/checkpoints/sensors-rocksdb")
-        metadata = CheckpointMetadata.from_bytes(resolved.metadata, metadata_source(resolved.pointer))
-        reader = StatekitConf.parse({"backend": "rocksdb", "local.dir": os.path.join(work, "read")}).create_backend()
+        job = f"file://{work}/checkpoints/sensors-rocksdb"
         expected = recompute([r for batch in batches for r in batch])
-        mismatches = matches(read_state(metadata, resolved.streams, reader, os.path.join(work, "read")), expected)
+        mismatches = matches(read_state(spark, job), expected)  # the job's latest checkpoint
         if mismatches:
             raise SystemExit(f"FAILED: {len(mismatches)} sensors differ from the recomputation, "
                              f"e.g. {mismatches[:3]}")
         print(f"OK: all {len(expected)} sensors' count, recent readings, hourly maxima and mean match a "
               f"plain-Python recomputation after streaming checkpoints, a savepoint, a switch to RocksDB and "
               f"rescale 4 -> 3 ({time.perf_counter() - started:.0f} s)")
+
+        print(f"$ statekit checkpoints describe {job.replace(work, '<work>')}", flush=True)
+        subprocess.run([STATEKIT, "checkpoints", "describe", job], check=True)
+        sensor = min(expected)
+        lookup = subprocess.run([STATEKIT, "state", "get", job, "--state", "count", "--key", sensor, "--json"],
+                                check=True, capture_output=True, text=True).stdout
+        print(f"$ statekit state get ... --state count --key {sensor} --json\n{lookup.strip()}")
+        if json.loads(lookup)["value"] != expected[sensor]["count"]:
+            raise SystemExit(f"FAILED: statekit state get gave {lookup!r}, {expected[sensor]['count']} was due")
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

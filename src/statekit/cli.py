@@ -112,6 +112,7 @@ import sys
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from statekit import __version__
 from statekit.inspection import InspectionError, create_savepoint, describe, error_text, list_checkpoints
 from statekit.spi.errors import StatekitError
 
@@ -387,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(
         prog=PROG, description="Inspect statekit checkpoints and savepoints; convert checkpoints to savepoints.",
         epilog="Paths are fsspec URLs (local paths, file://, s3://, memory://, ...).")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--json", action="store_true", default=False, help=argparse.SUPPRESS)
     parser.add_argument("-o", "--storage-option", dest="global_storage_options", action="append",
                         metavar="KEY=VALUE", default=[], help="an fsspec storage option (repeatable)")

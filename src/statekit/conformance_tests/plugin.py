@@ -73,7 +73,8 @@ def _levels(config: pytest.Config) -> set[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "spark: needs a real SparkSession (the statekit_spark fixture)")
+    # a marker of statekit's own name: a project's own `spark` marker (and --strict-markers) is left alone
+    config.addinivalue_line("markers", "statekit_spark: the conformance suite's Spark level (the statekit_spark fixture)")
     target = _target(config)
     _levels(config)  # fail early on a wrong level
     if target is not None:

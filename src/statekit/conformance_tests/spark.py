@@ -122,7 +122,7 @@ class SparkJobs:
 class SparkTestBase:
     """Base of the Spark-level mixins: override ``backend_settings``."""
 
-    pytestmark = pytest.mark.spark
+    pytestmark = pytest.mark.statekit_spark
 
     @pytest.fixture
     def spark(self, statekit_spark: Any) -> Any:
