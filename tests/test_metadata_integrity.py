@@ -289,6 +289,73 @@ def test_the_file_is_json_with_the_document_as_its_body(checkpoints):
     assert sealed(doc["body"]) == checkpoint.metadata_file.read_bytes()
 
 
+# ---------------------------------------------------------------------------- names that become paths
+
+
+ESCAPING_NAMES = ["../CURRENT", "../../../../tmp/x", "/tmp/x", "a/../../x", "./x", "a//x", "x/", "", ".", "..",
+                  "a\\..\\..\\x", "C:x", "x\0y"]
+
+
+def _rocksdb_files(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    return body["operators"][0]["subtasks"][0]["keyed"][0][kind]
+
+
+@pytest.mark.parametrize("name", ESCAPING_NAMES)
+@pytest.mark.parametrize("where", ["rocksdb-incremental/shared", "rocksdb-incremental/private",
+                                   "rocksdb-native/private", "heap-full/stream"])
+def test_a_name_that_would_leave_its_directory_is_refused(checkpoints, where, name):
+    """A RocksDB file name becomes a file of the local instance directory, a stream's path one of
+    the storage: metadata giving one that is absolute, climbs out (``..``) or is not normalized is
+    refused, naming the file and the field, before anything is read or written."""
+    flavour, kind = where.split("/")
+    checkpoint = checkpoints[flavour]
+    body = checkpoint.body()
+    if kind == "stream":
+        body["operators"][0]["subtasks"][0]["keyed"][0]["stream"]["path"] = name
+    else:
+        files = _rocksdb_files(body, kind)
+        files[name] = files.pop(sorted(files)[0])
+    with pytest.raises(CorruptStateError) as caught:
+        CheckpointMetadata.from_bytes(sealed(body), checkpoint.source)
+    message = str(caught.value)
+    assert message.startswith(f"{checkpoint.source} is corrupt: field $.body.operators[0].subtasks[0].keyed[0]."), \
+        message
+    expected = ("a file name inside the RocksDB instance directory" if kind != "stream" else
+                "must be a non-empty string" if not name else "a normalized relative path inside the checkpoint root")
+    assert expected in message, message
+
+
+@pytest.mark.parametrize("name", ["{outside}", "../../../../../../../../..{outside}", "../escaped-CURRENT"])
+def test_a_rocksdb_file_name_from_metadata_never_writes_outside_the_local_directory(tmp_path, name):
+    """A restart, ``statekit savepoint create --from`` and a restore by path refuse the checkpoint;
+    before, the file was written where the name pointed and the restore failed with a bare
+    ``Exception: IO error``."""
+    from statekit.inspection import create_savepoint
+    from statekit.storage.pointers import resolve
+
+    checkpoint = Checkpoint("rocksdb-incremental", str(tmp_path / "checkpoints"), str(tmp_path / "local"),
+                            tmp_path / "checkpoints" / JOB / "chk-1" / "_metadata")
+    checkpoint.runner().run_epoch(ROWS[0])
+    outside = tmp_path / "outside" / "CURRENT"
+    outside.parent.mkdir()
+    name = name.format(outside=outside)
+    body = checkpoint.body()
+    files = _rocksdb_files(body, "private")
+    files[name] = files.pop("CURRENT")
+    checkpoint.metadata_file.write_bytes(sealed(body))
+    attempts = {"restart": lambda: checkpoint.runner().run_epoch([]),
+                "savepoint create": lambda: create_savepoint(checkpoint.metadata_file.parent.as_uri(),
+                                                             str(tmp_path / "savepoints"), "rocksdb"),
+                "restore by path": lambda: CheckpointMetadata.from_bytes(
+                    resolve(str(checkpoint.metadata_file)).metadata, checkpoint.source)}
+    for what, attempt in attempts.items():
+        with pytest.raises(CorruptStateError, match=r"_metadata is corrupt: field .*private\[") as caught:
+            attempt()
+        assert "chk-1/_metadata" in str(caught.value), f"{what}: {caught.value}"
+    written = [str(p) for p in tmp_path.rglob("*CURRENT*") if "checkpoints" not in p.parts]
+    assert not outside.exists() and not written, written
+
+
 # ---------------------------------------------------------------------------- version 1
 
 

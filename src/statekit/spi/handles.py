@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import posixpath
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from statekit.spi.descriptors import StateKind
 from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, StatekitError
 from statekit.spi.json_fields import JsonArray, JsonObject, as_object, malformed
 from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
+from statekit.spi.names import relative_path_problem
 from statekit.spi.serializer import SerializerSnapshot
 
 _HANDLE_TYPES: dict[str, type["StateHandle"]] = {}
@@ -158,6 +158,16 @@ def read_checksum(data: JsonObject | JsonArray, key: str | int) -> str:
     return value
 
 
+def check_relative_path(where: str, path: str, inside: str, file_name: bool = False) -> None:
+    """Refuse (``CorruptStateError`` naming ``where``) a path from metadata that would not stay
+    inside ``inside`` once joined to it (``spi.names.relative_path_problem``): every name a handle
+    gives that becomes a path of the storage or of this machine is checked with it."""
+    problem = relative_path_problem(path, file_name)
+    if problem is not None:
+        kind = "a file name" if file_name else "a normalized relative path"
+        malformed(where, f"must be {kind} inside {inside} ({problem})", path)
+
+
 def read_serializer_snapshot(data: JsonObject, key: str) -> dict[str, Any]:
     """A serializer snapshot's JSON, checked (``SerializerSnapshot.from_json`` reads it)."""
     return SerializerSnapshot.from_json(data.object(key)).to_json()
@@ -201,8 +211,7 @@ class FileStateHandle(StreamStateHandle):
     def _from_fields(cls, data: JsonObject) -> "FileStateHandle":
         data.expect_fields(("type", "path", "size", "checksum"))
         path = data.text("path")
-        if path.startswith("/") or "\\" in path or ".." in path.split("/") or posixpath.normpath(path) != path:
-            malformed(data.path_of("path"), "must be a normalized relative path inside the checkpoint root", path)
+        check_relative_path(data.path_of("path"), path, "the checkpoint root")
         return cls(path, data.integer("size", 0), read_checksum(data, "checksum"))
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from statekit.spi.handles import (
-    RecordedStates, StateMetaInfo, StreamStateHandle, nested_handle, read_key_group_range,
+    RecordedStates, StateMetaInfo, StreamStateHandle, check_relative_path, nested_handle, read_key_group_range,
     read_serializer_snapshot, register_handle,
 )
 from statekit.spi.json_fields import JsonObject
@@ -45,6 +45,8 @@ class IncrementalRocksDBStateHandle(RecordedStates):
 
         def streams(key: str) -> dict[str, StreamStateHandle]:
             files = data.object(key)
+            for name in files:  # each becomes a file of the RocksDB directory a restore downloads into
+                check_relative_path(files.path_of(name), name, "the RocksDB instance directory", file_name=True)
             return {name: nested_handle(files, name, StreamStateHandle) for name in files}
         return cls(read_key_group_range(data), data.integer("checkpoint_id", 0), data.text("backend_id"),
                    streams("shared"), streams("private"), read_serializer_snapshot(data, "key_serializer"),
