@@ -340,22 +340,28 @@ def test_big_map_iteration_while_mutating_sees_the_start(lmdb_backend):
 
 
 # --- switching backends
+def _workload_runner(tmp_path, backend, parallelism, job_id, incremental=False,
+                     checkpoint_format=SnapshotFormat.CANONICAL):
+    """A local job of the conformance workload, checkpointed as files under ``tmp_path/checkpoints``."""
+    from statekit.conformance_tests.workload import WorkloadFunction
+    from statekit.runtime import LocalRunner
+    from statekit.storage.filesystem import FileSystemCheckpointStorage
+
+    return LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=parallelism, max_parallelism=128,
+                       state_backend=backend, job_id=job_id, incremental=incremental,
+                       local_dir=str(tmp_path / "local"), checkpoint_format=checkpoint_format,
+                       storage=FileSystemCheckpointStorage(str(tmp_path / "checkpoints")))
+
+
 def test_heap_changelog_checkpoint_into_lmdb_and_a_savepoint_back_to_heap(tmp_path):
     from statekit.backends.common.changelog import ChangelogStateHandle
     from statekit.backends.heap import HeapStateBackend
     from statekit.checkpoint.metadata import CheckpointMetadata
-    from statekit.conformance_tests.workload import (
-        WorkloadFunction, dump_state, expected_key_state, make_rows, oracle,
-    )
-    from statekit.runtime import LocalRunner
-    from statekit.storage.filesystem import FileSystemCheckpointStorage
+    from statekit.conformance_tests.workload import dump_state, expected_key_state, make_rows, oracle
     from statekit.storage.pointers import resolve
 
     def runner(backend, parallelism, job_id, incremental=False):
-        return LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=parallelism, max_parallelism=128,
-                           state_backend=backend, job_id=job_id, incremental=incremental,
-                           local_dir=str(tmp_path / "local"),
-                           storage=FileSystemCheckpointStorage(str(tmp_path / "checkpoints")))
+        return _workload_runner(tmp_path, backend, parallelism, job_id, incremental)
 
     rows = [make_rows(1500, 400, seed) for seed in range(4)]
     heap = runner(HeapStateBackend(), 4, "heap-job", incremental=True)
@@ -376,6 +382,54 @@ def test_heap_changelog_checkpoint_into_lmdb_and_a_savepoint_back_to_heap(tmp_pa
     back.run_epoch(rows[3])
     want = {k: expected_key_state(v) for k, v in oracle(rows[0] + rows[1] + rows[2] + rows[3]).items()}
     assert dump_state(back.latest_metadata(), back.streams, str(tmp_path / "d2")) == want
+
+
+def test_a_savepoint_of_a_native_checkpoint_holds_every_key_through_a_switch_to_heap(tmp_path):
+    """A native checkpoint restored at its own key groups is put in place as the environment: the
+    savepoint conversion, which registers no state, must still find every state in it (it wrote an
+    empty savepoint, and the state reader found no cell). Then a switch to the heap backend from
+    that savepoint holds every key."""
+    from statekit.backends.heap import HeapStateBackend
+    from statekit.checkpoint.metadata import CheckpointMetadata
+    from statekit.conformance_tests.compare import assert_same_rows, assert_same_state
+    from statekit.conformance_tests.workload import cell_rows, dump_state, expected_state, make_rows, oracle_cells
+    from statekit.reading.snapshot_reader import SnapshotReader
+    from statekit.storage.pointers import resolve
+
+    rows = [make_rows(1500, 400, seed) for seed in range(3)]
+    job = _workload_runner(tmp_path, LMDBStateBackend(**{"map-size": "256k"}), 2, "lmdb-native",
+                           checkpoint_format=SnapshotFormat.NATIVE)
+    job.run_epoch(rows[0])
+    job.run_epoch(rows[1])
+    taken = job.savepoint(str(tmp_path / "savepoints"))
+    assert all(s.keyed for s in taken.operator(job.operator_id).subtasks), "a subtask's savepoint holds no state"
+    savepoint = resolve(str(tmp_path / "savepoints" / f"savepoint-lmdb-native-{taken.checkpoint_id}"))
+    heap = _workload_runner(tmp_path, HeapStateBackend(), 3, "heap-from-native")
+    heap.restore_from(CheckpointMetadata.from_bytes(savepoint.metadata), savepoint.streams)
+    heap.run_epoch(rows[2])
+    assert_same_state(dump_state(heap.latest_metadata(), heap.streams, str(tmp_path / "dump")),
+                      expected_state(rows[0] + rows[1] + rows[2]), "the heap job switched to from the savepoint")
+    reader = SnapshotReader.open(str(tmp_path / "checkpoints" / "lmdb-native"))
+    operator = reader.operator()
+    cells = cell_rows(cell for index in range(2) for cell in reader.cells(operator, index, 2))
+    assert_same_rows(cells, oracle_cells(rows[0] + rows[1]), "the native checkpoint read at its own parallelism")
+
+
+def test_a_native_checkpoint_of_more_states_than_max_dbs_is_a_clear_error(tmp_path):
+    """The restored environment's databases are all opened: more than ``max-dbs`` allows names the setting."""
+    backend = open_keyed_backend(LMDBStateBackend(), str(tmp_path / "old"))
+    try:
+        set_key(backend, "k")
+        for name in ("a", "b", "c"):
+            backend.get_state(ValueStateDescriptor(name)).update(name)
+        handle = backend.snapshot(1, SnapshotOptions(format=SnapshotFormat.NATIVE)).write(InlineStreams())
+    finally:
+        backend.dispose()
+    with pytest.raises(RestoreError, match="holds 3 named databases.*raise spark.statekit.backend.lmdb.max-dbs"):
+        open_keyed_backend(LMDBStateBackend(**{"max-dbs": "2"}), str(tmp_path / "new"), restore_handles=[handle],
+                           restore_streams=InlineStreams())
+    left = [name for _, _, files in os.walk(tmp_path / "new") for name in files]
+    assert not left, f"the failed restore left files behind: {left}"
 
 
 # --- options

@@ -7,8 +7,11 @@ from typing import Any
 import pytest
 
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
+from statekit.conformance_tests.compare import assert_same_state
 from statekit.conformance_tests.workload import COUNT, LAST, MAXIMUM, MEAN, SUMS, Row
-from statekit.spi import KeyedStateBackend, SnapshotFormat, SnapshotOptions, StateBackend, key_group_for_key
+from statekit.spi import (
+    KeyedStateBackend, SnapshotFormat, SnapshotOptions, SnapshotType, StateBackend, key_group_for_key,
+)
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.storage.inline import InlineStreams
 
@@ -45,6 +48,18 @@ def read_states(backend: KeyedStateBackend) -> dict[str, Any]:
     return found
 
 
+def assert_restores(state_backend: StateBackend, directory: str, handles: list[Any], streams: CheckpointStreams,
+                    expected: dict[str, Any], context: str) -> None:
+    """Restore ``handles`` into a new backend in ``directory``; fail with ``context`` unless it holds
+    exactly ``expected`` (as ``read_states`` reads it)."""
+    assert all(handle is not None for handle in handles), f"{context}: a snapshot of state wrote no handle"
+    restored = open_keyed_backend(state_backend, directory, restore_handles=handles, restore_streams=streams)
+    try:
+        assert_same_state(read_states(restored), expected, context)
+    finally:
+        restored.dispose()
+
+
 SNAPSHOT_MODES = ["full", "incremental", "native"]
 
 
@@ -57,6 +72,17 @@ def snapshot_options_for(mode: str, state_backend: StateBackend) -> SnapshotOpti
         requires(state_backend, "native_snapshots")
     return SnapshotOptions(incremental=mode == "incremental",
                            format=SnapshotFormat.NATIVE if mode == "native" else SnapshotFormat.CANONICAL)
+
+
+#: what a job takes of a backend it restored: a savepoint (canonical), or a checkpoint of a snapshot mode
+NEXT_SNAPSHOTS = ["savepoint", *SNAPSHOT_MODES]
+
+
+def next_snapshot_options(kind: str, state_backend: StateBackend) -> SnapshotOptions:
+    """Options of a ``NEXT_SNAPSHOTS`` kind: a savepoint, else as ``snapshot_options_for``."""
+    if kind == "savepoint":
+        return SnapshotOptions(SnapshotType.SAVEPOINT)
+    return snapshot_options_for(kind, state_backend)
 
 
 def mutate_everything(backend: KeyedStateBackend, salt: int = 0) -> None:

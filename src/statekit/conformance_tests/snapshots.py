@@ -14,16 +14,18 @@ import pytest
 
 from statekit.backends.common.canonical import MAX_BATCH_ROWS
 from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend, requires, set_key
-from statekit.conformance_tests.compare import assert_same_state
+from statekit.conformance_tests.compare import assert_same_rows, assert_same_state
 from statekit.conformance_tests.expect import expect_error
 from statekit.conformance_tests.key_formats import KeyFormatTests
 from statekit.conformance_tests.snapshot_support import (
-    MAX_P, SNAPSHOT_MODES, OnFilesystemStorage, fill_states, mutate_everything, read_states, records_of,
-    snapshot_options_for,
+    MAX_P, NEXT_SNAPSHOTS, SNAPSHOT_MODES, OnFilesystemStorage, assert_restores, fill_states, mutate_everything,
+    next_snapshot_options, read_states, records_of, snapshot_options_for,
 )
 from statekit.conformance_tests.workload import (
-    COUNT, LAST, MEAN, SUMS, WorkloadFunction, expected_state, make_rows, read_key_state,
+    COUNT, LAST, MEAN, SUMS, WorkloadFunction, cell_rows, dump_state, expected_state, make_rows, oracle_cells,
+    read_key_state,
 )
+from statekit.reading.snapshot_reader import SnapshotReader
 from statekit.runtime.local_runner import LocalRunner
 from statekit.runtime.savepoints import snapshot_as_savepoint
 from statekit.runtime.snapshot_upload import SnapshotUpload
@@ -34,7 +36,7 @@ from statekit.spi import (
     KeyGroupRange, KeyGroupsStateHandle, ListStateDescriptor, MapStateDescriptor, SnapshotError, SnapshotType,
     StateBackend, StateHandle, SubtaskInfo, ValueStateDescriptor, key_group_for_key,
 )
-from statekit.spi.storage import CheckpointStreams
+from statekit.spi.storage import CheckpointStreams, CompletedCheckpointPointer, ResolvedCheckpoint
 from statekit.storage.inline import InlineStreams
 
 
@@ -127,22 +129,74 @@ class SnapshotRestoreTests(KeyFormatTests):
                 restored.dispose()
             expected = {key: elements + [checkpoint_id] for key, elements in expected.items()}
 
-    def test_state_not_registered_again_is_carried_forward(self, state_backend, keyed_backend,
-                                                           snapshot_streams, snapshot_options, tmp_path):
-        """Restored state the job does not touch in an epoch must survive the next snapshot."""
+    def _next_snapshot_after_a_restore(self, state_backend: StateBackend, keyed_backend: KeyedStateBackend,
+                                       streams: CheckpointStreams, options: SnapshotOptions,
+                                       next_options: SnapshotOptions, tmp_path: Any,
+                                       epoch: Any = None) -> tuple[StateHandle | None, dict[str, Any]]:
+        """Fill the states and checkpoint them with ``options`` (completed); restore the checkpoint
+        into a new backend, run ``epoch(backend, expected)`` on it if given, and take its next
+        snapshot with ``next_options``: the handle, and the state it must hold."""
         expected = fill_states(keyed_backend, range(300))
-        first = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
-        middle = self._restore(state_backend, tmp_path, [first], snapshot_streams, name="middle")
+        first = keyed_backend.snapshot(1, options).write(streams)
+        keyed_backend.notify_checkpoint_complete(1)
+        middle = self._restore(state_backend, tmp_path, [first], streams, name="middle")
         try:
-            second = middle.snapshot(2, snapshot_options).write(snapshot_streams)  # no get_state call at all
+            if epoch is not None:
+                epoch(middle, expected)
+            second = middle.snapshot(2, next_options).write(streams)
+            middle.notify_checkpoint_complete(2)
         finally:
             middle.dispose()
-        restored = self._restore(state_backend, tmp_path, [second], snapshot_streams)
-        try:
-            assert_same_state(read_states(restored), expected, "restored state not registered again in the "
-                                                             "middle epoch")
-        finally:
-            restored.dispose()
+        return second, expected
+
+    @pytest.mark.parametrize("next_snapshot", NEXT_SNAPSHOTS)
+    def test_state_not_registered_again_is_carried_forward(self, state_backend, keyed_backend, snapshot_streams,
+                                                           snapshot_options, tmp_path, next_snapshot):
+        """Restored state the job does not touch in an epoch must survive the next snapshot, of any
+        kind: a backend knows every state it restored before any is registered again (a savepoint
+        conversion and the state reader register none)."""
+        second, expected = self._next_snapshot_after_a_restore(
+            state_backend, keyed_backend, snapshot_streams, snapshot_options,
+            next_snapshot_options(next_snapshot, state_backend), tmp_path)  # no get_state call at all
+        assert_restores(state_backend, str(tmp_path / "restored"), [second], snapshot_streams, expected,
+                        f"restored state not registered again before the {next_snapshot} snapshot of the middle epoch")
+
+    @pytest.mark.parametrize("next_snapshot", ["full", "incremental"])
+    def test_a_state_registered_in_a_later_epoch_survives_the_next_checkpoint(
+            self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path, next_snapshot):
+        """After a restore, the job registers and writes one state (as a function registering its
+        states in ``process()`` does); the states it registers only in a later epoch, untouched in
+        this one, are in this epoch's full or incremental checkpoint."""
+        def epoch(middle: KeyedStateBackend, expected: dict[str, Any]) -> None:
+            count = middle.get_state(COUNT)
+            for k in range(0, 300, 2):
+                set_key(middle, f"key-{k}")
+                count.update(-1 - k)
+                expected[f"key-{k}"] = (-1 - k, *expected[f"key-{k}"][1:])
+
+        second, expected = self._next_snapshot_after_a_restore(
+            state_backend, keyed_backend, snapshot_streams, snapshot_options,
+            next_snapshot_options(next_snapshot, state_backend), tmp_path, epoch)
+        assert_restores(state_backend, str(tmp_path / "restored"), [second], snapshot_streams, expected,
+                        f"states registered after the {next_snapshot} checkpoint of the epoch that wrote only "
+                        f"{COUNT.name!r}")
+
+    def test_state_restored_at_another_parallelism_is_in_a_savepoint_before_any_is_registered(
+            self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
+        """A snapshot restored by two subtasks (each reading its half of the key groups), with no state
+        registered: their savepoints hold every state, restored together again."""
+        expected = fill_states(keyed_backend, range(300))
+        first = keyed_backend.snapshot(1, snapshot_options).write(snapshot_streams)
+        halves = []
+        for index in range(2):
+            half = open_keyed_backend(state_backend, str(tmp_path / f"half-{index}"), subtask_index=index,
+                                      parallelism=2, restore_handles=[first], restore_streams=snapshot_streams)
+            try:
+                halves.append(half.snapshot(2, SnapshotOptions(SnapshotType.SAVEPOINT)).write(snapshot_streams))
+            finally:
+                half.dispose()
+        assert_restores(state_backend, str(tmp_path / "restored"), halves, snapshot_streams, expected,
+                        "the savepoints of two subtasks that restored a snapshot's halves and registered no state")
 
     # --- async snapshot isolation
     def test_writes_after_sync_part_do_not_leak(self, state_backend, keyed_backend, snapshot_streams, snapshot_options, tmp_path):
@@ -515,6 +569,33 @@ class SavepointConversionTests(BackendTestBase):
         assert savepoint.is_savepoint, "the state could not be converted again after the failed conversion"
 
 
+    @pytest.mark.parametrize("mode", SNAPSHOT_MODES)
+    def test_a_savepoint_of_every_checkpoint_mode_holds_every_cell(self, state_backend, tmp_path, mode):
+        """A savepoint conversion (and the state reader, which converts what it cannot read) runs no
+        function, so no state is registered in the backends it restores: each must know every state
+        it holds. The savepoint of a job's latest checkpoint, of every snapshot mode, restores every
+        key into the heap backend (a backend switch), and reading it gives every cell."""
+        options = snapshot_options_for(mode, state_backend)
+        epochs = [make_rows(1000, 200, seed=seed) for seed in (21, 22)]
+        runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=MAX_P,
+                             state_backend=state_backend, local_dir=str(tmp_path / "job"),
+                             incremental=options.incremental, checkpoint_format=options.format)
+        for rows in epochs:
+            runner.run_epoch(rows)
+        savepoint = runner.savepoint()
+        rows = [row for rows in epochs for row in rows]
+        switched = dump_state(savepoint, InlineStreams(), str(tmp_path / "switch"), operator_id=runner.operator_id)
+        assert_same_state(switched, expected_state(rows),
+                          f"the savepoint of a {mode} checkpoint, restored into the heap backend")
+        reader = SnapshotReader(ResolvedCheckpoint(
+            CompletedCheckpointPointer(savepoint.checkpoint_id, "savepoint", is_savepoint=True), savepoint.to_bytes(),
+            InlineStreams()))
+        operator = reader.operator(runner.operator_id)
+        cells = cell_rows(cell for index in range(operator.parallelism)
+                          for cell in reader.cells(operator, index, operator.parallelism))
+        assert_same_rows(cells, oracle_cells(rows), f"the cells read from the savepoint of a {mode} checkpoint")
+
+
 class _WriteOnlyStreams(CheckpointStreams):
     """Writes through to ``streams``; any read fails (local recovery must not read storage)."""
 
@@ -536,14 +617,18 @@ class LocalRecoveryTests(BackendTestBase):
     ``dispose`` and reopens it with ``resume_local_state``, without reading checkpoint storage;
     later snapshots build on the resumed state (skipped without the capability)."""
 
-    @pytest.mark.parametrize("mode", SNAPSHOT_MODES)
-    def test_working_state_is_reopened_without_reading_storage(self, state_backend, tmp_path, mode):
+    @staticmethod
+    def _checkpoint_and_resume(state_backend: StateBackend, tmp_path: Any, mode: str,
+                               keys: range) -> tuple[KeyedStateBackend, dict[str, Any], CheckpointStreams]:
+        """Fill ``keys`` into a backend with a working directory, checkpoint it in ``mode``, dispose it
+        and reopen its working state by local recovery: the resumed backend, its expected state and
+        the streams of the checkpoint."""
         requires(state_backend, "local_recovery")
         options = snapshot_options_for(mode, state_backend)
         streams, working = InlineStreams(), str(tmp_path / "working")
         backend = open_keyed_backend(state_backend, str(tmp_path / "local"), working_dir=working)
         try:
-            expected = fill_states(backend, range(800))
+            expected = fill_states(backend, keys)
             handle = backend.snapshot(1, options).write(streams)
             backend.notify_checkpoint_complete(1)
         finally:
@@ -551,18 +636,30 @@ class LocalRecoveryTests(BackendTestBase):
         resumed = open_keyed_backend(state_backend, str(tmp_path / "local"), restore_handles=[handle],
                                      restore_streams=_WriteOnlyStreams(streams),
                                      working_dir=working, resume_local_state=True)
+        return resumed, expected, streams
+
+    @pytest.mark.parametrize("mode", SNAPSHOT_MODES)
+    def test_working_state_is_reopened_without_reading_storage(self, state_backend, tmp_path, mode):
+        resumed, expected, streams = self._checkpoint_and_resume(state_backend, tmp_path, mode, range(800))
         try:
             assert_same_state(read_states(resumed), expected, "working state reopened by local recovery")
             expected.update(fill_states(resumed, range(600, 1000), base=7))  # then a snapshot on top of it
-            second = resumed.snapshot(2, options).write(streams)
+            second = resumed.snapshot(2, snapshot_options_for(mode, state_backend)).write(streams)
         finally:
             resumed.dispose()
-        restored = open_keyed_backend(state_backend, str(tmp_path / "restored"), restore_handles=[second],
-                                      restore_streams=streams)
-        try:
-            assert_same_state(read_states(restored), expected, "snapshot taken after local recovery, restored")
-        finally:
-            restored.dispose()
+        assert_restores(state_backend, str(tmp_path / "restored"), [second], streams, expected,
+                        "snapshot taken after local recovery, restored")
 
+    @pytest.mark.parametrize("mode", SNAPSHOT_MODES)
+    def test_resumed_state_is_in_a_savepoint_before_any_is_registered(self, state_backend, tmp_path, mode):
+        """Working state reopened by local recovery, with no state registered yet: a savepoint of it
+        holds every state (a function that registers its states lazily may not touch one all epoch)."""
+        resumed, expected, streams = self._checkpoint_and_resume(state_backend, tmp_path, mode, range(300))
+        try:
+            second = resumed.snapshot(2, SnapshotOptions(SnapshotType.SAVEPOINT)).write(streams)
+        finally:
+            resumed.dispose()
+        assert_restores(state_backend, str(tmp_path / "restored"), [second], streams, expected,
+                        "a savepoint of working state reopened by local recovery, before any state was registered")
 
 __all__ = ["LocalRecoveryTests", "OnFilesystemStorage", "SavepointConversionTests", "SnapshotRestoreTests"]

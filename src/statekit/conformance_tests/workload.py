@@ -12,7 +12,7 @@ import random
 
 import numpy as np
 from collections import Counter
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata
@@ -194,6 +194,22 @@ def oracle(rows: list[Row], into: dict[str, KeyState] | None = None) -> dict[str
         s["max"] = amount if s["max"] is None else max(s["max"], amount)
         s["mean"] = [s["mean"][0] + amount, s["mean"][1] + 1]
     return state
+
+
+def oracle_cells(rows: list[Row]) -> list[tuple[str, str, Any, str]]:
+    """The cells a reader finds in a snapshot of ``WorkloadFunction``'s keyed state after ``rows``,
+    as (state, key, user key, repr of the value): one per value, list element and map entry."""
+    cells = []
+    for key, s in oracle(rows).items():
+        cells += [(state.name, key, None, repr(s[state.name])) for state in (COUNT, MAXIMUM, MEAN)]
+        cells += [(LAST.name, key, None, repr(element)) for element in s[LAST.name]]
+        cells += [(SUMS.name, key, category, repr(total)) for category, total in s[SUMS.name].items()]
+    return cells
+
+
+def cell_rows(cells: Iterable[Any]) -> list[tuple[str, Any, Any, str]]:
+    """``StateCell`` s read from a snapshot, in the form of ``oracle_cells``."""
+    return [(cell.state, cell.key, cell.user_key, repr(cell.value)) for cell in cells]
 
 
 def read_key_state(backend: KeyedStateBackend, key: str) -> KeyState:

@@ -64,7 +64,11 @@ checkpoints; also the shared layer's changelog chains of them, as the heap backe
 ``restore_canonical``, which writes with ``put_many``; on rescale only the new range's key groups
 are read. From native handles: the stored file becomes the environment (same key groups), or each
 one's range is copied in (rescale). Other handle types (RocksDB's native ones) are rejected with
-the fix.
+the fix. Whatever the restore, the backend knows every state it holds before the job registers any:
+the states from the handles' metadata, and their databases, which the store opens when it opens
+an environment that already holds some (one put in place, or resumed by local recovery). A read
+snapshot sees only the databases opened in this process, so without that a savepoint conversion
+(which registers no state) wrote nothing, and a checkpoint dropped every state not touched since.
 
 Lifecycle. The environment is opened by the keyed backend, i.e. in the worker that uses it, never
 before a fork (a forked child that inherits one gets a clear error on use). LMDB allows several

@@ -63,3 +63,8 @@ def delete_range(txn: Any, db: Any, lower: bytes, upper: bytes, max_key: int) ->
                 return
     finally:
         cursor.close()
+
+
+def database_names(txn: Any) -> list[bytes]:
+    """The names of the named databases of ``txn``'s environment (the keys of its main database)."""
+    return [bytes(name) for name, _ in txn.cursor()]

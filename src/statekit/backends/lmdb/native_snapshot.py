@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 import lmdb
 
 from statekit.backends.common.key_layout import key_group_bounds
-from statekit.backends.lmdb.cursors import read_range
+from statekit.backends.lmdb.cursors import database_names, read_range
 from statekit.backends.lmdb.read_snapshot import DATA_FILE, ReadSnapshot
 from statekit.spi.backend import PendingSnapshot, released_snapshot
 from statekit.spi.errors import SnapshotError
@@ -113,8 +113,7 @@ def copy_range(handle: NativeLMDBStateHandle, streams: CheckpointStreams, target
         env = lmdb.open(directory, readonly=True, lock=False, max_dbs=max_dbs, readahead=False, subdir=True)
         try:
             with env.begin() as txn:
-                names = [bytes(name) for name, _ in txn.cursor()]
-                for name in names:
+                for name in database_names(txn):
                     db = env.open_db(name, txn=txn, create=False)
                     start = lower
                     while True:

@@ -29,10 +29,11 @@ from typing import Any
 import lmdb
 
 from statekit.backends.common.local_dirs import acquire_lock, release_lock
+from statekit.backends.lmdb.cursors import database_names
 from statekit.backends.lmdb.options import SETTING_PREFIX, LMDBOptions
 from statekit.backends.lmdb.read_snapshot import DATA_FILE, ReadSnapshot
 from statekit.backends.lmdb.table import LMDBTable
-from statekit.spi.errors import SnapshotError, StateAccessError, StatekitError
+from statekit.spi.errors import RestoreError, SnapshotError, StateAccessError, StatekitError
 
 ENV_DIR = "env"
 
@@ -85,9 +86,31 @@ class LMDBStore:
             release_lock(self._lock_fd)
             self._lock_fd = None
             raise
+        _OPEN_STORES.add(self)
         self.max_key_size = self.env.max_key_size()
         self.map_size = self.env.info()["map_size"]
-        _OPEN_STORES.add(self)
+        try:
+            self._open_databases()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_databases(self) -> None:
+        """Open every named database the environment already holds (a native checkpoint put in
+        place, a working copy resumed by local recovery). A read snapshot sees only the databases
+        opened in this process, so a state no function registered again would otherwise be left out
+        of the next full snapshot, savepoint or changelog base, and be lost."""
+        with self.env.begin() as txn:
+            names = database_names(txn)
+        try:
+            with self.env.begin(write=True) as txn:
+                dbs = {name.decode("utf-8"): self.env.open_db(name, txn=txn, create=False) for name in names}
+        except lmdb.DbsFullError:
+            raise RestoreError(
+                f"the LMDB environment in {self.directory} holds {len(names)} named databases, more than "
+                f"{SETTING_PREFIX}max-dbs = {self.options.max_dbs} allows; raise {SETTING_PREFIX}max-dbs to at "
+                f"least {len(names)}") from None
+        self._dbs.update(dbs)
 
     # --- tables
     def table(self, name: str) -> "LMDBTable":
