@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -354,6 +355,90 @@ def test_a_rocksdb_file_name_from_metadata_never_writes_outside_the_local_direct
         assert "chk-1/_metadata" in str(caught.value), f"{what}: {caught.value}"
     written = [str(p) for p in tmp_path.rglob("*CURRENT*") if "checkpoints" not in p.parts]
     assert not outside.exists() and not written, written
+
+
+# ---------------------------------------------------------------------------- metadata in another place
+
+
+def _four_checkpoints(tmp_path: Path, job_id: str = JOB) -> tuple[Path, Callable[[], LocalRunner]]:
+    def runner() -> LocalRunner:
+        return LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=MAX_P,
+                           storage=FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), memory_threshold=0),
+                           job_id=job_id, local_dir=str(tmp_path / "local"), num_retained=4)
+    first = runner()
+    for seed in range(4):
+        first.run_epoch(make_rows(24, 12, seed=seed))
+    return tmp_path / "checkpoints" / job_id, runner
+
+
+def _readers_by_location(url: str, tmp_path: Path) -> dict[str, Callable[[], Any]]:
+    """Everything that reads a snapshot's _metadata by its location."""
+    from statekit.inspection import create_savepoint, describe
+    from statekit.query import QueryableState
+    from statekit.reading.snapshot_reader import SnapshotReader
+
+    return {"checkpoints describe": lambda: describe(url),
+            "savepoint create": lambda: create_savepoint(url, str(tmp_path / "savepoints")),
+            "data source": lambda: SnapshotReader.open(url),
+            "QueryableState": lambda: QueryableState(url)}
+
+
+def test_a_stale_metadata_copied_over_a_newer_checkpoint_is_refused(tmp_path):
+    """chk-3/_metadata copied over chk-4/_metadata restored as checkpoint 4 with chk-3's state,
+    ``savepoint create`` wrote savepoint-<job>-3 and ``describe`` printed checkpoint 3."""
+    from statekit.inspection import list_checkpoints
+
+    job_dir, runner = _four_checkpoints(tmp_path)
+    (job_dir / "chk-4" / "_metadata").write_bytes((job_dir / "chk-3" / "_metadata").read_bytes())
+    source = (job_dir / "chk-4" / "_metadata").as_uri()
+    expected = f"{source} is the metadata of checkpoint 3 of job {JOB!r}, but its place is that of checkpoint 4"
+    for what, read in {**_readers_by_location(str(job_dir / "chk-4"), tmp_path),
+                       "a job directory's latest": _readers_by_location(str(job_dir), tmp_path)["data source"],
+                       "restart": runner}.items():
+        with pytest.raises(CorruptStateError) as caught:
+            read()
+        assert str(caught.value).startswith(expected), f"{what}: {caught.value}"
+    assert not (tmp_path / "savepoints").exists() or not any((tmp_path / "savepoints").iterdir())
+    listed = list_checkpoints(str(job_dir))["jobs"][0]["checkpoints"]
+    assert [(c["checkpoint_id"], c["status"]) for c in listed] == \
+        [(1, "completed"), (2, "completed"), (3, "completed"), (4, "corrupt")], listed
+    assert expected in listed[3]["error"]
+
+
+def test_a_checkpoint_of_another_job_is_refused_in_this_jobs_directory(tmp_path):
+    job_dir, _ = _four_checkpoints(tmp_path)
+    other = job_dir.parent / "other-job"
+    shutil.copytree(job_dir, other)
+    source = (other / "chk-2" / "_metadata").as_uri()
+    for what, read in _readers_by_location(str(other / "chk-2"), tmp_path).items():
+        with pytest.raises(CorruptStateError) as caught:
+            read()
+        assert str(caught.value).startswith(f"{source} is the metadata of checkpoint 2 of job {JOB!r}, but its "
+                                            f"place is that of checkpoint 2 of job 'other-job'"), \
+            f"{what}: {caught.value}"
+
+
+def test_savepoints_stay_relocatable_but_hold_a_savepoints_metadata(tmp_path):
+    """A savepoint directory may be moved and renamed: its id and job are not checked against its
+    place. But a checkpoint's _metadata there (its files are relative to its job directory) and a
+    savepoint's in a chk-<n> directory are refused."""
+    from statekit.inspection import create_savepoint, describe
+
+    job_dir, _ = _four_checkpoints(tmp_path)
+    savepoint = Path(create_savepoint(str(job_dir / "chk-2"), str(tmp_path / "savepoints"))["path"][len("file://"):])
+    moved = tmp_path / "elsewhere" / "renamed"
+    shutil.copytree(savepoint, moved)
+    for what, read in _readers_by_location(str(moved), tmp_path / "again").items():
+        read()  # every reader accepts the moved savepoint
+    assert describe(str(moved))["checkpoint_id"] == 2
+    (moved / "_metadata").write_bytes((job_dir / "chk-2" / "_metadata").read_bytes())
+    with pytest.raises(CorruptStateError, match=r"is the metadata of checkpoint 2 of job .*, in a savepoint "
+                                                r"directory"):
+        describe(str(moved))
+    (job_dir / "chk-2" / "_metadata").write_bytes((savepoint / "_metadata").read_bytes())
+    with pytest.raises(CorruptStateError, match=r"chk-2/_metadata is the metadata of a savepoint \(of checkpoint 2 "
+                                                r"of job .*\), but its place is that of checkpoint 2"):
+        describe(str(job_dir / "chk-2"))
 
 
 # ---------------------------------------------------------------------------- version 1

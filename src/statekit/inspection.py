@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, metadata_source
+from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, read_metadata
 from statekit.checkpoint.snapshot_format import FORMAT_PROPERTY
 from statekit.checkpoint.store import stream_handles, subtask_stream_handles
 from statekit.spi.errors import CorruptStateError, StatekitError
@@ -17,7 +17,7 @@ from statekit.spi.handles import OperatorStateHandle, StreamStateHandle
 from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.names import check_job_id
 from statekit.spi.serializer import SerializerSnapshot
-from statekit.spi.storage import CheckpointStorage, ResolvedCheckpoint
+from statekit.spi.storage import CheckpointStorage, CompletedCheckpointPointer, ResolvedCheckpoint
 from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SAVEPOINT_PREFIX, SHARED_DIR
 from statekit.storage.urls import open_url
 
@@ -106,8 +106,10 @@ def _entry(fs: Any, directory: str, checkpoint_id: int | None) -> dict[str, Any]
     metadata_path = posixpath.join(directory, METADATA_FILE)
     if not fs.exists(metadata_path):
         return entry
+    pointer = CompletedCheckpointPointer(-1, url, is_savepoint=True) if checkpoint_id is None else \
+        CompletedCheckpointPointer(checkpoint_id, url, job_id=posixpath.basename(posixpath.dirname(directory)))
     try:
-        metadata = CheckpointMetadata.from_bytes(fs.cat_file(metadata_path), fs.unstrip_protocol(metadata_path))
+        metadata = read_metadata(fs.cat_file(metadata_path), pointer)
     except (StatekitError, OSError) as exc:
         entry.update(status="corrupt", error=error_text(exc))
         return entry
@@ -236,7 +238,7 @@ def _resolve(url: str, storage_options: dict[str, Any] | None, setting: str) -> 
 def describe(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The document ``checkpoints describe --json`` prints."""
     resolved = _resolve(url, storage_options, "path")
-    metadata = CheckpointMetadata.from_bytes(resolved.metadata, metadata_source(resolved.pointer))
+    metadata = read_metadata(resolved.metadata, resolved.pointer)
     return describe_metadata(metadata, resolved.pointer.external_pointer)
 
 
@@ -250,7 +252,7 @@ def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | No
     from statekit.runtime.savepoints import write_savepoint
 
     resolved = _resolve(source_url, storage_options, "--from")
-    metadata = CheckpointMetadata.from_bytes(resolved.metadata, metadata_source(resolved.pointer))
+    metadata = read_metadata(resolved.metadata, resolved.pointer)
     name = backend_name or metadata.properties.get("backend") or "heap"
     cls = backend_class(name, setting="--backend")
     try:

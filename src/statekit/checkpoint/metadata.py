@@ -196,6 +196,36 @@ class CheckpointMetadata:
                    plain(doc.object("properties")) if doc.has("properties") else {})
 
 
+def read_metadata(data: bytes, pointer: CompletedCheckpointPointer) -> CheckpointMetadata:
+    """``CheckpointMetadata.from_bytes`` of the ``_metadata`` found at ``pointer``, which must be
+    the document of that place: a checkpoint directory ``<job-id>/chk-<n>`` holds the metadata of
+    checkpoint ``n`` of that job (the job checked where the pointer knows it), a savepoint
+    directory a savepoint's. Savepoints are relocatable and renamable, so neither their id nor
+    their job is checked against their place. A ``_metadata`` copied from another checkpoint
+    would restore that one's state as this one's, and the next checkpoint would reuse its id."""
+    source = metadata_source(pointer)
+    metadata = CheckpointMetadata.from_bytes(data, source)
+    found = f"checkpoint {metadata.checkpoint_id} of job {metadata.job_id!r}"
+    if metadata.is_savepoint:
+        found = f"a savepoint (of checkpoint {metadata.checkpoint_id} of job {metadata.job_id!r})"
+    if pointer.is_savepoint:
+        if not metadata.is_savepoint:
+            raise CorruptStateError(
+                f"{source} is the metadata of {found}, in a savepoint directory: a checkpoint's _metadata was "
+                f"copied or moved there, and its files are found only from its job's directory. Restore from "
+                f"the checkpoint in its job directory, or take a savepoint of it (statekit savepoint create)")
+        return metadata
+    expected = f"checkpoint {pointer.checkpoint_id}" + (f" of job {pointer.job_id!r}" if pointer.job_id else "")
+    if metadata.is_savepoint or metadata.checkpoint_id != pointer.checkpoint_id or (
+            pointer.job_id is not None and metadata.job_id != pointer.job_id):
+        raise CorruptStateError(
+            f"{source} is the metadata of {found}, but its place is that of {expected}: it was copied or moved "
+            f"there from another checkpoint, and would restore that one's state as this one's. Restore from "
+            f"another checkpoint or savepoint (or put the file back where it was written); a _metadata file is "
+            f"never copied between checkpoints")
+    return metadata
+
+
 def _verified_document(data: bytes, source: str) -> JsonObject:
     """The metadata document, once the envelope and the checksum (version 2) or the magic
     (version 1) were checked; its fields are checked by the caller."""

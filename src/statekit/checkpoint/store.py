@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Iterable, Iterator
 
-from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState, metadata_source
+from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState, read_metadata
 from statekit.checkpoint.ownership import JobOwnership
 from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, StatekitError
 from statekit.spi.handles import StreamStateHandle
@@ -79,7 +79,7 @@ def _retained_metadata(access: CheckpointStorageAccess, pointer: CompletedCheckp
     """The metadata of a retained checkpoint; when it is damaged, the error says how the job goes
     on without it (a restore path cannot: the store reads every retained checkpoint first)."""
     try:
-        return CheckpointMetadata.from_bytes(access.read_metadata(pointer), metadata_source(pointer))
+        return read_metadata(access.read_metadata(pointer), pointer)
     except CorruptStateError as exc:
         raise CorruptStateError(
             f"{exc}. The job reads the _metadata of every checkpoint it retains when it starts, so it cannot start "

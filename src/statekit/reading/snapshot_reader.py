@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from statekit.backends.common.canonical import FORMAT, read_key_groups
 from statekit.backends.common.ttl import expiry_deadlines, timestamp_of
 from statekit.checkpoint.assignment import assign
-from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, metadata_source
+from statekit.checkpoint.metadata import OperatorState, read_metadata
 from statekit.reading.cells import CellDecoder, StateCell
 from statekit.registry import backend_class
 from statekit.runtime.savepoints import convert_subtask
@@ -69,7 +69,7 @@ class SnapshotReader:
 
     def __init__(self, resolved: ResolvedCheckpoint) -> None:
         self.url = resolved.pointer.external_pointer
-        self.metadata = CheckpointMetadata.from_bytes(resolved.metadata, metadata_source(resolved.pointer))
+        self.metadata = read_metadata(resolved.metadata, resolved.pointer)
         self.streams: CheckpointStreams = resolved.streams
 
     @classmethod

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from statekit.checkpoint.metadata import CheckpointMetadata, metadata_source
+from statekit.checkpoint.metadata import read_metadata
 from statekit.checkpoint.ownership import RunIdentity, recorded_identity
 from statekit.checkpoint.store import CheckpointStore, CompletedCheckpoint
 from statekit.runtime.task import PROCESSING_TIME, wall_clock_ms
@@ -74,8 +74,7 @@ def choose_restore_point(store: CheckpointStore, conf: StatekitConf, job_id: str
         log.warning("job %r continues from %s (spark.statekit.restore.path), although Spark committed micro-batches "
                     "up to %d", job_id, external, committed - 1)
     resolved = conf.create_storage().resolve_checkpoint(external)
-    restored = CompletedCheckpoint(resolved.pointer, CheckpointMetadata.from_bytes(resolved.metadata,
-                                                                                   metadata_source(resolved.pointer)))
+    restored = CompletedCheckpoint(resolved.pointer, read_metadata(resolved.metadata, resolved.pointer))
     store = CheckpointStore(store.access, store.num_retained, restored, conf.restore_mode, store.ownership)
     # the snapshot found, not the URL given: a job directory's latest checkpoint moves on
     return RestorePoint(epoch if epoch is not None else restored.checkpoint_id + 1, restored,

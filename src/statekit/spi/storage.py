@@ -91,11 +91,15 @@ class CheckpointStreams(ABC):
 
 @dataclass(frozen=True)
 class CompletedCheckpointPointer:
-    """Where a completed checkpoint or savepoint lives (external form: a URL or id)."""
+    """Where a completed checkpoint or savepoint lives (external form: a URL or id).
+    ``checkpoint_id`` is the id its place gives it (``chk-<n>``; -1 for a savepoint), and
+    ``job_id`` the job whose checkpoints hold it, when the storage knows (None: a savepoint, or a
+    storage that does not say): the metadata read there must name the same (``read_metadata``)."""
 
     checkpoint_id: int
     external_pointer: str
     is_savepoint: bool = False
+    job_id: str | None = None
 
 
 class CheckpointStorageAccess(ABC):

@@ -143,7 +143,7 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
 
     def _pointer(self, checkpoint_id: int) -> CompletedCheckpointPointer:
         return CompletedCheckpointPointer(checkpoint_id, self.fs.unstrip_protocol(
-            posixpath.join(self.job_root, f"chk-{checkpoint_id}")))
+            posixpath.join(self.job_root, f"chk-{checkpoint_id}")), job_id=self.job_id)
 
 
 class FileSystemCheckpointStorage(CheckpointStorage):

@@ -95,7 +95,8 @@ class JobManagerStorageAccess(CheckpointStorageAccess):
         self._owner = bytes(record)
 
     def _pointer(self, checkpoint_id: int) -> CompletedCheckpointPointer:
-        return CompletedCheckpointPointer(checkpoint_id, f"{POINTER_SCHEME}://{self.job_id}/chk-{checkpoint_id}")
+        return CompletedCheckpointPointer(checkpoint_id, f"{POINTER_SCHEME}://{self.job_id}/chk-{checkpoint_id}",
+                                          job_id=self.job_id)
 
 
 class JobManagerCheckpointStorage(CheckpointStorage):

@@ -109,5 +109,6 @@ def _resolve(fs: fsspec.AbstractFileSystem, path: str, url: str, setting: str) -
     match = CHECKPOINT_DIR_PATTERN.match(posixpath.basename(path))
     root = posixpath.dirname(path) if match else path
     checkpoint_id = int(match.group(1)) if match else -1
-    pointer = CompletedCheckpointPointer(checkpoint_id, fs.unstrip_protocol(path), is_savepoint=not match)
+    pointer = CompletedCheckpointPointer(checkpoint_id, fs.unstrip_protocol(path), is_savepoint=not match,
+                                         job_id=posixpath.basename(root) if match else None)
     return ResolvedCheckpoint(pointer, data, FileSystemCheckpointStreams(fs, root))
