@@ -181,3 +181,11 @@ def test_the_pytest_plugin_changes_nothing_in_a_project_that_does_not_ask_for_it
     assert "--statekit-backend" in loaded, "statekit's plugin was not loaded: the comparison below would prove nothing"
     with_plugin, without_plugin = pytest_run(), pytest_run("-p", "no:statekit")
     assert with_plugin == without_plugin
+
+
+@pytest.mark.parametrize("target", ["demo", "demo-local", "demo-windows"])
+def test_the_demos_install_statekit_alone(target: str, tmp_path: Path) -> None:
+    """A newcomer's first command installs no test tools (``make -n``: the commands, none run)."""
+    commands = _run(["make", "-n", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT).stdout.splitlines()
+    installs = [c for c in commands if " -m pip install " in c and "--upgrade pip" not in c]
+    assert installs and all(c.endswith(" -e .") for c in installs), installs
