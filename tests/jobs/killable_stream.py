@@ -1,7 +1,7 @@
 """A streaming statekit query run as its own driver process, so a test can kill it with SIGKILL
 and start it again from its Spark checkpoint.
 
-    python killable_stream.py WORK BACKEND KILL [JOB [SINK [MASTER]]]
+    python killable_stream.py WORK BACKEND KILL [JOB [SINK [MASTER [NAME=VALUE ...]]]]
 
 reads the JSON files in ``WORK/source`` one per micro-batch. ``JOB`` is ``workload`` (the
 default: ``conformance_tests.workload``) or ``timers`` (``conformance_tests.timer_workload``: event-time
@@ -9,7 +9,9 @@ windows closed by timers, with ``event_time="ts"``). ``SINK`` is ``overwrite`` (
 function writing ``WORK/output/batch-<b>``, idempotent by batch id), ``append`` (a function
 appending to ``WORK/output``: at least once), ``parquet`` (``ParquetFileSink`` on ``WORK/output``),
 ``sqlite`` (``SqliteWriteAheadSink`` on ``WORK/output.sqlite``) or ``postgres:<table>:<conninfo>``
-(``PostgresSink``). ``KILL`` is ``none`` or ``<point>:B`` for micro-batch B:
+(``PostgresSink``). Each ``NAME=VALUE`` sets ``spark.statekit.NAME`` (e.g. ``parallelism=3``,
+``restore.path=<savepoint>``) over the defaults (parallelism 2, incremental checkpoints in
+``WORK/checkpoints``). ``KILL`` is ``none`` or ``<point>:B`` for micro-batch B:
 
 - ``task``: a task kills the driver after processing some rows (the checkpoint never completes);
 - ``sink``: the driver kills itself in a sink function (statekit committed the epoch's checkpoint,
@@ -111,17 +113,21 @@ JOBS = {  # input schema, function class, the same killing the driver, output sc
 
 
 def main(work: str, backend: str, kill: str, job: str = "workload", sink_kind: str = "overwrite",
-         master: str = "local[2]") -> None:
+         master: str = "local[2]", *settings: str) -> None:
     where, _, batch = kill.partition(":")
     kill_batch = int(batch) if batch else -1
-    spark = (SparkSession.builder.master(master).appName("killable-stream")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-             .config("spark.statekit.backend", backend).config("spark.statekit.checkpoint.storage", "filesystem")
-             .config("spark.statekit.checkpoint.dir", f"file://{work}/checkpoints")
-             .config("spark.statekit.checkpoint.incremental", "true").config("spark.statekit.parallelism", "2")
-             .config("spark.statekit.local.dir", f"{work}/local").getOrCreate())
+    builder = (SparkSession.builder.master(master).appName("killable-stream")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+               .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+               .config("spark.statekit.backend", backend).config("spark.statekit.checkpoint.storage", "filesystem")
+               .config("spark.statekit.checkpoint.dir", f"file://{work}/checkpoints")
+               .config("spark.statekit.checkpoint.incremental", "true").config("spark.statekit.parallelism", "2")
+               .config("spark.statekit.local.dir", f"{work}/local"))
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        builder = builder.config(f"spark.statekit.{name}", value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     schema, function_class, killing_class, output, arguments = JOBS[job]
     function = killing_class(os.getpid(), kill_batch + 1, 100) if where == "task" else function_class()
@@ -157,4 +163,4 @@ def main(work: str, backend: str, kill: str, job: str = "workload", sink_kind: s
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:7])
+    main(*sys.argv[1:])
