@@ -118,13 +118,15 @@ def epoch_into_a_blocked_directory(blocked: str) -> Callable[[Path], Any]:
 
 
 def savepoint_of_a_checkpoint_naming_job(job_id: str) -> Callable[[Path], Any]:
-    """``statekit savepoint create`` of a checkpoint whose metadata carries ``job_id`` (the
-    savepoint directory is named after it)."""
+    """``statekit savepoint create`` of a savepoint whose metadata carries ``job_id`` (the new
+    savepoint directory is named after it). A savepoint directory's job id is not its place's (it
+    is relocatable); a checkpoint directory's must be its job directory's name (``read_metadata``)."""
     def action(tmp: Path) -> Any:
-        access = FileSystemCheckpointStorage(str(tmp / "checkpoints")).create_access("job")
-        access.commit(1, CheckpointMetadata(1, job_id, {}).to_bytes())
+        source = tmp / "moved" / "savepoint-1"
+        source.mkdir(parents=True)
+        (source / "_metadata").write_bytes(CheckpointMetadata(1, job_id, {}, is_savepoint=True).to_bytes())
         try:
-            return create_savepoint(str(tmp / "checkpoints" / "job" / "chk-1"), str(tmp / "savepoints" / "here"))
+            return create_savepoint(str(source), str(tmp / "savepoints" / "here"))
         finally:
             assert not (tmp / "savepoints").exists(), "something was written"
     return action
