@@ -119,3 +119,82 @@ def test_a_failing_stream_fails_the_snapshot_and_is_discarded():
         writer.finish(KeyGroupRange(0, 7), PickleSerializer().snapshot(), [])
     writer.abort()
     assert FailingOutput.discarded
+
+
+# ---------------------------------------------------------------------------- key groups of the keys read
+
+
+def _job(tmp_path, backend_name, incremental=False, key_types=None, keys=None):
+    """A two-subtask job checkpointed once; returns its runner factory."""
+    from statekit.conformance_tests.workload import WorkloadFunction, make_rows
+    from statekit.registry import backend_class
+    from statekit.runtime.local_runner import LocalRunner
+    from statekit.storage.filesystem import FileSystemCheckpointStorage
+
+    def runner():
+        return LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=2, max_parallelism=16,
+                           state_backend=backend_class(backend_name)(), key_types=key_types, incremental=incremental,
+                           storage=FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), memory_threshold=0),
+                           job_id="renumbered", local_dir=str(tmp_path / "local"))
+
+    rows = make_rows(64, 12, seed=3)
+    runner().run_epoch(rows if keys is None else [(keys[i % len(keys)], *row[1:]) for i, row in enumerate(rows)])
+    return runner
+
+
+def _renumber_last_key_group(metadata):
+    """Give the last key group of subtask 0's index the number of a free key group of its range,
+    the checksum of ``metadata`` recomputed; returns (old number, new number)."""
+    import json
+
+    import xxhash
+
+    body = json.loads(metadata.read_bytes())["body"]
+    handle = body["operators"][0]["subtasks"][0]["keyed"][0]
+    index = (handle["base"] if handle["type"] == "changelog" else handle)["key_groups"]
+    taken = {entry[0] for entry in index}
+    original = index[-1][0]
+    index[-1][0] = next(kg for kg in range(original + 1, handle["key_group_range"][1] + 1) if kg not in taken)
+    data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    metadata.write_bytes(b'{"magic":"statekit-checkpoint","version":2,"checksum":"'
+                         + xxhash.xxh3_64_hexdigest(data).encode() + b'","body":' + data + b"}")
+    return original, index[-1][0]
+
+
+@pytest.mark.parametrize("backend_name,incremental", [("heap", False), ("heap", True), ("rocksdb", False),
+                                                      ("lmdb", False), ("lmdb", True)])
+def test_a_renumbered_key_group_index_is_refused(tmp_path, backend_name, incremental):
+    """Before, the key group's keys were restored under the other key group, where no lookup found them."""
+    runner = _job(tmp_path, backend_name, incremental)
+    original, renumbered = _renumber_last_key_group(tmp_path / "checkpoints" / "renumbered" / "chk-1" / "_metadata")
+    with pytest.raises(CorruptStateError, match=rf"key group {renumbered} of snapshot stream '(chk-1|shared)/[^']+' holds "
+                                                rf"the key '[^']+', which belongs to key group {original}: its "
+                                                rf"handle's key-group index was changed"):
+        runner().run_epoch([])
+
+
+def test_keys_hashed_with_the_jobs_key_types_pass_the_check(tmp_path):
+    """Keys are checked with the job's key types (an int column hashes 4 bytes, not 8), and keys of
+    several classes key by key: an intact checkpoint restores."""
+    for name, key_types, keys in [("int", ["int"], list(range(-40, 40))), ("mixed", None, ["a", 1, 2.5, b"x"])]:
+        runner = _job(tmp_path / name, "rocksdb", key_types=key_types, keys=keys)
+        restarted = runner()
+        restarted.run_epoch([])
+        assert restarted.latest_metadata().checkpoint_id == 2
+
+
+def test_key_groups_of_many_keys_are_those_of_each_key():
+    import random
+
+    from statekit.spi.key_groups import key_group_for_key, key_groups_for_keys
+
+    rng = random.Random(7)
+    cases = [([f"k{i}" for i in range(2000)], None), ([f"k{i}" for i in range(50)], ["string"]),
+             ([rng.randint(-2 ** 63, 2 ** 63 - 1) for _ in range(2000)], None),
+             ([rng.randint(-2 ** 63, 2 ** 63 - 1) for _ in range(50)], ["bigint"]),
+             ([rng.randint(-2 ** 31, 2 ** 31 - 1) for _ in range(2000)], ["int"]),
+             ([True, False], None), ([1.5, -0.0, float("nan")], None), ([("a", 1), ("b", 2)], None), ([], None)]
+    for keys, types in cases:
+        for max_parallelism in (7, 100, 128, 32768):
+            assert key_groups_for_keys(keys, max_parallelism, types) == \
+                [key_group_for_key(k, max_parallelism, types) for k in keys], (keys[:3], types, max_parallelism)

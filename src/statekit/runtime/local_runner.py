@@ -25,7 +25,8 @@ from statekit.runtime.task import (
 )
 from statekit.spi.backend import SnapshotFormat, SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.key_groups import (
-    canonical_key, check_parallelism, default_max_parallelism, key_group_for_key, operator_index_for_key_group,
+    canonical_key, check_parallelism, default_max_parallelism, key_group_for_key, key_groups_for_keys,
+    operator_index_for_key_group,
 )
 from statekit.spi.errors import ConfigurationError, RestoreError
 from statekit.spi.names import check_job_id, check_operator_id
@@ -199,7 +200,8 @@ class LocalRunner:
             # handle paths are relative to the job directory that wrote them: only the runner's own
             # checkpoints may be referenced by new ones; an external snapshot never is
             share = self._restore_override is None
-            restore = TaskRestore(metadata.checkpoint_id, assigned.keyed, assigned.operator, streams, share)
+            restore = TaskRestore(metadata.checkpoint_id, assigned.keyed, assigned.operator, streams, share,
+                                  self._key_groups_of)
         task = KeyedTask.create(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
                                 restore=restore, local_dir=self.local_dir)
         try:
@@ -219,6 +221,10 @@ class LocalRunner:
             return pending.write(self.storage.streams(epoch, subtask.name))
         finally:
             task.close()
+
+    def _key_groups_of(self, keys: Sequence[Any]) -> list[int]:
+        """The key groups of restored keys, as ``run_epoch`` computes them."""
+        return key_groups_for_keys(keys, self.max_parallelism, self.key_types)
 
     def _metadata(self, epoch: int, subtasks: list[SubtaskState], fresh_start: bool,
                   restore_point: int | None) -> CheckpointMetadata:

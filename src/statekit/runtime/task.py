@@ -9,7 +9,7 @@ import inspect
 import time
 import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from statekit.checkpoint.metadata import SubtaskState
 from statekit.runtime.function import (
@@ -100,6 +100,8 @@ class TaskRestore:
     streams: CheckpointStreams
     #: False for a no-claim restore: the new checkpoints must not reference the restored files
     share_files: bool = True
+    #: the key groups of keys as the job computes them, when known (``KeyedBackendParams.key_groups_of``)
+    key_groups_of: Callable[[Sequence[Any]], Sequence[int]] | None = None
 
 
 class PendingTaskSnapshot:
@@ -149,7 +151,8 @@ class KeyedTask:
             restore_handles=tuple(restore.keyed) if restore else (),
             restore_streams=restore.streams if restore else None,
             local_dir=local_dir, share_restored_files=restore.share_files if restore else True,
-            working_dir=working_dir, resume_local_state=resume_local_state))
+            working_dir=working_dir, resume_local_state=resume_local_state,
+            key_groups_of=restore.key_groups_of if restore else None))
         try:
             operator = state_backend.create_operator_backend(OperatorBackendParams(
                 subtask=subtask, restore_handles=tuple(restore.operator) if restore else (),

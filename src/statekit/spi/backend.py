@@ -15,7 +15,7 @@ import enum
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 from statekit.spi.bulk_state import BulkState, per_key_bulk_state
 from statekit.spi.descriptors import StateDescriptor
@@ -127,6 +127,10 @@ class KeyedBackendParams:
     #: may the next checkpoint reference files of the restored snapshot? False when restoring in
     #: no-claim mode, whose first checkpoint must not depend on the snapshot restored from
     share_restored_files: bool = True
+    #: the key groups of keys as the engine computes them (``key_groups_for_keys`` with the job's
+    #: key types), when it knows: a restore of snapshots indexed by key group (the canonical
+    #: format) then checks that every key read belongs to the key group its index entry gives
+    key_groups_of: Callable[[Sequence[Any]], Sequence[int]] | None = None
 
     @property
     def key_group_range(self) -> KeyGroupRange:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import random
 import time
 from abc import abstractmethod
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
-from statekit.backends.common.canonical import DEFAULT_COMPRESSION, read_key_groups
+from statekit.backends.common.canonical import DEFAULT_COMPRESSION, KeyGroupsOf, read_key_groups
 from statekit.backends.common.changelog import (
     ChangelogConfig, ChangelogStateHandle, ChangelogTracker, restore_chain, split_ops,
 )
@@ -182,11 +182,25 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
             streams = streams_to_read(streams)
             self.adopt_state_metas(handle.state_meta_infos(), handle.key_serializer_snapshot())
             if isinstance(handle, ChangelogStateHandle):
-                restore_chain(handle, streams, self.key_group_range, self._load_batch, self._apply_delta)
+                restore_chain(handle, streams, self.key_group_range, self._load_batch, self._apply_delta,
+                              self._key_groups_of())
             else:
-                for key_group, batch in read_key_groups(handle, streams, handle.restore_key_groups(self.key_group_range)):
+                for key_group, batch in read_key_groups(handle, streams, handle.restore_key_groups(self.key_group_range),
+                                                        self._key_groups_of()):
                     self._load_batch(key_group, batch)
         self._adopt_chain(handles)
+
+    def _key_groups_of(self) -> KeyGroupsOf | None:
+        """Stored keys with their key groups as the engine computes them (``KeyedBackendParams.key_groups_of``)."""
+        key_groups_of = self.params.key_groups_of
+        if key_groups_of is None:
+            return None
+        deserialize = self.key_bytes.serializer.deserialize_many
+
+        def of(stored: Any) -> Iterable[tuple[Any, int]]:
+            keys = deserialize(stored.to_pylist())
+            return zip(keys, key_groups_of(keys))
+        return of
 
     def resume_bookkeeping(self, handles: Sequence[KeyedStateHandle]) -> None:
         """Local recovery: the store already holds the state of ``handles``; learn its states and

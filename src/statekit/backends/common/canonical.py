@@ -22,10 +22,11 @@ readable by releases that know version 1 only.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statekit.backends.common.snapshot_sink import CHUNK_BYTES, HashingSink
 from statekit.backends.common.ttl import TIMESTAMP
@@ -211,18 +212,36 @@ class CanonicalSnapshotWriter:
         self._out.discard()
 
 
-def read_key_groups(handle: KeyGroupsStateHandle, streams: CheckpointStreams,
-                    key_groups: KeyGroupRange) -> Iterator[tuple[int, pa.RecordBatch]]:
+#: each of distinct stored keys (a binary Arrow array) as a key, with its key group as the job computes it
+KeyGroupsOf = Callable[[pa.Array], Iterable[tuple[Any, int]]]
+
+
+def read_key_groups(handle: KeyGroupsStateHandle, streams: CheckpointStreams, key_groups: KeyGroupRange,
+                    key_groups_of: KeyGroupsOf | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Yield ``(key_group, batch)`` for every batch of the key groups in ``key_groups``.
 
     Contiguous key groups are fetched with one range read; each key group's bytes are
-    verified against its checksum before they are parsed.
+    verified against its checksum before they are parsed. With ``key_groups_of``, every key of
+    a batch must belong to the key group the index gives the batch: the checksums cover the
+    bytes, not the key group an index entry names.
     """
     schema = SCHEMAS.get(handle.format)
     if schema is None:
         raise CorruptStateError(f"unsupported keyed snapshot format {handle.format!r}; known: {sorted(SCHEMAS)}")
     for kg, part in key_group_bytes(handle.stream, handle.key_groups, key_groups, streams):
-        yield from ((kg, batch) for batch in _parse_batches(part, handle, kg, schema))
+        for batch in _parse_batches(part, handle, kg, schema):
+            if key_groups_of is not None:
+                _check_key_group(batch, kg, key_groups_of, handle.stream)
+            yield kg, batch
+
+
+def _check_key_group(batch: pa.RecordBatch, kg: int, key_groups_of: KeyGroupsOf, stream: StreamStateHandle) -> None:
+    for key, found in key_groups_of(pc.unique(batch.column("key"))):
+        if found != kg:
+            raise CorruptStateError(
+                f"key group {kg} of {_describe(stream)} holds the key {key!r}, which belongs to key group {found}: its handle's key-group index was changed, or this job computes key "
+                f"groups otherwise than the one that wrote the snapshot (other key types: give the ones recorded in "
+                f"the metadata's key_schema property). Restore from another checkpoint or savepoint")
 
 
 def key_group_bytes(stream: StreamStateHandle, index: dict[int, ByteRange], key_groups: KeyGroupRange,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator
 
-from statekit.backends.common.canonical import read_key_groups
+from statekit.backends.common.canonical import KeyGroupsOf, read_key_groups
 from statekit.spi.handles import (
     KeyedStateHandle, KeyGroupsStateHandle, StateMetaInfo, StreamStateHandle, nested_handle, read_key_group_range,
     register_handle,
@@ -172,13 +172,15 @@ class ChangelogTracker:
 
 
 def restore_chain(handle: ChangelogStateHandle, streams: CheckpointStreams, target: KeyGroupRange,
-                  load_base: Callable[[int, Any], None], apply_delta: Callable[[int, Any], None]) -> None:
-    """Base, then every delta in order, reading only the key groups of ``target``."""
+                  load_base: Callable[[int, Any], None], apply_delta: Callable[[int, Any], None],
+                  key_groups_of: KeyGroupsOf | None = None) -> None:
+    """Base, then every delta in order, reading only the key groups of ``target`` (keys checked
+    with ``key_groups_of``, ``read_key_groups``)."""
     key_groups = handle.restore_key_groups(target)
-    for key_group, batch in read_key_groups(handle.base, streams, key_groups):
+    for key_group, batch in read_key_groups(handle.base, streams, key_groups, key_groups_of):
         load_base(key_group, batch)
     for delta in handle.deltas:
-        for key_group, batch in read_key_groups(delta, streams, key_groups):
+        for key_group, batch in read_key_groups(delta, streams, key_groups, key_groups_of):
             apply_delta(key_group, batch)
 
 
