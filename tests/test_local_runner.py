@@ -248,3 +248,76 @@ def test_a_record_without_event_time_is_processed_and_moves_no_watermark_as_unde
     assert runner.run_epoch([("c", None), ("d", 4)]) == [("c", None)]  # the watermark 5: d is late
     properties = runner.latest_metadata().properties
     assert (properties["watermark_ms"], properties["max_event_time_ms"], properties["late_rows_dropped"]) == (5, 5, 1)
+
+
+class _Seen(KeyedProcessFunction):
+    def process(self, row, ctx):
+        yield row["user"], row.get("ts")
+
+
+def _event_time_runner(tmp_path, function=None):
+    from statekit.storage.filesystem import FileSystemCheckpointStorage
+    return LocalRunner(function or _Seen(), lambda row: row["user"], event_time="ts", watermark_delay="0 ms",
+                       storage=FileSystemCheckpointStorage(str(tmp_path / "checkpoints")), job_id="times")
+
+
+def _window_count():
+    from statekit import windows
+    return windows.aggregate(windows.TumblingWindows.of("10 ms"), windows.Count(), timestamp="ts")
+
+
+@pytest.mark.parametrize("function", [None, _window_count()], ids=["plain", "window"])
+def test_a_record_without_its_event_time_field_is_refused_naming_it(tmp_path, function):
+    with pytest.raises(ConfigurationError, match=r"record \{'user': 'bob'\} has no event-time field 'ts'") as caught:
+        _event_time_runner(tmp_path, function).run_epoch([{"user": "ann", "ts": 1}, {"user": "bob"}])
+    assert "event_time=" in str(caught.value), "the fix is named"
+
+
+def test_a_window_row_without_its_timestamp_field_is_refused_naming_it():
+    """The window operator reads its own ``timestamp=`` column (the job may have no event time)."""
+    runner = LocalRunner(_window_count(), lambda row: row["user"])
+    with pytest.raises(ConfigurationError, match=r"row \{'user': 'bob'\} has no event-time field 'ts' "
+                                                 r"\(timestamp='ts'\)"):
+        runner.run_epoch([{"user": "bob"}])
+
+
+def test_an_event_time_beyond_64_bits_is_refused_and_records_no_watermark(tmp_path):
+    """2**70 was taken: checkpoint 1 recorded it as the largest event time, so every later row (and
+    every row after a restart) was late and dropped."""
+    runner = _event_time_runner(tmp_path)
+    runner.run_epoch([{"user": "ann", "ts": 1}])
+    with pytest.raises(ConfigurationError, match=r"record \{'user': 'bob', 'ts': 1180591620717411303424\}: event "
+                                                 r"time 1180591620717411303424 is outside the 64-bit range") as caught:
+        runner.run_epoch([{"user": "bob", "ts": 2 ** 70}])
+    assert "9223372036854775807" in str(caught.value), "the range is named"
+    with pytest.raises(ConfigurationError, match="outside the 64-bit range"):
+        runner.run_epoch([{"user": "bob", "ts": -(2 ** 63) - 1}])
+    assert runner.run_epoch([{"user": "bob", "ts": 5}]) == [("bob", 5)], "a later row is not late"
+    assert runner.latest_metadata().properties["max_event_time_ms"] == 5
+    assert _event_time_runner(tmp_path).run_epoch([{"user": "cy", "ts": 6}]) == [("cy", 6)], "nor after a restart"
+
+
+@pytest.mark.parametrize("now", [float("nan"), float("inf"), "soon", None, 2.0 ** 70])
+def test_a_clock_that_returns_no_time_is_refused(now):
+    runner = LocalRunner(_Seen(), lambda row: row["user"], clock=lambda: now)
+    with pytest.raises(ConfigurationError, match=r"the LocalRunner's clock returned .*epoch milliseconds"):
+        runner.run_epoch([{"user": "ann"}])
+    assert runner.latest_metadata() is None
+
+
+def test_a_float_clock_is_taken_in_whole_milliseconds():
+    runner = LocalRunner(_Seen(), lambda row: row["user"], clock=lambda: 1234.9)
+    runner.run_epoch([{"user": "ann"}])
+    assert runner.latest_metadata().properties["processing_time_ms"] == 1234
+
+
+def test_the_timer_service_in_initialize_state_is_refused_naming_where_timers_go():
+    from statekit.runtime.function import CheckpointedFunction
+
+    class TimersAtStart(_Seen, CheckpointedFunction):
+        def initialize_state(self, ctx):
+            ctx.timer_service().register_event_time_timer(5)
+
+    with pytest.raises(ConfigurationError, match=r"ctx.timer_service\(\) in initialize_state.*register timers in "
+                                                 r"process or on_timer"):
+        LocalRunner(TimersAtStart(), lambda row: row["user"]).run_epoch([{"user": "ann"}])

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from statekit.spi.errors import ConfigurationError
-from statekit.spi.timers import MIN_TIMESTAMP
+from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 #: checkpoint properties: the epoch's watermark, the largest event time of this and earlier epochs,
 #: and how many late rows this epoch dropped
@@ -92,8 +92,11 @@ class EventTime:
 
 
 def event_time_ms(value: Any) -> int:
-    """An event time as epoch milliseconds: an int (already milliseconds) or a ``datetime``
-    (naive ones are UTC, as Spark's timestamps are)."""
+    """An event time as epoch milliseconds: an int (already milliseconds, within the 64-bit range
+    of timestamps, as a Spark ``bigint``) or a ``datetime`` (naive ones are UTC, as Spark's
+    timestamps are)."""
+    if value.__class__ is int and MIN_TIMESTAMP <= value <= MAX_TIMESTAMP:
+        return value
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=datetime.timezone.utc)
@@ -101,4 +104,8 @@ def event_time_ms(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigurationError(f"an event time must be epoch milliseconds (int) or a datetime, got {value!r} "
                                  f"({type(value).__name__})")
-    return value
+    if not MIN_TIMESTAMP <= value <= MAX_TIMESTAMP:
+        raise ConfigurationError(f"event time {value} is outside the 64-bit range of timestamps [{MIN_TIMESTAMP}, "
+                                 f"{MAX_TIMESTAMP}] ms: no watermark or timer can hold it; give epoch milliseconds "
+                                 f"(a datetime's are timestamp() * 1000)")
+    return int(value)  # an int subclass (an IntEnum) as the int it is

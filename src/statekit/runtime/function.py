@@ -242,6 +242,13 @@ class FunctionInitializationContext:
         """True when the task restored state from a checkpoint or savepoint."""
         return self.restored_checkpoint_id is not None
 
+    def timer_service(self, *args: Any, **kwargs: Any) -> TimerService:
+        """Refused, as Flink's ``FunctionInitializationContext`` has none: a timer belongs to a key,
+        and ``initialize_state`` runs before any key is current."""
+        raise ConfigurationError("ctx.timer_service() in initialize_state: a timer belongs to a key, and no key is "
+                                 "current while operator state is initialized; register timers in process or "
+                                 "on_timer (their ctx.timer_service()), where the row's key is current")
+
 
 class FunctionSnapshotContext:
     def __init__(self, checkpoint_id: int) -> None:

@@ -31,7 +31,7 @@ from statekit.spi.key_groups import (
 from statekit.spi.errors import ConfigurationError, RestoreError
 from statekit.spi.names import check_job_id, check_operator_id
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
-from statekit.spi.timers import MIN_TIMESTAMP
+from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP
 from statekit.storage.inline import InlineStreams
 
 
@@ -86,6 +86,7 @@ class LocalRunner:
                                      "record and how far the watermark trails it) or neither")
         self.event_time = EventTime.of(watermark_delay, late_rows) if watermark_delay is not None else None
         self._event_time_of = _event_time_reader(event_time)
+        self._event_time_name = event_time if isinstance(event_time, str) else None
         self._watermark_ms = MIN_TIMESTAMP
         self._event_time_properties: dict[str, int] = {}
 
@@ -109,7 +110,7 @@ class LocalRunner:
         """Process ``records`` as one epoch, commit its checkpoint, return the outputs."""
         epoch = checkpoint_id if checkpoint_id is not None else self._next_checkpoint_id()
         restored = self._restore_point(epoch)
-        self._processing_time_ms = int(self.clock())
+        self._processing_time_ms = _processing_time(self.clock)
         records = self._start_event_time(records, restored[0].properties if restored else None)
         partitions: list[list[tuple[Any, int, Any]]] = [[] for _ in range(self.parallelism)]
         for row in records:
@@ -159,16 +160,20 @@ class LocalRunner:
             return records
         watermark, seen = self.event_time.epoch_start(previous)
         kept, late = [], 0
-        for record in records:
-            value = self._event_time_of(record)
-            if value is not None:  # as under Spark, a record without event time is processed and moves nothing
-                timestamp = event_time_ms(value)
-                seen = max(seen, timestamp)
-                if is_late(timestamp, watermark):
-                    late += 1
-                    if self.event_time.late_rows is LateRows.DROP:
-                        continue
-            kept.append(record)
+        record = None
+        try:
+            for record in records:
+                value = self._event_time_of(record)
+                if value is not None:  # as under Spark, a record without event time is processed and moves nothing
+                    timestamp = event_time_ms(value)
+                    seen = max(seen, timestamp)
+                    if is_late(timestamp, watermark):
+                        late += 1
+                        if self.event_time.late_rows is LateRows.DROP:
+                            continue
+                kept.append(record)
+        except (KeyError, IndexError, TypeError, ConfigurationError) as exc:  # named here, off the per-row path
+            raise _event_time_problem(self._event_time_name, record, exc) from exc
         self._watermark_ms = watermark
         self._event_time_properties = {WATERMARK: watermark, MAX_EVENT_TIME: seen, LATE_ROWS: late}
         return kept
@@ -257,6 +262,33 @@ def _event_time_reader(event_time: Callable[[Any], Any] | str | None) -> Callabl
         field = event_time
         return lambda record: record[field]
     raise ConfigurationError(f"event_time must be a function of a record or the name of a field, got {event_time!r}")
+
+
+def _event_time_problem(field: str | None, record: Any, exc: Exception) -> ConfigurationError:
+    """What is wrong with ``record``'s event time (``exc`` was raised reading it)."""
+    if isinstance(exc, ConfigurationError):
+        return ConfigurationError(f"record {record!r}: {exc}")
+    if field is not None:
+        return ConfigurationError(f"record {record!r} has no event-time field {field!r} (event_time={field!r}): give "
+                                  f"every record that field (None for a record without event time), or pass "
+                                  f"event_time= a function of the record")
+    return ConfigurationError(f"the event_time function failed on record {record!r}: {type(exc).__name__}: {exc}; "
+                              f"return the record's event time (epoch ms or a datetime), or None")
+
+
+def _processing_time(clock: Callable[[], Any]) -> int:
+    """The epoch's processing time from the runner's ``clock``: whole epoch milliseconds of the
+    64-bit range of timestamps (a float is rounded down, as ``int()`` does)."""
+    now = clock()
+    try:
+        ms = int(now)
+    except (TypeError, ValueError, OverflowError):  # NaN, infinity, no number
+        ms = None
+    if ms is None or isinstance(now, bool) or not MIN_TIMESTAMP <= ms <= MAX_TIMESTAMP:
+        raise ConfigurationError(f"the LocalRunner's clock returned {now!r}: it must return the processing time as "
+                                 f"epoch milliseconds, a finite number within the 64-bit range of timestamps "
+                                 f"(e.g. clock=lambda: int(time.time() * 1000))")
+    return ms
 
 
 def _rows_by_key(records: list[tuple[Any, int, Any]]) -> GroupedRows:

@@ -163,7 +163,22 @@ class WindowOperator(KeyedProcessFunction):
         if self.assigner.domain is TimeDomain.PROCESSING_TIME:
             return timers.current_processing_time()
         stamp = self.timestamp
-        return event_time_ms(stamp(row) if callable(stamp) else row[stamp])
+        try:
+            return event_time_ms(stamp(row) if callable(stamp) else row[stamp])
+        except (KeyError, IndexError, TypeError, ConfigurationError) as exc:  # named here, off the per-row path
+            raise self._timestamp_problem(row, exc) from exc
+
+    def _timestamp_problem(self, row: Any, exc: Exception) -> ConfigurationError:
+        """What is wrong with ``row``'s event time (``exc`` was raised reading it)."""
+        if isinstance(exc, ConfigurationError):
+            return ConfigurationError(f"the window operator's row {row!r}: {exc}")
+        if callable(self.timestamp):
+            return ConfigurationError(f"the window operator's timestamp function failed on row {row!r}: "
+                                      f"{type(exc).__name__}: {exc}; return the row's event time (epoch ms or a "
+                                      f"datetime)")
+        return ConfigurationError(f"the window operator's row {row!r} has no event-time field {self.timestamp!r} "
+                                  f"(timestamp={self.timestamp!r}): give every row that field, or pass timestamp= "
+                                  f"a function of the row")
 
     def _cleanup_time(self, window: TimeWindow) -> int:
         """When the window's state goes: its last millisecond plus the allowed lateness, at most the
