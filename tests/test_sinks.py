@@ -10,8 +10,10 @@ rows once; a transaction rolled back behind the job's back is a clear error, or 
 job is told to ignore it; a discarding sink drops the output and the job keeps its state. The
 kills of whole drivers are in ``test_sink_exactly_once``.
 """
+import contextlib
 import os
 import shutil
+import socket
 import sqlite3
 import sys
 import time
@@ -28,6 +30,7 @@ from statekit.conformance_tests.workload import WorkloadFunction, expected_outpu
 from statekit.runtime.sink_coordinator import SINK_PROPERTY
 from statekit.sinks import DiscardingSink, ParquetFileSink, PostgresSink, SqliteWriteAheadSink
 from statekit.sinks.files import STAGING_DIR
+from statekit.sinks.sqlite import PUBLISHED_TABLE
 from statekit.spark import process_keyed_stream
 from statekit.spi.errors import ConfigurationError, SinkError, TransactionLostError
 from statekit.spi.sinks import SinkContext
@@ -542,3 +545,97 @@ def test_a_discarding_sink_is_a_kind_of_its_own_when_the_sink_changes(tmp_path, 
     with pytest.raises(SinkError, match=r"records output of a two-phase-commit sink, but the job now writes to "
                                         r"DiscardingSink, a discarding sink: run it once more with the sink it had"):
         SinkCoordinator(DiscardingSink(), "job", "op").recover(parquet, InlineStreams())
+
+
+# --- a sink's target that cannot work is refused naming it and the fix, never a raw driver error
+
+def test_an_sqlite_database_in_a_missing_directory_is_refused_at_construction(tmp_path):
+    with pytest.raises(ConfigurationError, match=r"database=.*missing.*the directory .*missing does not exist.*create "
+                                                 r"it"):
+        SqliteWriteAheadSink(str(tmp_path / "missing" / "out.sqlite"), "t")
+
+
+def test_a_read_only_sqlite_database_is_refused_at_construction(tmp_path):
+    """Read-only for the process: permissions do not stop root, so as root the database is on a
+    tmpfs remounted read-only."""
+    from tmpfs import mounted_tmpfs, remount_read_only
+    with contextlib.ExitStack() as stack:
+        directory = tmp_path / "ro"
+        if os.geteuid() == 0:
+            stack.enter_context(mounted_tmpfs(directory))
+        else:
+            directory.mkdir()
+        database = directory / "out.sqlite"
+        with contextlib.closing(sqlite3.connect(database)) as connection:
+            connection.execute("CREATE TABLE t (key TEXT, count INTEGER)")
+        if os.geteuid() == 0:
+            remount_read_only(directory)
+        else:
+            database.chmod(0o444)
+            directory.chmod(0o555)
+            stack.callback(directory.chmod, 0o755)
+        with pytest.raises(ConfigurationError, match=r"out.sqlite.* is read-only for this process.*make both "
+                                                     r"writable, or choose a database elsewhere"):
+            SqliteWriteAheadSink(str(database), "t").prepare_target("job", "op")
+
+
+def test_an_sqlite_table_without_an_output_column_is_named(tmp_path):
+    database = tmp_path / "t.sqlite"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE t (key TEXT)")
+    sink = SqliteWriteAheadSink(str(database), "t")
+    sink.prepare_target("job", "op")
+    batch = pa.RecordBatch.from_pydict({"key": ["a"], "count": [1]})
+    with pytest.raises(SinkError, match=r"SQLite table t in .* has no column 'count' for the output.*ALTER TABLE "
+                                        r"\"t\" ADD COLUMN.*columns=\[...\]"):
+        sink.publish(SinkContext("job", "op", 1, 0), [batch])
+    with pytest.raises(SinkError, match="has no column 'n'"):  # named columns: checked before the job starts
+        SqliteWriteAheadSink(str(database), "t", columns=["key", "n"]).prepare_target("job", "op")
+    with sqlite3.connect(database) as connection:
+        assert connection.execute("SELECT count(*) FROM t").fetchone()[0] == 0
+        assert connection.execute(f"SELECT count(*) FROM {PUBLISHED_TABLE}").fetchone()[0] == 0
+
+
+def test_a_postgres_server_refusing_the_connection_is_named_without_the_password():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for conninfo in (f"host=127.0.0.1 port={port} user=postgres password=Secret-pw dbname=postgres",
+                     f"postgresql://postgres:Secret-pw@127.0.0.1:{port}/postgres"):
+        sink = PostgresSink(conninfo, "t")
+        with pytest.raises(SinkError, match=rf"cannot connect to the PostgreSQL server at .*port={port}.*Connection "
+                                            rf"refused.*check that the server runs") as caught:
+            sink.prepare_target("job", "op")
+        assert "Secret-pw" not in str(caught.value) and "password=***" in str(caught.value)
+        assert sink.is_transient(caught.value), "a refused connection is worth retrying in a commit"
+
+
+@pytest.mark.parametrize("conninfo", ["host=127.0.0.1 password=Secret-pw dbname", "host=127.0.0.1 password=Secret pw",
+                                      "host=127.0.0.1 port=5432 oops=1 password='Secret-pw'"])
+def test_a_malformed_postgres_conninfo_is_refused_at_construction_without_the_password(conninfo):
+    with pytest.raises(ConfigurationError, match=r"PostgresSink\(conninfo=.*is not a connection string libpq takes.*"
+                                                 r"postgresql://user:password@host:port/dbname") as caught:
+        PostgresSink(conninfo, "t")
+    assert "Secret" not in str(caught.value), caught.value
+
+
+def test_a_postgres_table_without_an_output_column_is_named(postgres):
+    with psycopg.connect(postgres.conninfo, autocommit=True) as connection:
+        connection.execute("DROP TABLE IF EXISTS keys_only")
+        connection.execute("CREATE TABLE keys_only (key text)")
+    sink = PostgresSink(postgres.conninfo, "keys_only")
+    sink.prepare_target("job", "op")
+    transaction = sink.begin_transaction(SinkContext("job", "op", 1, 0, "cols", 0))
+    with pytest.raises(SinkError, match=r"PostgreSQL table keys_only has no column for an output column \(column "
+                                        r"\"count\" of relation \"keys_only\" does not exist\).*add the missing column"):
+        sink.write(transaction, pa.RecordBatch.from_pydict({"key": ["a"], "count": [1]}))
+    sink.abort(transaction)
+
+
+@pytest.mark.parametrize("under", ["", "out", "out/deeper"])
+def test_a_parquet_sink_on_a_path_under_a_regular_file_is_refused_at_construction(tmp_path, under):
+    (tmp_path / "a-file").write_text("not a directory")
+    path = tmp_path / "a-file" / under if under else tmp_path / "a-file"
+    with pytest.raises(ConfigurationError, match=r"ParquetFileSink\(path=.*(is|lies under .*a-file, which is) a "
+                                                 r"regular file, not a directory.*choose a path"):
+        ParquetFileSink(path.as_uri())

@@ -19,6 +19,7 @@ committed before. A staged file that is gone without a final file was deleted by
 """
 from __future__ import annotations
 
+import os
 import posixpath
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -26,7 +27,7 @@ from typing import Any, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from statekit.spi.errors import TransactionLostError
+from statekit.spi.errors import ConfigurationError, TransactionLostError
 from statekit.spi.sinks import TRANSACTION_ID_SEPARATOR, SinkContext, TwoPhaseCommitSink, transaction_prefix
 from statekit.storage.durability import is_local, make_directories, sync_directory, sync_to_disk
 from statekit.storage.urls import open_url
@@ -51,7 +52,9 @@ class ParquetFileSink(TwoPhaseCommitSink[FileTransaction]):
         self.path = path.rstrip("/")
         self.storage_options = dict(storage_options or {})
         self.compression = compression
-        open_url(self.path, _SETTING, self.storage_options)  # a bad URL fails here, on the driver
+        fs, root = open_url(self.path, _SETTING, self.storage_options)  # a bad URL fails here, on the driver
+        if is_local(fs):
+            _check_local_directory(root)
 
     def describe(self) -> str:
         return f"Parquet files in {self.path}"
@@ -143,4 +146,16 @@ class ParquetFileSink(TwoPhaseCommitSink[FileTransaction]):
 
     def __repr__(self) -> str:
         return f"ParquetFileSink({self.path!r})"
+
+
+def _check_local_directory(path: str) -> None:
+    """Refuse a local sink directory that is a regular file or lies under one (the first write
+    would fail making its staging directory)."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = "is" if existing == os.path.abspath(path) else f"lies under {existing}, which is"
+        raise ConfigurationError(f"ParquetFileSink(path={path!r}) {where} a regular file, not a directory: the sink writes "
+                                 f"its files into a directory; choose a path that is a directory or does not exist yet")
 

@@ -15,6 +15,7 @@ subtask then fails and Spark runs it again. Prepared transactions never time out
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -26,7 +27,7 @@ from statekit.spi.sinks import SinkContext, TwoPhaseCommitSink, transaction_pref
 try:
     import psycopg
     from psycopg import sql
-    from psycopg.conninfo import make_conninfo
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("PostgresSink needs psycopg 3: pip install 'statekit[postgres]'") from exc
 
@@ -34,6 +35,29 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 TRANSACTIONS_TABLE = "statekit_sink_transactions"
 #: PostgreSQL's limit on a prepared transaction's identifier
 MAX_GID_BYTES = 199
+#: a password in a key/value conninfo (quoted or not) and in a URI's user part or query
+_PASSWORDS = (re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|.*?)(?=\s+\w+\s*=|\s*$)", re.IGNORECASE),
+              re.compile(r"(://[^:/@?#]*:)([^@/?#]*)(@)"))
+_HIDDEN = "***"
+
+
+def redacted_conninfo(conninfo: str) -> str:
+    """``conninfo`` with its password (key/value, URI user part or query) replaced by ``***``."""
+    try:
+        return make_conninfo("", **{k: _HIDDEN if k == "password" else v for k, v in conninfo_to_dict(conninfo).items()})
+    except psycopg.Error:  # malformed: hide what follows "password=" and a URI's "user:...@"
+        return _PASSWORDS[1].sub(rf"\g<1>{_HIDDEN}\g<3>", _PASSWORDS[0].sub(rf"\g<1>{_HIDDEN}", conninfo))
+
+
+def _without_password(message: str, conninfo: str) -> str:
+    """A driver's message with any word of the password in ``conninfo`` hidden (libpq quotes the
+    part of a malformed conninfo it stopped at, which may be the password)."""
+    secrets = {m.group(2).strip("'") for m in _PASSWORDS[0].finditer(conninfo)}
+    secrets |= {m.group(2) for m in _PASSWORDS[1].finditer(conninfo)}
+    for secret in sorted(secrets - {""}, key=len, reverse=True):
+        for word in {secret, *secret.split()}:
+            message = message.replace(word, _HIDDEN)
+    return message
 
 
 @dataclass
@@ -52,6 +76,14 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
                  idle_in_transaction_timeout_ms: int | None = None) -> None:
         if not table:
             raise ConfigurationError("PostgresSink needs a table name")
+        try:
+            conninfo_to_dict(conninfo)
+        except (psycopg.Error, TypeError) as exc:  # on the driver, before any task connects with it
+            raise ConfigurationError(
+                f"PostgresSink(conninfo={redacted_conninfo(str(conninfo))!r}) is not a connection string libpq "
+                f"takes: {_without_password(str(exc).strip(), str(conninfo))}. Pass 'host=... port=... dbname=... "
+                f"user=...' (quote a value with spaces: password='a b') or a URI "
+                f"postgresql://user:password@host:port/dbname") from None
         self.conninfo, self.table = conninfo, table
         self.columns = tuple(columns) if columns is not None else None
         self.idle_in_transaction_timeout_ms = idle_in_transaction_timeout_ms
@@ -64,7 +96,14 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
         if self.idle_in_transaction_timeout_ms is not None:
             conninfo = make_conninfo(conninfo, options=f"-c idle_in_transaction_session_timeout="
                                                        f"{int(self.idle_in_transaction_timeout_ms)}")
-        return psycopg.connect(conninfo, autocommit=autocommit)
+        try:
+            return psycopg.connect(conninfo, autocommit=autocommit)
+        except psycopg.Error as exc:
+            raise SinkError(f"{self.describe()}: cannot connect to the PostgreSQL server at "
+                            f"{redacted_conninfo(self.conninfo)} ({type(exc).__name__}: "
+                            f"{_without_password(' '.join(str(exc).split()), self.conninfo)}): check that the server runs and "
+                            f"accepts connections there, and the host, port, dbname, user and password of the "
+                            f"conninfo passed to PostgresSink") from exc
 
     def _table(self) -> sql.Identifier:
         return sql.Identifier(*self.table.split("."))
@@ -101,9 +140,15 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
         columns = self.columns or tuple(batch.schema.names)
         statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
             self._table(), sql.SQL(", ").join(sql.Identifier(c) for c in columns))
-        with transaction.connection.cursor() as cursor, cursor.copy(statement) as copy:
-            for row in zip(*(c.to_pylist() for c in batch.columns)):
-                copy.write_row(row)
+        try:
+            with transaction.connection.cursor() as cursor, cursor.copy(statement) as copy:
+                for row in zip(*(c.to_pylist() for c in batch.columns)):
+                    copy.write_row(row)
+        except psycopg.errors.UndefinedColumn as exc:
+            raise SinkError(f"{self.describe()} has no column for an output column ({exc.diag.message_primary}): the "
+                            f"rows of output columns {list(batch.schema.names)} go to columns {list(columns)}; add "
+                            f"the missing column to the table, or pass columns=[...] naming the table's columns in "
+                            f"output order") from exc
         transaction.rows += batch.num_rows
 
     def pre_commit(self, transaction: PostgresTransaction) -> dict[str, Any]:
@@ -147,7 +192,8 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction]):
                 pass  # gone already
 
     def is_transient(self, error: BaseException) -> bool:
-        return isinstance(error, psycopg.OperationalError) or super().is_transient(error)
+        cause = error.__cause__ if isinstance(error, SinkError) else error  # a failed connection is retried
+        return isinstance(cause, psycopg.OperationalError) or super().is_transient(error)
 
     def __repr__(self) -> str:
         return f"PostgresSink(table={self.table!r})"
