@@ -198,3 +198,33 @@ def test_key_groups_of_many_keys_are_those_of_each_key():
         for max_parallelism in (7, 100, 128, 32768):
             assert key_groups_for_keys(keys, max_parallelism, types) == \
                 [key_group_for_key(k, max_parallelism, types) for k in keys], (keys[:3], types, max_parallelism)
+
+
+# ---------------------------------------------------------------------------- every byte a restore reads
+
+
+@pytest.mark.parametrize("backend_name", ["heap", "rocksdb"])
+@pytest.mark.parametrize("kind", ["keyed", "operator"])
+@pytest.mark.parametrize("where", ["head", "tail"])
+def test_a_flipped_byte_in_the_head_or_tail_of_a_file_fails_the_restore(tmp_path, backend_name, kind, where):
+    """The key groups' and states' checksums cover their batches only; a restore that reads a
+    whole file verifies the file's checksum, so the Arrow header and footer are covered too. An
+    operator-state file's error names the file and its states."""
+    import json
+
+    runner = _job(tmp_path, backend_name)
+    job_dir = tmp_path / "checkpoints" / "renumbered"
+    subtask = json.loads((job_dir / "chk-1" / "_metadata").read_bytes())["body"]["operators"][0]["subtasks"][0]
+    handle = subtask["keyed"][0] if kind == "keyed" else subtask["operator"]
+    ranges = [entry[1:3] for entry in handle["key_groups"]] if kind == "keyed" else \
+        [r for _, r in handle["states"].values()]
+    path = job_dir / handle["stream"]["path"]
+    data = bytearray(path.read_bytes())
+    offset = min(r[0] for r in ranges) // 2 if where == "head" else (max(r[0] + r[1] for r in ranges) + len(data)) // 2
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+    expected = rf"checkpoint file .*{handle['stream']['path']} is corrupt: checksum"
+    if kind == "operator":
+        expected = rf"operator states \['config', 'epochs', 'rows-seen'\] in file '{handle['stream']['path']}': " + expected
+    with pytest.raises(CorruptStateError, match=expected):
+        runner().run_epoch([])

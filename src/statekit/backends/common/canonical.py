@@ -247,12 +247,16 @@ def _check_key_group(batch: pa.RecordBatch, kg: int, key_groups_of: KeyGroupsOf,
 def key_group_bytes(stream: StreamStateHandle, index: dict[int, ByteRange], key_groups: KeyGroupRange,
                     streams: CheckpointStreams) -> Iterator[tuple[int, memoryview]]:
     """Yield ``(key_group, bytes)`` for every key group of ``key_groups`` in ``index`` (the byte
-    ranges of ``stream``): contiguous key groups are fetched with one range read, and each key
-    group's bytes are verified against its checksum before they are yielded."""
+    ranges of ``stream``), each verified against its checksum before it is yielded. A restore
+    that wants every key group of the stream reads it whole, verified against its size and the
+    checksum of the whole file too (its Arrow header and footer, which no key group's checksum
+    covers); otherwise contiguous key groups are fetched with one range read (then all the
+    bytes the restore relies on are its key groups')."""
     wanted = sorted((kg, r) for kg, r in index.items() if kg in key_groups)
-    for run in _contiguous_runs(wanted):
-        start, end = run[0][1].offset, run[-1][1].end
-        data = memoryview(streams.read_range(stream, start, end - start))
+    whole = bool(wanted) and len(wanted) == len(index)
+    for run in [wanted] if whole else _contiguous_runs(wanted):
+        start, end = (0, stream.size) if whole else (run[0][1].offset, run[-1][1].end)
+        data = memoryview(streams.read(stream) if whole else streams.read_range(stream, start, end - start))
         for kg, byte_range in run:
             part = data[byte_range.offset - start:byte_range.end - start]
             verify_checksum(part, byte_range.checksum, f"key group {kg} of {_describe(stream)}")

@@ -197,6 +197,7 @@ def _restore(states: dict[str, _Registered], params: OperatorBackendParams) -> N
     for old_index, handle in enumerate(old):
         if handle is None:
             continue
+        data = _read_whole(streams, handle)
         for name, (mode, byte_range) in sorted(handle.states.items()):
             serializers = {role: SerializerSnapshot.from_json(snap).restore_serializer()
                            for role, snap in handle.serializers[name].items()}
@@ -206,23 +207,38 @@ def _restore(states: dict[str, _Registered], params: OperatorBackendParams) -> N
                                                    {} if mode == OperatorStateMode.BROADCAST else [])
             if mode == OperatorStateMode.BROADCAST:
                 if not state.data:
-                    state.data.update(_read_entries(streams, handle, name, byte_range, serializers))
+                    state.data.update(_read_entries(data, handle, name, byte_range, serializers))
             elif mode == OperatorStateMode.UNION or not same_parallelism or old_index == me:
-                state.data.extend(v for _, v in _read_entries(streams, handle, name, byte_range, serializers))
+                state.data.extend(v for _, v in _read_entries(data, handle, name, byte_range, serializers))
     if not same_parallelism:
         for state in states.values():
             if state.mode == OperatorStateMode.SPLIT_DISTRIBUTE:
                 state.data[:] = state.data[me::params.subtask.parallelism]
 
 
-def _read_entries(streams: CheckpointStreams, handle: OperatorStateHandle, name: str, byte_range: ByteRange,
+def _file(handle: OperatorStateHandle) -> str:
+    stored_as = handle.stream.stored_as
+    return f"file {stored_as!r}" if stored_as else "inline bytes"
+
+
+def _read_whole(streams: CheckpointStreams, handle: OperatorStateHandle) -> memoryview:
+    """The handle's file, whole: operator state is small, and one read verified against the file's
+    size and checksum covers every byte (its Arrow header and footer too), where the states' own
+    checksums cover only their batches."""
+    try:
+        return memoryview(streams.read(handle.stream))
+    except CorruptStateError as exc:
+        raise CorruptStateError(f"operator states {sorted(handle.states)} in {_file(handle)}: {exc}") from exc
+
+
+def _read_entries(whole: memoryview, handle: OperatorStateHandle, name: str, byte_range: ByteRange,
                   serializers: dict[str, TypeSerializer]) -> Iterator[tuple[Any, Any]]:
-    data = streams.read_range(handle.stream, byte_range.offset, byte_range.length)
-    verify_checksum(data, byte_range.checksum, f"operator state {name!r}")
+    data = whole[byte_range.offset:byte_range.end]
+    verify_checksum(data, byte_range.checksum, f"operator state {name!r} in {_file(handle)}")
     try:
         batch = pa.ipc.read_record_batch(pa.ipc.read_message(pa.BufferReader(pa.py_buffer(data))), SCHEMA)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptStateError(f"operator state {name!r} cannot be parsed: {exc}") from exc
+        raise CorruptStateError(f"operator state {name!r} in {_file(handle)} cannot be parsed: {exc}") from exc
     columns = batch.to_pydict()
     values = serializers["value"].deserialize_many(columns["value"])
     if "user_key" in serializers:
