@@ -178,6 +178,19 @@ class RescaleTests(BackendTestBase):
         finally:
             backend.dispose()
 
+    def test_operator_list_state_add_all_none_is_refused(self, state_backend):
+        """As keyed list state, and Flink's operator list state ("List of values to add is null")."""
+        backend = _fresh_operator_backend(state_backend)
+        try:
+            for offsets in (backend.get_list_state("offsets", Int64Serializer()),
+                            backend.get_union_list_state("epochs", Int64Serializer())):
+                offsets.add(1)
+                with pytest.raises(StateAccessError, match=r"add_all\(None\)"):
+                    offsets.add_all(None)
+                assert offsets.get() == [1], f"a rejected add_all(None) changed the list to {offsets.get()}"
+        finally:
+            backend.dispose()
+
 
 def _fresh_operator_backend(state_backend: StateBackend) -> OperatorStateBackend:
     return state_backend.create_operator_backend(OperatorBackendParams(

@@ -47,7 +47,8 @@ class ListState(State, Generic[V]):
 
     @abstractmethod
     def add_all(self, values: Iterable[V]) -> None:
-        """Append elements; a ``None`` element is an error and nothing is appended."""
+        """Append elements; a ``None`` element, or ``None`` instead of an iterable, is an error and
+        nothing is appended."""
 
     @abstractmethod
     def update(self, values: Iterable[V] | None) -> None:

@@ -126,7 +126,7 @@ class KVListState(KVState, ListState):
         table.put(cell, (existing or b"") + (SINGLE_BYTES[size] if size < 128 else varint(size)) + element)
 
     def add_all(self, values: Iterable[Any]) -> None:
-        new = checked_list_elements(values)
+        new = checked_list_elements(values, adding=True)
         if new:
             cell = self._write_cell()
             existing = self._table.get(cell)

@@ -50,7 +50,7 @@ class _OperatorList(ListState):
         self.elements.append(detached(value))
 
     def add_all(self, values: Iterable[Any]) -> None:
-        self.elements.extend(detached_list(checked_list_elements(values)))
+        self.elements.extend(detached_list(checked_list_elements(values, adding=True)))
 
     def update(self, values: Iterable[Any] | None) -> None:
         self.elements[:] = detached_list(checked_list_elements(() if values is None else values))

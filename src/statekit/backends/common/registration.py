@@ -101,9 +101,13 @@ def serializers_differ(a: dict[str, TypeSerializer], b: dict[str, TypeSerializer
     return {r: s.snapshot() for r, s in a.items()} != {r: s.snapshot() for r, s in b.items()}
 
 
-def checked_list_elements(values: Iterable[Any] | None) -> list[Any]:
-    """The elements of a list-state write (``None``: none); a ``None`` element fails the whole write.
-    ``values`` is never tested for truth: a numpy array has none."""
+def checked_list_elements(values: Iterable[Any] | None, adding: bool = False) -> list[Any]:
+    """The elements of a list-state write (``None``: none, for ``update``; for ``add_all``, with
+    ``adding``, an error, as Flink's "List of values to add is null"); a ``None`` element fails the
+    whole write. ``values`` is never tested for truth: a numpy array has none."""
+    if values is None and adding:
+        raise StateAccessError("ListState.add_all(None): the values to add are None, not an iterable; nothing was "
+                               "changed. Pass an iterable (an empty one adds nothing), or update(None) to clear")
     elements = [] if values is None else list(values)
     if any(v is None for v in elements):
         raise StateAccessError("list state elements cannot be None; nothing was changed")

@@ -237,7 +237,7 @@ class TtlListState(_TtlState, ListState):
         self.add_all([value])
 
     def add_all(self, values: Iterable[Any]) -> None:
-        elements = checked_list_elements(values)
+        elements = checked_list_elements(values, adding=True)
         if elements:
             now = self.now()
             self.inner.add_all([(now, value) for value in elements])

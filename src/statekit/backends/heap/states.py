@@ -134,7 +134,7 @@ class HeapListState(HeapState, ListState):
             values.append(value)
 
     def add_all(self, values: Iterable[Any]) -> None:
-        new = detached_list(checked_list_elements(values))
+        new = detached_list(checked_list_elements(values, adding=True))
         if not new:
             return
         entries = self._entries_for_write()

@@ -121,6 +121,18 @@ class ListStateSemantics(BackendTestBase):
         assert state.get() == ["first"], \
             f"a rejected add_all([2, 3, None, 4]) appended: list reads {state.get()!r}, expected ['first']"
 
+    def test_list_add_all_none_raises_and_keeps_state(self, keyed_backend: KeyedStateBackend) -> None:
+        """Flink refuses ``addAll(null)`` ("List of values to add is null"); only ``update(None)`` clears."""
+        state = list_state(keyed_backend, ListStateDescriptor("l"))
+        set_key(keyed_backend, "k")
+        with pytest.raises(StateAccessError, match=r"add_all\(None\)"):
+            state.add_all(None)
+        assert_keys(keyed_backend, "l", [])
+        state.add(1)
+        with pytest.raises(StateAccessError, match=r"add_all\(None\)"):
+            state.add_all(None)
+        assert state.get() == [1], f"a rejected add_all(None) changed the list to {state.get()!r}"
+
     def test_list_update_with_none_element_raises(self, keyed_backend: KeyedStateBackend) -> None:
         """Flink rejects null elements in update() like in add()/addAll()."""
         state = list_state(keyed_backend, ListStateDescriptor("l"))
