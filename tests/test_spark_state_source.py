@@ -100,6 +100,21 @@ def test_the_change_feed_and_the_metadata_source(spark, statekit_settings, tmp_p
     assert by_state[(2, "count")].snapshot_size > 0
 
 
+def test_the_metadata_source_refuses_a_directory_that_is_not_a_checkpoint_directory_at_load(spark, tmp_path):
+    """As format("statekit") does: a statekit error naming the path and what a checkpoint directory
+    holds, when the DataFrame is made on the driver, not an AssertionError in a task. A job
+    directory whose checkpoints never completed is one: it reads as no rows."""
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not statekit's")
+    for source in ("statekit", "statekit-metadata"):
+        with pytest.raises(Exception, match=r"RestoreError: .*path='[^']*other'.*(no completed checkpoint|is not a "
+                                            r"checkpoint directory.*chk-<n>/_metadata)") as caught:
+            spark.read.format(source).load(str(tmp_path / "other"))
+        assert "AssertionError" not in str(caught.value)
+    (tmp_path / "job" / "chk-1").mkdir(parents=True)
+    assert spark.read.format("statekit-metadata").load(str(tmp_path / "job")).collect() == []
+
+
 def test_state_on_s3_reads_back(spark, moto_s3):  # noqa: F811 - the fixture
     from statekit.backends.lmdb import LMDBStateBackend
     from statekit.registry import storage_class

@@ -24,6 +24,7 @@ from pyspark.sql.types import StructType
 from statekit.inspection import describe, list_checkpoints
 from statekit.runtime.event_time import LATE_ROWS, WATERMARK
 from statekit.spark.state_source import SnapshotLocation, snapshot_location_of
+from statekit.spi.errors import RestoreError
 
 NAME = "statekit-metadata"
 SCHEMA = ("path string, checkpoint_id bigint, savepoint boolean, time timestamp, backend string, "
@@ -34,8 +35,14 @@ SCHEMA = ("path string, checkpoint_id bigint, savepoint boolean, time timestamp,
 
 
 def snapshot_paths(location: SnapshotLocation) -> list[str]:
-    """The completed snapshots at ``location``, oldest first."""
+    """The completed snapshots at ``location``, oldest first; a directory that holds no job,
+    checkpoint or savepoint at all is refused."""
     listing = list_checkpoints(location.url, location.storage_options)
+    if not listing["jobs"] and not listing["savepoints"]:
+        raise RestoreError(f"format('{NAME}') path={location.url!r} is not a checkpoint directory: it holds no job "
+                           f"directory (<job-id>/chk-<n>/_metadata), checkpoint (chk-<n>/_metadata) or savepoint "
+                           f"(savepoint-<id>/_metadata). Give the checkpoint directory (spark.statekit.checkpoint.dir), "
+                           f"a job directory in it, one chk-<n> directory or a savepoint directory")
     entries = [c for job in listing["jobs"] for c in job["checkpoints"]] + listing["savepoints"]
     return [entry["path"] for entry in entries if entry["status"] == "completed"]
 
@@ -72,16 +79,17 @@ class _Snapshot(InputPartition):
 
 
 class _MetadataReader(DataSourceReader):
-    def __init__(self, location: SnapshotLocation) -> None:
+    def __init__(self, location: SnapshotLocation, paths: list[str]) -> None:
         self.location = location
-        self.paths = snapshot_paths(location)
+        self.paths = paths
 
     def partitions(self) -> list[InputPartition]:
         return [_Snapshot(path) for path in self.paths]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, _Snapshot)
-        yield from metadata_rows(partition.path, self.location.storage_options)
+        # no completed snapshot yet: Spark reads the one partition it makes of none, which holds nothing
+        if isinstance(partition, _Snapshot):
+            yield from metadata_rows(partition.path, self.location.storage_options)
 
 
 class StatekitMetadataSource(DataSource):
@@ -94,9 +102,10 @@ class StatekitMetadataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.location = snapshot_location_of(dict(options), NAME)
+        self.paths = snapshot_paths(self.location)  # at load(), on the driver, as format("statekit") resolves
 
     def schema(self) -> str:
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _MetadataReader(self.location)
+        return _MetadataReader(self.location, self.paths)
