@@ -20,7 +20,7 @@ from statekit.runtime import LocalRunner
 from statekit.spark.conf import StatekitConf
 from statekit.spark.state_source import ReadOptions
 from statekit.spi.errors import (
-    ConfigurationError, FunctionResultError, RestoreError, SnapshotError, StatekitError,
+    ConfigurationError, FunctionResultError, RestoreError, SerializationError, SnapshotError, StatekitError,
 )
 from statekit.storage.filesystem import FileSystemCheckpointStorage
 from statekit.storage.pointers import resolve
@@ -55,6 +55,22 @@ class Count(KeyedProcessFunction):
     def process(self, row, ctx):
         self.count.update(self.count.value() + 1)
         yield ctx.current_key, self.count.value()
+
+
+class StoresText(KeyedProcessFunction):
+    """Stores a string in a state whose serializer takes 64-bit integers."""
+
+    def open(self, ctx):
+        from statekit.serializers import Int64Serializer
+        self.count = ctx.get_state(ValueStateDescriptor("count", Int64Serializer()))
+
+    def process(self, row, ctx):
+        self.count.update("oops")
+
+
+def heap(**options: Any) -> Any:
+    from statekit.backends.heap import HeapStateBackend
+    return HeapStateBackend(**options)
 
 
 class Returns(KeyedProcessFunction):
@@ -265,6 +281,12 @@ CASES = [
     Bad("process-rows-returns-a-batch", run(BatchReturns(pa.RecordBatch.from_pydict({"n": [1]})),
                                             [{"user": "ann"}, {"user": "bob"}]),
         FunctionResultError, ("BatchReturns.process_rows returned RecordBatch", "batch.to_pylist()")),
+    # a value its state's serializer does not take: the snapshot names the state, the key and the value
+    Bad("int64-state-holds-a-string", run(StoresText(), ["ann"]), SerializationError,
+        ("state 'count': the value of key 'ann' cannot be snapshotted", "Int64Serializer cannot encode 'oops' (str)",
+         "it takes 64-bit integers, from -9223372036854775808", "PickleSerializer")),
+    Bad("int64-state-holds-a-string-incremental", run(StoresText(), ["ann"], state_backend=heap(), incremental=True),
+        SerializationError, ("state 'count': the value of key 'ann'", "Int64Serializer cannot encode 'oops' (str)")),
     Bad("function-is-a-lambda", lambda tmp: LocalRunner(lambda row: row, key_selector=lambda r: r),
         ConfigurationError, ("KeyedProcessFunction, KeyedBatchFunction or KeyedVectorFunction", "process_groups")),
     Bad("function-is-a-class", lambda tmp: LocalRunner(Count, key_selector=lambda r: r), ConfigurationError,

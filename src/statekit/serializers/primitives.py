@@ -35,6 +35,10 @@ _I64_LISTS = _list_readers("Q")
 _F64_LISTS = _list_readers("d")
 
 
+#: what ``Int64Serializer`` takes
+_INT64_RANGE = f"it takes 64-bit integers, from {-_SIGN} to {_SIGN - 1}"
+
+
 def _bad(kind: str, value: Any, exc: Exception) -> SerializationError:
     return SerializationError(f"{kind} cannot encode {value!r} ({type(value).__name__}): {exc}")
 
@@ -70,7 +74,7 @@ class Int64Serializer(TypeSerializer[int]):
         try:
             return _I64.pack(number + _SIGN)  # ">Q" rejects anything outside the signed 64-bit range
         except (struct.error, TypeError) as exc:
-            raise _bad("Int64Serializer", value, exc) from exc
+            raise _bad("Int64Serializer", value, TypeError(_INT64_RANGE)) from exc
 
     def deserialize(self, data: bytes) -> int:
         try:
@@ -96,10 +100,11 @@ class Int64Serializer(TypeSerializer[int]):
 
     def serialize_many(self, values: Iterable[int]) -> list[bytes]:
         pack = _I64.pack
+        values = values if isinstance(values, (list, tuple)) else list(values)
         try:
             return [pack((v if v.__class__ is int else _integer(v)) + _SIGN) for v in values]
-        except (struct.error, TypeError) as exc:
-            raise SerializationError(f"Int64Serializer: a value is not a 64-bit integer: {exc}") from exc
+        except (struct.error, TypeError):
+            return super().serialize_many(values)  # names the value that is no 64-bit integer
 
 
     def serialize_arrow(self, values: Sequence[int]) -> pa.Array:

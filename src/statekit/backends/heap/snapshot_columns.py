@@ -23,7 +23,9 @@ from statekit.backends.common.registration import RegisteredState
 from statekit.backends.heap.copies import Namespaces, UserKeys
 from statekit.backends.heap.state_table import KeyGroupMap
 from statekit.spi.descriptors import StateKind
+from statekit.spi.errors import SerializationError
 from statekit.spi.key_format import KeyBytes
+from statekit.spi.state import VOID_NAMESPACE
 
 #: a full snapshot serializes the key groups in runs of about this many keys of all states (at
 #: least one key group per run): few serializer calls, and the held objects of a run in cache
@@ -50,6 +52,7 @@ class StateColumns:
 
     def __init__(self, registration: RegisteredState, namespaces: Namespaces, user_keys: UserKeys | None,
                  key_bytes: KeyBytes) -> None:
+        self._name = registration.name
         self._kind = registration.kind
         self._values = None if self._kind is StateKind.TIMERS else registration.value_serializer
         self._namespaces = namespaces
@@ -63,6 +66,12 @@ class StateColumns:
         rows: list[list[NamespaceRows]] = [[] for _ in groups]
         if not cells:
             return rows
+        try:
+            return self._rows(cells, rows)
+        except SerializationError as exc:  # the cell is looked for only now, off the snapshot's path
+            raise self._unserializable(groups, exc) from exc
+
+    def _rows(self, cells: list[tuple[int, bytes, dict]], rows: list[list[NamespaceRows]]) -> list[list[NamespaceRows]]:
         held = [entries for _, _, entries in cells]
         keys = self._key_bytes.serialize_arrow(list(chain.from_iterable(held)))
         user_keys: pa.Array | None = None
@@ -91,6 +100,32 @@ class StateColumns:
                 values if isinstance(values, bytes) else values.slice(start, count)))
             start += count
         return rows
+
+
+    def _unserializable(self, groups: Sequence[KeyGroupMap], exc: SerializationError) -> SerializationError:
+        """``exc`` with the state, key and namespace of the first cell whose key or value does not serialize."""
+        for group in groups:
+            for namespace, entries in group.items():
+                for key, held in entries.items():
+                    where = f"key {key!r}" + (f", namespace {namespace!r}" if namespace is not VOID_NAMESPACE else "")
+                    try:
+                        self._key_bytes.serialize(key)
+                    except SerializationError as failed:
+                        return SerializationError(f"state {self._name!r}: {where} cannot be snapshotted: {failed}; "
+                                                  f"key by values the key serializer takes")
+                    if self._values is None:
+                        continue
+                    values = ((held,) if self._kind in _ONE_VALUE_PER_KEY else
+                              held.values() if self._kind is StateKind.MAP else held)
+                    for value in values:
+                        try:
+                            self._values.serialize(value)
+                        except SerializationError as failed:
+                            return SerializationError(
+                                f"state {self._name!r}: the value of {where} cannot be snapshotted: {failed}; store "
+                                f"values its serializer takes, or give the state's descriptor a serializer for them "
+                                f"(PickleSerializer takes any picklable value)")
+        return SerializationError(f"state {self._name!r} cannot be snapshotted: {exc}")
 
 
 def key_group_runs(views: Sequence[Sequence[KeyGroupMap]], n_key_groups: int) -> list[range]:
