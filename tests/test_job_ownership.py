@@ -2,13 +2,15 @@
 of a job owns it, an older run that is still writing fails at its commit without touching the
 owner's files, a restart after a crash takes over, and a job written by a streaming query is
 not continued by bounded runs unless told to. The same under Spark: tests/test_spark_exactly_once.py."""
+import json
+
 import pytest
 
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership, streaming_query
 from statekit.checkpoint.store import CheckpointStore
 from statekit.conformance_tests.workload import WorkloadFunction, dump_state, expected_state, make_rows
 from statekit.runtime import LocalRunner
-from statekit.spi.errors import JobOwnershipError
+from statekit.spi.errors import JobOwnershipError, RestoreError
 from statekit.storage.filesystem import FileSystemCheckpointStorage
 
 JOB = "owned-job"
@@ -71,3 +73,47 @@ def test_bounded_runs_do_not_continue_a_streaming_querys_job(tmp_path):
     taken = JobOwnership(access, JOB, BOUNDED, take_over=True)
     taken.begin_epoch(CheckpointStore(access).latest())  # explicitly allowed
     assert taken.holds()
+
+
+def test_a_lost_latest_metadata_is_refused_not_rolled_back(tmp_path):
+    """Issue: deleting the latest _metadata made the next run continue from the checkpoint before
+    it, silently dropping an epoch. The owner record keeps the latest committed id."""
+    storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), memory_threshold=0)
+    rows = [make_rows(200, 30, seed) for seed in (7, 8, 9, 10)]
+    first = _runner(storage)
+    for batch in rows[:3]:
+        first.run_epoch(batch)
+    (tmp_path / "checkpoints" / JOB / "chk-3" / "_metadata").unlink()
+
+    restarted = _runner(storage)
+    with pytest.raises(RestoreError) as caught:
+        restarted.run_epoch(rows[3])
+    message = str(caught.value)
+    assert "checkpoint 3 was committed" in message and "latest completed checkpoint is 2" in message, message
+    assert "restore_from" in message, message
+    with pytest.raises(RestoreError):  # a replay of the lost epoch is refused too
+        restarted.run_epoch(rows[2], checkpoint_id=3)
+    assert [c.checkpoint_id for c in _runner(storage).store.completed()] == [1, 2], "the refused run committed"
+
+    # continuing from the older checkpoint on purpose: epoch 3's updates are lost, and later runs go on
+    deliberate = _runner(storage)
+    deliberate.restore_from(deliberate.store.latest().metadata, deliberate.streams)
+    deliberate.run_epoch(rows[3])
+    later = _runner(storage)
+    later.run_epoch(rows[0])
+    assert later.latest_metadata().checkpoint_id == 4
+    assert _state(later, tmp_path) == expected_state(rows[0] + rows[1] + rows[3] + rows[0])
+
+
+def test_an_owner_record_written_before_it_kept_commits_is_read(tmp_path):
+    storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), memory_threshold=0)
+    runner = _runner(storage)
+    runner.run_epoch(make_rows(50, 10, 11))
+    owner = tmp_path / "checkpoints" / JOB / "_owner"
+    record = json.loads(owner.read_text())
+    assert record["committed"] == 1
+    del record["committed"]
+    owner.write_text(json.dumps(record))
+    restarted = _runner(storage)
+    restarted.run_epoch(make_rows(50, 10, 12))
+    assert restarted.ownership.owner().committed == 2

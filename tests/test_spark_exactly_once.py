@@ -61,6 +61,25 @@ def test_a_deleted_latest_checkpoint_fails_the_next_micro_batch_instead_of_rolli
     assert jobs.check_checkpoint("rollback", _rows([batches[0], batches[1], batches[3]])) == 4
 
 
+def test_a_deleted_latest_checkpoint_fails_the_next_bounded_run_instead_of_rolling_back(jobs, spark, tmp_path):
+    """A bounded job has no commit log of Spark's: the job's owner record keeps its latest commit."""
+    batches, history = epochs(4, seed=705), []
+    for rows in batches[:3]:
+        jobs.run_epoch("bounded-rollback", rows, history)
+    job_dir = tmp_path / "checkpoints" / jobs.job_id("bounded-rollback")
+    os.remove(job_dir / "chk-3" / "_metadata")
+    with pytest.raises(Exception) as caught:
+        jobs.run_epoch("bounded-rollback", batches[3], list(history))
+    message = str(caught.value)
+    for part in ("refusing to roll back", "checkpoint 3 was committed", "latest completed checkpoint is 2",
+                 f"spark.statekit.restore.path={(job_dir / 'chk-2').as_uri()}"):
+        assert part in message, f"{part!r} not in: {message[-3000:]}"
+    jobs.configure({"restore.path": (job_dir / "chk-2").as_uri()})  # continue from checkpoint 2 deliberately
+    history = _rows(batches[:2])
+    assert jobs.run_epoch("bounded-rollback", batches[3], history) == 3
+    assert jobs.run_epoch("bounded-rollback", batches[0], history) == 4  # later runs go on from their own
+
+
 def test_num_retained_1_still_replays_a_micro_batch_exactly_once(jobs, tmp_path):
     jobs.configure({"checkpoint.num-retained": 1})
     batches = epochs(3, seed=710)

@@ -415,3 +415,62 @@ def test_a_duration_beyond_the_largest_timestamp_is_refused(build, named):
         build()
     message = str(refused.value)
     assert named in message and "'200000000000 days'" in message and str(MAX_TIMESTAMP) in message, message
+
+
+def _java_remainder(a: int, b: int) -> int:
+    """Java's ``a % b`` (truncated: the sign of ``a``), not Python's (floored)."""
+    return abs(a) % abs(b) * (1 if a >= 0 else -1)
+
+
+def _flink_window_start(timestamp: int, offset: int, size: int) -> int:
+    """Flink's ``TimeWindow.getWindowStartWithOffset``."""
+    remainder = _java_remainder(timestamp - offset, size)
+    return timestamp - (remainder + size) if remainder < 0 else timestamp - remainder
+
+
+@pytest.mark.parametrize("size", [7, 10, 1000])
+def test_window_starts_with_negative_and_positive_offsets_are_flinks(size):
+    """Flink allows offsets with abs(offset) < size, negative ones too (e.g. -8 hours for days in
+    UTC+8); the starts are Flink's, and, where its argument is not negative, the formula
+    ``timestamp - (timestamp - offset + size) % size`` of Flink's documentation."""
+    timestamps = [*range(-3 * size, 3 * size), T0, T0 + 1, -T0, MAX_TIMESTAMP - 5 * size]
+    for offset in sorted({-size + 1, -size // 2, -1, 0, 1, size // 2, size - 1}):
+        tumbling = windows.TumblingWindows.of(f"{size} ms", offset=f"{offset} ms")
+        sliding = windows.SlidingWindows(3 * size, size, offset)
+        for ts in timestamps:
+            start = _flink_window_start(ts, offset, size)
+            assert tumbling.assign(ts) == [windows.TimeWindow(start, start + size)], (ts, offset)
+            if ts - offset + size >= 0:
+                assert start == ts - _java_remainder(ts - offset + size, size)
+            assert start <= ts < start + size and (start - offset) % size == 0
+            assert sliding.assign(ts) == [windows.TimeWindow(s, s + 3 * size) for s in (start, start - size,
+                                                                                        start - 2 * size)]
+
+
+def test_a_negative_offset_shifts_days_to_a_time_zone():
+    from datetime import timedelta
+
+    days_in_utc8 = windows.TumblingWindows.of("1 day", offset=timedelta(hours=-8))
+    assert days_in_utc8 == windows.TumblingWindows.of("1 day", offset="-8 hours")
+    day = 86_400_000
+    midnight_utc8 = 19_000 * day - 8 * 3_600_000
+    assert days_in_utc8.assign(midnight_utc8 + 5) == [windows.TimeWindow(midnight_utc8, midnight_utc8 + day)]
+
+
+@pytest.mark.parametrize("build, named", [
+    (lambda: windows.TumblingWindows.of("1 s", offset="1 s"), "the window size (1000 ms)"),
+    (lambda: windows.TumblingWindows.of("1 s", offset="-1 s"), "the window size (1000 ms)"),
+    (lambda: windows.TumblingWindows(1000, 5000), "the window size (1000 ms)"),
+    (lambda: windows.SlidingWindows.of("10 s", "2 s", offset="-3 s"), "the window slide (2000 ms)"),
+])
+def test_an_offset_not_shorter_than_the_period_is_refused_as_in_flink(build, named):
+    with pytest.raises(ConfigurationError, match="the window offset must be shorter than") as refused:
+        build()
+    assert named in str(refused.value)
+
+
+def test_other_durations_stay_non_negative():
+    with pytest.raises(ConfigurationError, match="the window size must not be negative"):
+        windows.TumblingWindows.of("-1 s")
+    with pytest.raises(ConfigurationError, match="allowed_lateness must not be negative"):
+        windows.aggregate(windows.TumblingWindows.of("1 s"), Sum(), timestamp="ts", allowed_lateness="-1 s")

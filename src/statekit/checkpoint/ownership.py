@@ -8,6 +8,10 @@ only by the query or kind of job that wrote it.
   was fenced: it fails with ``JobOwnershipError`` and writes or removes nothing more. The newest
   run wins, so a restart after a crash simply takes over, while the older of two concurrent runs
   stops at its next commit instead of interleaving its checkpoints with the other's.
+* **What was committed.** The owner record also keeps the id of the latest checkpoint a run of the
+  job committed, rewritten after every commit. A run that finds an older latest checkpoint than
+  that (its ``_metadata`` was deleted) would silently roll the job back, so it is refused unless
+  the snapshot to continue from is given explicitly (``CheckpointStore.lost_commit``).
 * **Identity.** Every checkpoint records the identity of the run that committed it (the
   ``owner`` property): a streaming query (Spark's query id) or bounded runs. A run whose identity
   differs from the one recorded in the job's latest checkpoint is refused when it starts, unless
@@ -95,6 +99,8 @@ class OwnerRecord:
     started: float
     host: str
     pid: int
+    #: the latest checkpoint id a run of the job committed (None: none, or a record written before)
+    committed: int | None = None
 
     @classmethod
     def new(cls, identity: RunIdentity) -> "OwnerRecord":
@@ -102,7 +108,7 @@ class OwnerRecord:
 
     def to_bytes(self) -> bytes:
         return json.dumps({"run_id": self.run_id, "identity": self.identity.to_json(), "started": self.started,
-                           "host": self.host, "pid": self.pid}, sort_keys=True).encode()
+                           "host": self.host, "pid": self.pid, "committed": self.committed}, sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str) -> "OwnerRecord":
@@ -111,7 +117,11 @@ class OwnerRecord:
             identity = RunIdentity.from_json(doc["identity"])
             if identity is None:
                 raise ValueError("no identity")
-            return cls(str(doc["run_id"]), identity, float(doc["started"]), str(doc["host"]), int(doc["pid"]))
+            committed = doc.get("committed")
+            if committed is not None and (not isinstance(committed, int) or isinstance(committed, bool)):
+                raise ValueError(f"committed is {committed!r}, not a checkpoint id")
+            return cls(str(doc["run_id"]), identity, float(doc["started"]), str(doc["host"]), int(doc["pid"]),
+                       committed)
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptStateError(f"the owner record of {source} is corrupt ({exc}); delete it: the next run "
                                     f"writes a new one") from exc
@@ -139,8 +149,25 @@ class JobOwnership:
             self.check()
             return
         check_identity(self.job_id, self.run.identity, latest, self.take_over)
+        self.run = replace(self.run, committed=_later(self.last_commit(), latest.checkpoint_id if latest else None))
         self.access.write_owner(self.run.to_bytes())
         self._acquired = True
+
+    def last_commit(self) -> int | None:
+        """The latest checkpoint id a run of this job committed, as the owner record keeps it."""
+        if self._acquired:
+            return self.run.committed
+        previous = self.owner()
+        return previous.committed if previous is not None else None
+
+    def record_commit(self, checkpoint_id: int) -> None:
+        """Keep ``checkpoint_id`` in the owner record as the job's latest, after its commit, while
+        this run owns the job. The latest, not the highest: a commit disposes of every checkpoint
+        from its id on (a replay), and a run that continued from older state on purpose commits
+        lower ids than the ones it gave up."""
+        if checkpoint_id != self.run.committed and self.holds():
+            self.run = replace(self.run, committed=checkpoint_id)
+            self.access.write_owner(self.run.to_bytes())
 
     def owner(self) -> OwnerRecord | None:
         data = self.access.read_owner()
@@ -168,3 +195,7 @@ class JobOwnership:
         """``metadata`` with this run's identity and run id recorded."""
         return replace(metadata, properties={**metadata.properties, OWNER_PROPERTY: self.run.identity.to_json(),
                                              RUN_PROPERTY: self.run.run_id})
+
+
+def _later(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)

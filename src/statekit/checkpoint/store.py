@@ -178,6 +178,26 @@ class CheckpointStore:
             return latest  # not a replay, or a checkpoint written before the property
         return latest if attempt.metadata.properties[RESTORE_POINT] == latest.checkpoint_id else None
 
+    def lost_commit(self) -> int | None:
+        """The id of a checkpoint this job committed (its owner record keeps the latest) that is
+        newer than every completed checkpoint found now: its ``_metadata`` was deleted or lost, and
+        continuing from the latest found would silently drop its epochs. None when none is missing."""
+        if self.ownership is None:
+            return None
+        committed = self.ownership.last_commit()
+        latest = self.latest()
+        return committed if committed is not None and committed > (latest.checkpoint_id if latest else 0) else None
+
+    def lost_commit_message(self, committed: int, how_to_continue: str) -> str:
+        latest = self.latest()
+        found = (f"its latest completed checkpoint is {latest.checkpoint_id} ({latest.pointer.external_pointer})"
+                 if latest is not None else "it has no completed checkpoint")
+        return (f"refusing to roll back job {self.ownership.job_id!r}: its owner record says checkpoint "  # type: ignore[union-attr]
+                f"{committed} was committed, but {found}; checkpoint {committed}'s _metadata was deleted or lost. "
+                f"Running on would silently drop the epochs after the latest one found. To recover: put back the "
+                f"missing _metadata if it was removed by mistake; or continue deliberately from older state "
+                f"({how_to_continue}), knowing that the updates of the epochs after it are lost")
+
     def check_fresh_start(self, epoch: int) -> None:
         """Raise ``RestoreError`` unless epoch ``epoch`` may start from empty state (no restore
         point): an epoch that replaces no completed checkpoint may, or one whose first replaced
@@ -218,6 +238,12 @@ class CheckpointStore:
         pointer = self.access.commit(metadata.checkpoint_id, metadata.to_bytes())
         completed = CompletedCheckpoint(pointer, metadata)
         self._retained.append(completed)
+        if self.ownership is not None:
+            try:
+                self.ownership.record_commit(metadata.checkpoint_id)
+            except StatekitError as exc:  # committed: a record left behind only guards less
+                log.warning("checkpoint %d is complete, but recording it in the owner record failed: %s",
+                            metadata.checkpoint_id, exc)
         # chk-<id> is the new checkpoint's now: an earlier one of the same id must not be deleted again
         self._undisposed = [c for c in self._undisposed if c.checkpoint_id != metadata.checkpoint_id]
         for leftover in list(self._undisposed):

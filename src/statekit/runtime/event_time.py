@@ -33,11 +33,12 @@ _UNITS_MS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 100
              "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000, "d": 86_400_000, "day": 86_400_000,
              "days": 86_400_000}
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
 
 
-def duration_ms(value: Any, setting: str) -> int:
-    """A duration as milliseconds: a ``timedelta`` or text like ``"10 minutes"``, ``"30 s"``, ``"1 hour"``."""
+def duration_ms(value: Any, setting: str, signed: bool = False) -> int:
+    """A duration as milliseconds: a ``timedelta`` or text like ``"10 minutes"``, ``"30 s"``, ``"1 hour"``;
+    negative (``"-15 minutes"``) only where ``signed``."""
     if isinstance(value, datetime.timedelta):
         ms = value / datetime.timedelta(milliseconds=1)
     else:
@@ -46,7 +47,7 @@ def duration_ms(value: Any, setting: str) -> int:
             raise ConfigurationError(f"{setting} must be a duration such as '10 minutes', '30 seconds', '500 ms' or a "
                                      f"datetime.timedelta, got {value!r}")
         ms = float(match.group(1)) * _UNITS_MS[match.group(2)]
-    if ms < 0:
+    if ms < 0 and not signed:
         raise ConfigurationError(f"{setting} must not be negative, got {value!r}")
     return int(ms)
 

@@ -187,6 +187,10 @@ class LocalRunner:
     def _restore_point(self, epoch: int) -> tuple[CheckpointMetadata, CheckpointStreams] | None:
         if self._restore_override is not None:
             return self._restore_override
+        lost = self.store.lost_commit()
+        if lost is not None:
+            raise RestoreError(self.store.lost_commit_message(
+                lost, "LocalRunner.restore_from with the metadata of the checkpoint or savepoint to continue from"))
         earlier = self.store.latest_before(epoch)
         if earlier is None:
             self.store.check_fresh_start(epoch)

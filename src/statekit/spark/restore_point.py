@@ -64,6 +64,15 @@ def choose_restore_point(store: CheckpointStore, conf: StatekitConf, job_id: str
     external = conf.restore_path if own is None or rolled_back else None
     if rolled_back and external is None:
         raise RestoreError(_rollback_message(store, conf, job_id, own, progress, durable))  # type: ignore[arg-type]
+    lost = store.lost_commit()
+    if lost is not None:
+        latest = store.latest()
+        external = conf.restore_path
+        if external is None:
+            raise RestoreError(store.lost_commit_message(lost, "spark.statekit.restore.path=" + (
+                latest.pointer.external_pointer if latest is not None else "<a savepoint or checkpoint>")))
+        log.warning("job %r continues from %s (spark.statekit.restore.path), although checkpoint %d was committed",
+                    job_id, external, lost)
     if own is None and epoch is not None and not rolled_back:  # a replay restores what its first attempt did
         external = _first_attempts_restore(store, epoch) or external
     if external is None:

@@ -46,6 +46,24 @@ def window_duration_ms(owner: str, setting: str, value: Any, positive: bool = Tr
     return checked_ms(owner, setting, duration_ms(value, setting), value, positive)
 
 
+def offset_ms(owner: str, value: Any) -> int:
+    """A window offset (``"15 minutes"``, ``"-15 minutes"``, a ``timedelta``) as milliseconds: negative
+    offsets are allowed, as in Flink; ``checked_offset`` bounds it by the window's period."""
+    ms = duration_ms(value, "the window offset", signed=True)
+    checked_ms(owner, "the window offset", abs(ms), value, positive=False)
+    return ms
+
+
+def checked_offset(owner: str, offset: int, period_setting: str, period: int) -> None:
+    """Flink's rule: the offset is shorter than the period its windows repeat at (the size of
+    tumbling windows, the slide of sliding ones), either way: ``abs(offset) < period``."""
+    checked_ms(owner, "the window offset", abs(offset), positive=False)
+    if abs(offset) >= period:
+        raise ConfigurationError(f"{owner}: the window offset must be shorter than {period_setting} ({period} ms) "
+                                 f"either way, -{period} < offset < {period} (as Flink requires), got {offset} ms; "
+                                 f"an offset of a whole {period_setting} gives the same windows as none")
+
+
 def _window(start: int, size: int) -> TimeWindow:
     """``[start, start + size)``, stopped at the ends of the 64-bit timestamps."""
     return TimeWindow(max(start, MIN_TIMESTAMP), min(start + size, MAX_TIMESTAMP))
@@ -53,7 +71,8 @@ def _window(start: int, size: int) -> TimeWindow:
 
 @dataclass(frozen=True)
 class TumblingWindows(WindowAssigner):
-    """Windows of ``size`` one after the other, aligned to the epoch (plus ``offset``)."""
+    """Windows of ``size`` one after the other, aligned to the epoch plus ``offset`` (negative too,
+    shorter than ``size`` either way, as in Flink: ``"-8 hours"`` gives days of UTC+8)."""
 
     size_ms: int
     offset_ms: int = 0
@@ -61,12 +80,11 @@ class TumblingWindows(WindowAssigner):
 
     @classmethod
     def of(cls, size: Any, offset: Any = "0 ms", domain: TimeDomain = TimeDomain.EVENT_TIME) -> "TumblingWindows":
-        return cls(window_duration_ms(cls.__name__, "the window size", size),
-                   window_duration_ms(cls.__name__, "the window offset", offset, positive=False), domain)
+        return cls(window_duration_ms(cls.__name__, "the window size", size), offset_ms(cls.__name__, offset), domain)
 
     def __post_init__(self) -> None:
         checked_ms(type(self).__name__, "the window size", self.size_ms)
-        checked_ms(type(self).__name__, "the window offset", self.offset_ms, positive=False)
+        checked_offset(type(self).__name__, self.offset_ms, "the window size", self.size_ms)
 
     def assign(self, timestamp: int) -> list[TimeWindow]:
         return [_window(timestamp - (timestamp - self.offset_ms) % self.size_ms, self.size_ms)]
@@ -74,7 +92,8 @@ class TumblingWindows(WindowAssigner):
 
 @dataclass(frozen=True)
 class SlidingWindows(WindowAssigner):
-    """Windows of ``size`` starting every ``slide``: an element is in ``size / slide`` of them."""
+    """Windows of ``size`` starting every ``slide`` (aligned to the epoch plus ``offset``, shorter than
+    ``slide`` either way): an element is in ``size / slide`` of them."""
 
     size_ms: int
     slide_ms: int
@@ -85,13 +104,12 @@ class SlidingWindows(WindowAssigner):
     def of(cls, size: Any, slide: Any, offset: Any = "0 ms",
            domain: TimeDomain = TimeDomain.EVENT_TIME) -> "SlidingWindows":
         return cls(window_duration_ms(cls.__name__, "the window size", size),
-                   window_duration_ms(cls.__name__, "the window slide", slide),
-                   window_duration_ms(cls.__name__, "the window offset", offset, positive=False), domain)
+                   window_duration_ms(cls.__name__, "the window slide", slide), offset_ms(cls.__name__, offset), domain)
 
     def __post_init__(self) -> None:
         checked_ms(type(self).__name__, "the window size", self.size_ms)
         checked_ms(type(self).__name__, "the window slide", self.slide_ms)
-        checked_ms(type(self).__name__, "the window offset", self.offset_ms, positive=False)
+        checked_offset(type(self).__name__, self.offset_ms, "the window slide", self.slide_ms)
 
     def assign(self, timestamp: int) -> list[TimeWindow]:
         last_start = timestamp - (timestamp - self.offset_ms) % self.slide_ms
