@@ -174,3 +174,26 @@ def test_a_key_column_of_a_case_insensitive_collation_fails_before_any_job(spark
         process_keyed(df, "k", Keys(), OUTPUT, job_id="collated-key")
     binary = df.select(F.collate("k", "UTF8_BINARY").alias("k"), "v")
     assert sorted(process_keyed(binary, "k", Keys(), OUTPUT, job_id="collated-key").collect()) == [("A", 1), ("a", 2)]
+
+
+@pytest.mark.parametrize("value, returned", [("x", "str 'x'"), (1.5, "float 1.5")])
+def test_a_value_of_the_wrong_type_for_an_output_column_fails_the_job_naming_it(spark, statekit_settings, value,
+                                                                                returned):
+    """Checked on each subtask's first output rows, before the subtask goes on; the worker's
+    FunctionResultError is raised again on the driver. A float in a bigint column was truncated
+    silently by the conversion to Arrow (1.5 became 1) and the job succeeded."""
+    from statekit.runtime import KeyedProcessFunction
+    from statekit.spi.errors import FunctionResultError
+
+    class WrongCount(KeyedProcessFunction):  # defined here: pickled by value
+        def __init__(self, count):
+            self.count = count
+
+        def process(self, row, ctx):
+            yield ctx.current_key, self.count
+
+    statekit_settings({"parallelism": 2})
+    df = spark.createDataFrame(make_rows(40, 8, 3), SCHEMA)
+    with pytest.raises(FunctionResultError, match=rf"WrongCount returned {returned} for output column 'count', which "
+                                                  rf"the output schema declares bigint: return an int there"):
+        process_keyed(df, "key", WrongCount(value), OUTPUT, job_id=f"wrong-type-{type(value).__name__}")

@@ -18,7 +18,9 @@ the job's ownership before its epoch and checks it before committing (``checkpoi
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
+import re
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 import pyarrow as pa
@@ -46,7 +48,7 @@ from statekit.spark.key_columns import check_column_names, key_columns_of
 from statekit.spark.pre_aggregation import PreAggregation
 from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point, epoch_processing_time
 from statekit.spark.task import KEY_GROUP_COLUMN, SubtaskSpec, rows_mask, run_subtask
-from statekit.spi.errors import ConfigurationError, SnapshotError
+from statekit.spi.errors import ConfigurationError, SnapshotError, StatekitError
 from statekit.spi.key_groups import KeyGroupRange, check_parallelism, default_max_parallelism
 from statekit.spi.names import check_job_id, check_operator_id
 from statekit.spi.sinks import Sink
@@ -308,15 +310,46 @@ class SubtaskRun:
         # an empty partition too: p subtasks run as p tasks
         stage = planned.mapInArrow(subtask, output)
         with _session_conf(df.sparkSession, ARROW_BATCH_ROWS_SETTING, str(ARROW_BATCH_ROWS)):
-            if keep_output:
-                return stage.localCheckpoint(eager=True)
-            stage.write.format("noop").mode("overwrite").save()
+            try:
+                if keep_output:
+                    return stage.localCheckpoint(eager=True)
+                stage.write.format("noop").mode("overwrite").save()
+            except Exception as exc:
+                raised = worker_error(exc)
+                if raised is None:
+                    raise
+                raise raised from exc
         return None
 
     def states(self) -> dict[int, SubtaskAcknowledgement]:
         """The snapshot of each subtask that acknowledged, how it recovered, its (largest event
         time, late rows) and the record of its output in the sink (None: no sink)."""
         return _subtask_states(self._acknowledgements.value, self.spec.parallelism)
+
+
+#: the last line of a Python worker's traceback that raised a statekit error (class and message)
+_WORKER_ERROR = re.compile(r"^(statekit(?:\.\w+)+)\.(\w+): (.*)$", re.MULTILINE)
+
+
+def worker_error(exc: BaseException) -> StatekitError | None:
+    """The statekit error a subtask raised in a Python worker, raised again on the driver: Spark
+    reports it as its own error (``PythonException``, within a failed job's) whose text holds the
+    worker's traceback. None when the failure was no statekit error."""
+    found = _WORKER_ERROR.findall(str(exc))
+    if not found:
+        return None
+    module, name, message = found[-1]
+    try:
+        error_class = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+    if not (isinstance(error_class, type) and issubclass(error_class, StatekitError)):
+        return None
+    try:
+        return error_class(f"{message} (raised in a Spark task; Spark's error, with the worker's traceback, is "
+                           f"the cause)")
+    except TypeError:  # a subclass that takes other arguments
+        return None
 
 
 def _of_subtask(batches: Iterator[pa.RecordBatch], key_groups: KeyGroupRange, index: int) -> Iterator[pa.RecordBatch]:

@@ -14,9 +14,11 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
+from pyspark.sql.pandas.types import from_arrow_type
 
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
@@ -113,6 +115,7 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
             writer = SubtaskSinkWriter(spec.sink, _sink_context(spec, subtask_index),
                                        access.streams(spec.checkpoint_id, subtask.name), spec.output_schema)
         calls = calls_of(spec.function)
+        checked = False  # the subtask's first output rows, against the output schema
         for batch in (batches if calls is Calls.ROWS else _coalesced(batches, spec.batch_max_bytes)):
             if calls is Calls.ROWS:
                 task.process_all(_records(batch, spec.key_columns), outputs)
@@ -124,10 +127,14 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
                     yield from _emit_columns(produced, spec.output_schema, writer)
                 elif produced:
                     outputs.extend(produced)
+            if not checked and outputs:
+                checked = check_first_rows(outputs, spec.output_schema, spec.function)
             while len(outputs) >= OUTPUT_BATCH_ROWS:
                 yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer)
                 del outputs[:OUTPUT_BATCH_ROWS]
         task.fire_timers(outputs)
+        if not checked and outputs:  # before the snapshot: the first output came from timers
+            check_first_rows(outputs, spec.output_schema, spec.function)
         if spec.savepoint is not None:
             pending, streams = task.snapshot(SAVEPOINT), spec.savepoint.streams
         else:
@@ -308,6 +315,86 @@ def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise _value_error([[d.get(name) for d in dicts] for name in names], schema, exc) from exc
     return _check_not_null(batch, schema)
+
+
+def check_first_rows(rows: list[Any], schema: pa.Schema, function: Any) -> bool:
+    """Check a subtask's first ``CHECKED_ROWS`` output rows value by value against the output
+    schema, as soon as the function produced them: a value of the wrong type fails the subtask
+    before it processed the rest of its input (the output is converted when it is emitted, after
+    up to ``OUTPUT_BATCH_ROWS`` rows, or after the whole input), and a float in an integer column,
+    which Arrow would truncate silently, fails too. Returns True (checked)."""
+    first = rows[:CHECKED_ROWS]
+    batch_error: Exception | None = None
+    try:
+        _to_batch(first, schema)
+    except FunctionResultError as exc:  # the row's shape, a null, or a value that does not convert
+        batch_error = exc
+    columns = _columns_of(first, schema.names) if batch_error is None or isinstance(batch_error.__cause__, (
+        pa.ArrowInvalid, pa.ArrowTypeError)) else None
+    for values, field in zip(columns or [], schema):
+        for value in values:
+            if value is not None and not _fits(value, field.type):
+                raise FunctionResultError(
+                    f"{type(function).__name__} returned {type(value).__name__} {short_repr(value)} for output column "
+                    f"{field.name!r}, which the output schema declares {_spark_type_name(field.type)}: return "
+                    f"{_python_types(field.type)} there, or declare the column with the type it returns "
+                    f"(checked on each subtask's first {CHECKED_ROWS} output rows)")
+    if batch_error is not None:
+        raise batch_error
+    return True
+
+
+#: how many of each subtask's first output rows ``check_first_rows`` checks
+CHECKED_ROWS = 100
+
+
+def _columns_of(rows: list[Any], names: list[str]) -> list[list[Any]]:
+    """The values of well-formed rows (tuples, lists or dicts of the output schema's columns) by column."""
+    columns: list[list[Any]] = [[] for _ in names]
+    for row in rows:
+        if isinstance(row, dict):
+            values = [row.get(name) for name in names]
+        elif isinstance(row, (tuple, list)) and len(row) == len(names):
+            values = list(row)
+        else:
+            continue
+        for column, value in zip(columns, values):
+            column.append(value)
+    return columns
+
+
+def _fits(value: Any, arrow_type: pa.DataType) -> bool:
+    """Whether Arrow converts ``value`` into ``arrow_type`` without losing it: a float (even 1.5)
+    converts into an integer column, truncated."""
+    if pa.types.is_integer(arrow_type) and isinstance(value, (float, np.floating)):
+        return False
+    try:
+        pa.array([value], type=arrow_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        return False
+    return True
+
+
+def _spark_type_name(arrow_type: pa.DataType) -> str:
+    try:
+        return from_arrow_type(arrow_type).simpleString()
+    except Exception:  # noqa: BLE001 - a type Spark has no name for: Arrow's
+        return str(arrow_type)
+
+
+def _python_types(arrow_type: pa.DataType) -> str:
+    """What a function returns for a column of ``arrow_type``, in words."""
+    if pa.types.is_integer(arrow_type):
+        return "an int"
+    if pa.types.is_floating(arrow_type):
+        return "a float (or an int)"
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return "a str"
+    if pa.types.is_boolean(arrow_type):
+        return "a bool"
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return "bytes"
+    return f"a value of Arrow type {arrow_type}"
 
 
 def _check_not_null(data: Any, schema: pa.Schema) -> Any:
