@@ -7,6 +7,7 @@ disagree, or state would be read from the wrong key group after a restore or a r
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import math
 import random
 import struct
@@ -14,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import pytest
 
-from statekit.spi.key_groups import key_group_for_key, spark_xxhash64
+from statekit.spi.key_groups import decimal_type, key_group_for_key, spark_xxhash64
 
 pytestmark = pytest.mark.spark
 
@@ -169,6 +170,8 @@ INFERRED = {"string", "binary", "bigint", "boolean", "double", "date", "timestam
 
 def _spark_type(name: str):
     from pyspark.sql import types as T
+    if decimal_type(name) is not None:
+        return T.DecimalType(*decimal_type(name))
     return {
         "string": T.StringType(), "binary": T.BinaryType(), "int": T.IntegerType(),
         "bigint": T.LongType(), "smallint": T.ShortType(), "tinyint": T.ByteType(),
@@ -251,3 +254,48 @@ def test_column_order_matters_and_matches_spark(spark):
     _compare(spark, ["string", "string"], keys, check_inferred=True)
     _compare(spark, ["string", "string"], [(b, a) for a, b in keys], check_inferred=True)
     assert sum(spark_xxhash64(k) != spark_xxhash64(k[::-1]) for k in keys) == len(keys)
+
+
+DECIMALS = ["decimal(1,0)", "decimal(10,2)", "decimal(18,0)", "decimal(18,18)", "decimal(19,4)", "decimal(38,0)",
+            "decimal(38,18)"]
+
+
+def _decimals(type_name: str, rng: random.Random) -> list[Any]:
+    """Values a column of ``type_name`` holds: its extremes, zero, one unit, and random ones of every length."""
+    precision, scale = decimal_type(type_name)
+    largest = 10 ** precision - 1
+    unscaled = [0, 1, -1, largest, -largest, 10 ** (precision - 1), 2 ** 63 - 1, -(2 ** 63), 2 ** 63, -(2 ** 63) - 1,
+                255, -256, 128, -129]
+    unscaled += [rng.randint(-(10 ** rng.randint(1, precision)) + 1, 10 ** rng.randint(1, precision) - 1)
+                 for _ in range(400)]
+    values = [decimal.Decimal(u).scaleb(-scale, context=decimal.Context(prec=100)) for u in unscaled
+              if abs(u) <= largest]
+    return values + [None, None]
+
+
+@pytest.mark.parametrize("type_name", DECIMALS)
+def test_decimal_and_null_keys_agree_with_spark(spark, type_name):
+    """Spark hashes a decimal of up to 18 digits as its unscaled long, a longer one as its unscaled
+    value's big-endian two's-complement bytes, and skips a null: so does the Python reference."""
+    values = _decimals(type_name, random.Random(f"statekit-key-groups-{type_name}"))
+    _compare(spark, [type_name], [(v,) for v in values], check_inferred=type_name == "decimal(38,18)")
+    _compare(spark, [type_name, "string"], [(v, s) for v, s in zip(values, ["a", None, "", "b"] * 200)],
+             check_inferred=False)
+
+
+def test_keys_inferred_from_decimals_and_nulls_hash_as_pyspark_infers_them(spark):
+    """PySpark's createDataFrame takes a Decimal as decimal(38,18), and groups nulls as one key."""
+    from pyspark.sql import functions as F
+
+    keys = [decimal.Decimal("1.5"), decimal.Decimal("-0.000000000000000001"), decimal.Decimal("12345678901234567890"),
+            None]
+    df = spark.createDataFrame([(k,) for k in keys], ["k"])
+    assert df.schema["k"].dataType.simpleString() == "decimal(38,18)"
+    hashes = [row["h"] for row in df.select(F.xxhash64("k").alias("h")).collect()]
+    assert hashes == [spark_xxhash64([k]) for k in keys]
+    assert hashes[-1] == 42
+    nulls = spark.sql("select xxhash64(cast(null as string)) as a, xxhash64(cast(null as decimal(10,2))) as b, "
+                      "xxhash64(cast(1.5 as decimal(10,2))) as c, xxhash64(cast(-1.5 as decimal(30,3))) as d").first()
+    assert (nulls["a"], nulls["b"]) == (spark_xxhash64([None]), spark_xxhash64([None], ["decimal(10,2)"]))
+    assert nulls["c"] == spark_xxhash64([decimal.Decimal("1.5")], ["decimal(10,2)"])
+    assert nulls["d"] == spark_xxhash64([decimal.Decimal("-1.500")], ["decimal(30,3)"])

@@ -321,3 +321,91 @@ def test_the_timer_service_in_initialize_state_is_refused_naming_where_timers_go
     with pytest.raises(ConfigurationError, match=r"ctx.timer_service\(\) in initialize_state.*register timers in "
                                                  r"process or on_timer"):
         LocalRunner(TimersAtStart(), lambda row: row["user"]).run_epoch([{"user": "ann"}])
+
+
+class _CountKeys(KeyedProcessFunction):
+    def open(self, ctx):
+        from statekit import ValueStateDescriptor
+        self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
+
+    def process(self, row, ctx):
+        self.count.update(self.count.value() + 1)
+        yield ctx.current_key, self.count.value()
+
+
+def _backends(tmp_path):
+    from statekit.backends.heap import HeapStateBackend
+    from statekit.backends.lmdb import LMDBStateBackend
+    from statekit.backends.rocksdb import RocksDBStateBackend
+    return {"heap": HeapStateBackend(), "rocksdb": RocksDBStateBackend(), "lmdb": LMDBStateBackend()}
+
+
+@pytest.mark.parametrize("name", ["heap", "rocksdb", "lmdb"])
+def test_null_and_decimal_keys_are_keys_as_spark_groups_them(tmp_path, name):
+    """Spark groups by a null and by a decimal column: a null key hashes as the seed, a Decimal as the
+    decimal(38,18) PySpark infers (or the key type given), and equal decimals are one key, given at
+    their column's scale as Spark gives them, in every backend, across a rescale, a savepoint and a
+    backend switch."""
+    from decimal import Decimal
+
+    from statekit.spi.key_groups import key_group_for_key
+    backends = _backends(tmp_path)
+    keys = [None, Decimal("1.5"), Decimal("1.50"), Decimal("-0"), Decimal("0.000"),
+            Decimal("12345678901234567890.123456789012345678"), ("a", None), ("a", Decimal("2")), "plain"]
+    runner = LocalRunner(_CountKeys(), lambda row: row, parallelism=2, state_backend=backends[name],
+                         local_dir=str(tmp_path / "local"))
+    first = runner.run_epoch(keys)
+    scaled = [None, Decimal("1.500000000000000000"), Decimal("0E-18"),
+              Decimal("12345678901234567890.123456789012345678"), ("a", None), ("a", Decimal("2.000000000000000000")),
+              "plain"]
+    assert {repr(k) for k, _ in first} == {repr(k) for k in scaled}, "decimals at the scale Spark gives them"
+    assert max(n for k, n in first if k == Decimal("1.5")) == 2 and max(n for k, n in first if k == 0) == 2
+    assert key_group_for_key(None, runner.max_parallelism) == 42 % runner.max_parallelism
+    runner.rescale(3)
+    assert sorted(runner.run_epoch([None, Decimal("1.50"), ("a", Decimal("2.0"))]), key=repr) == sorted(
+        [(None, 2), (Decimal("1.500000000000000000"), 3), (("a", Decimal("2.000000000000000000")), 2)], key=repr)
+    savepoint = runner.savepoint()
+    for other in backends:
+        moved = LocalRunner(_CountKeys(), lambda row: row, parallelism=1, state_backend=_backends(tmp_path)[other],
+                            job_id=f"moved-{other}", local_dir=str(tmp_path / f"local-{other}"))
+        moved.restore_from(savepoint, runner.streams)
+        assert sorted(moved.run_epoch([None, Decimal("1.5"), Decimal("0"), ("a", None)]), key=repr) == sorted(
+            [(None, 3), (Decimal("1.500000000000000000"), 4), (Decimal("0E-18"), 3), (("a", None), 2)], key=repr), other
+
+
+def test_decimal_keys_take_the_scale_of_their_key_type():
+    from decimal import Decimal
+
+    from statekit.spi.key_groups import key_group_for_key
+    runner = LocalRunner(_CountKeys(), lambda row: row, key_types=["decimal(10,2)"])
+    assert sorted(runner.run_epoch([Decimal("1.5"), Decimal("1.50"), Decimal("-3")]), key=repr) == sorted(
+        [(Decimal("1.50"), 1), (Decimal("1.50"), 2), (Decimal("-3.00"), 1)], key=repr)
+    assert key_group_for_key(Decimal("1.5"), 128, ["decimal(10,2)"]) != key_group_for_key(Decimal("1.5"), 128)
+    with pytest.raises(ConfigurationError, match=r"key Decimal\('1.005'\) does not fit key type 'decimal\(10,2\)'"):
+        runner.run_epoch([Decimal("1.005")])
+    with pytest.raises(ConfigurationError, match=r"key Decimal\('1E\+10'\) does not fit key type 'decimal\(10,2\)'"):
+        runner.run_epoch([Decimal("1E+10")])
+    with pytest.raises(ConfigurationError, match=r"key Decimal\('NaN'\) .* give a finite decimal.Decimal"):
+        runner.run_epoch([Decimal("NaN")])
+
+
+@pytest.mark.parametrize("key, key_types, named", [
+    (2 ** 100, None, ("key 1267650600228229401496703205376 is outside the range of a bigint key column",
+                      "9223372036854775807", "decimal.Decimal")),
+    (-(2 ** 63) - 1, None, ("outside the range of a bigint key column",)),
+    (2 ** 31, ["int"], ("key 2147483648 is outside the range of a int key column", "key_types bigint")),
+    ("\ud800", None, ("key '\\ud800' is not valid Unicode text", "surrogates not allowed", "surrogatepass")),
+    (("a", "b\udfff"), None, ("key 'b\\udfff' is not valid Unicode text",)),
+    (1, ["string"], ("key 1 (int) is not a value of key type 'string'", "key_types")),
+    ("x", ["bigint"], ("key 'x' (str) is not a value of key type 'bigint'",)),
+    (1, ["decimal(10,2)"], ("key 1 (int) is not a value of key type 'decimal(10,2)'", "decimal.Decimal")),
+    (object(), None, ("cannot hash a key of type object",)),
+], ids=["2**100", "below-bigint", "beyond-int", "surrogate", "surrogate-in-tuple", "int-as-string", "str-as-bigint",
+        "int-as-decimal", "object"])
+def test_a_key_spark_would_not_hold_is_refused_naming_it(key, key_types, named):
+    runner = LocalRunner(_CountKeys(), lambda row: row, key_types=key_types)
+    with pytest.raises(ConfigurationError) as caught:
+        runner.run_epoch([key])
+    for name in named:
+        assert name in str(caught.value), f"{name!r} is not in: {caught.value}"
+    assert runner.latest_metadata() is None

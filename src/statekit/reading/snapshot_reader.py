@@ -106,7 +106,7 @@ class SnapshotReader:
         types = [c.type for c in columns] if columns else None
         try:
             return key_group_for_key(key, operator.max_parallelism, types)
-        except (struct.error, TypeError, AttributeError, OverflowError) as exc:
+        except (ConfigurationError, struct.error, TypeError, AttributeError, OverflowError) as exc:
             described = ", ".join(f"{c.name} {c.type}" for c in columns) if columns else "not recorded"
             raise ConfigurationError(f"key {key!r} does not fit the job's key columns ({described}): {exc}; give a "
                                      f"value of each column's type (a tuple for several columns)") from None

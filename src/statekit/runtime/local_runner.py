@@ -25,8 +25,8 @@ from statekit.runtime.task import (
 )
 from statekit.spi.backend import SnapshotFormat, SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.key_groups import (
-    canonical_key, check_parallelism, default_max_parallelism, key_group_for_key, key_groups_for_keys,
-    operator_index_for_key_group,
+    check_parallelism, default_max_parallelism, key_group_for_key, key_groups_for_keys, operator_index_for_key_group,
+    spark_key,
 )
 from statekit.spi.errors import ConfigurationError, RestoreError
 from statekit.spi.names import check_job_id, check_operator_id
@@ -114,7 +114,7 @@ class LocalRunner:
         records = self._start_event_time(records, restored[0].properties if restored else None)
         partitions: list[list[tuple[Any, int, Any]]] = [[] for _ in range(self.parallelism)]
         for row in records:
-            key = canonical_key(self.key_selector(row))
+            key = spark_key(self.key_selector(row), self.key_types)
             key_group = key_group_for_key(key, self.max_parallelism, self.key_types)
             partitions[operator_index_for_key_group(self.max_parallelism, self.parallelism, key_group)].append(
                 (key, key_group, row))

@@ -14,7 +14,10 @@ with the session time zone: use aware datetimes (or a UTC session) for timestamp
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
+import functools
 import math
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -35,9 +38,18 @@ _INT64 = struct.Struct("<q")
 _FLOAT32 = struct.Struct("<f")
 _FLOAT64 = struct.Struct("<d")
 
-#: Spark SQL type names the Python reference hashes exactly like Spark's ``xxhash64``.
+#: Spark SQL type names the Python reference hashes exactly like Spark's ``xxhash64`` (and
+#: ``decimal(p,s)``; a null of any type, ``void`` when it is the type inferred for ``None``).
 SUPPORTED_KEY_TYPES = ("string", "binary", "int", "bigint", "smallint", "tinyint", "boolean",
-                       "float", "double", "date", "timestamp")
+                       "float", "double", "date", "timestamp", "decimal(p,s)")
+#: the type PySpark's ``createDataFrame`` infers for a ``decimal.Decimal``
+INFERRED_DECIMAL = "decimal(38,18)"
+_DECIMAL_TYPE = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+#: Spark's ``Decimal.MAX_LONG_DIGITS``: decimals of up to this precision hash as their unscaled long
+_MAX_LONG_DIGITS = 18
+#: wide enough for any decimal Spark holds (38 digits) scaled by any scale, unrounded
+_EXACT = decimal.Context(prec=200, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
+_RANGES = {"bigint": 64, "int": 32, "smallint": 16, "tinyint": 8}
 
 
 def default_max_parallelism(parallelism: int) -> int:
@@ -78,9 +90,43 @@ def infer_key_type(value: Any) -> str:
         return "timestamp"
     if isinstance(value, _dt.date):
         return "date"
+    if isinstance(value, decimal.Decimal):
+        return INFERRED_DECIMAL
+    if value is None:  # a null: Spark's hash skips it, whatever the column's type
+        return "void"
     raise ConfigurationError(
         f"cannot hash a key of type {type(value).__name__}; key columns must be one of "
-        f"{', '.join(SUPPORTED_KEY_TYPES)}")
+        f"{', '.join(SUPPORTED_KEY_TYPES)} (or None, a null)")
+
+
+@functools.lru_cache(maxsize=64)
+def decimal_type(type_name: str) -> tuple[int, int] | None:
+    """(precision, scale) of a Spark ``decimal(p,s)`` type name; None for any other type."""
+    match = _DECIMAL_TYPE.match(type_name)
+    if match is None:
+        return None
+    precision, scale = int(match.group(1)), int(match.group(2))
+    if not 1 <= precision <= 38 or scale > precision:
+        raise ConfigurationError(f"key type {type_name!r}: Spark's decimals have a precision from 1 to 38 and a scale "
+                                 f"of at most the precision")
+    return precision, scale
+
+
+def unscaled_decimal(value: Any, type_name: str) -> int:
+    """The unscaled integer of a key ``value`` in a column of decimal type ``type_name``, as Spark holds
+    it; a ``ConfigurationError`` if the value is no finite ``Decimal`` that the type holds exactly."""
+    precision, scale = decimal_type(type_name)  # type: ignore[misc]
+    if not isinstance(value, decimal.Decimal) or not value.is_finite():
+        raise ConfigurationError(f"key {value!r} ({type(value).__name__}) is not a value of key type {type_name!r}: "
+                                 f"give a finite decimal.Decimal")
+    scaled = value.scaleb(scale, context=_EXACT)
+    unscaled = int(scaled)
+    if scaled != unscaled or abs(unscaled) >= 10 ** precision:
+        raise ConfigurationError(
+            f"key {value!r} does not fit key type {type_name!r} ({precision} digits, {scale} after the point) "
+            f"exactly, as a Spark column of that type holds it: round it (value.quantize(...)), or give key_types "
+            f"a decimal(p,s) that holds it (PySpark infers {INFERRED_DECIMAL} for a Decimal)")
+    return unscaled
 
 
 def _float32_bytes(value: float) -> bytes:
@@ -122,6 +168,13 @@ def _hash_one(value: Any, type_name: str, seed: int) -> int:
         ts = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
         delta = ts - _EPOCH_TS
         data = _INT64.pack((delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds)
+    elif decimal_type(type_name) is not None:  # Spark's HashExpression of a DecimalType
+        unscaled = unscaled_decimal(value, type_name)
+        if decimal_type(type_name)[0] <= _MAX_LONG_DIGITS:  # type: ignore[index]
+            data = _INT64.pack(unscaled)
+        else:  # BigInteger.toByteArray: big-endian two's complement, fewest bytes with the sign bit
+            data = unscaled.to_bytes((unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1, "big",
+                                     signed=True)
     else:
         raise ConfigurationError(
             f"unsupported key type {type_name!r}; supported: {', '.join(SUPPORTED_KEY_TYPES)}")
@@ -139,9 +192,32 @@ def spark_xxhash64(values: Sequence[Any], types: Sequence[str] | None = None) ->
     elif len(types) != len(values):
         raise ConfigurationError(f"{len(values)} key values but {len(types)} key types")
     h = SPARK_HASH_SEED
-    for value, type_name in zip(values, types):
-        h = _hash_one(value, type_name, h)
+    try:
+        for value, type_name in zip(values, types):
+            h = _hash_one(value, type_name, h)
+    except (struct.error, UnicodeEncodeError, AttributeError, TypeError, OverflowError, ValueError) as exc:
+        if isinstance(exc, ConfigurationError):
+            raise
+        raise _not_a_key(value, type_name, exc) from None
     return h - (1 << 64) if h >= 1 << 63 else h
+
+
+def _not_a_key(value: Any, type_name: str, exc: Exception) -> ConfigurationError:
+    """Why ``value`` is no key of a column of ``type_name`` (Spark would not hold it there)."""
+    if isinstance(value, int) and type_name in _RANGES:
+        bits = _RANGES[type_name]
+        return ConfigurationError(
+            f"key {value!r} is outside the range of a {type_name} key column, from {-(1 << bits - 1)} to "
+            f"{(1 << bits - 1) - 1}, and Spark has no wider integer type: key by a decimal.Decimal (a decimal(38,0) "
+            f"column) or a string of it{'' if type_name == 'bigint' else ', or key_types bigint'}")
+    if isinstance(exc, UnicodeEncodeError):
+        return ConfigurationError(
+            f"key {value!r} is not valid Unicode text ({exc.reason}: {value[exc.start:exc.end]!r} at {exc.start}), "
+            f"which a Spark string (UTF-8) cannot hold: fix the text, or key by its bytes "
+            f"(key.encode('utf-8', 'surrogatepass') with key_types binary)")
+    return ConfigurationError(
+        f"key {value!r} ({type(value).__name__}) is not a value of key type {type_name!r}: give keys of that type, or "
+        f"key types that match them (a Python int is a bigint, a str a string; LocalRunner's key_types)")
 
 
 #: the NaN every NaN key becomes: one object, so that it is one key in a dict too (NaN != NaN)
@@ -158,6 +234,30 @@ def canonical_key(key: Any) -> Any:
     if isinstance(key, tuple) and any(isinstance(part, float) for part in key):
         return tuple(_canonical_float(part) if isinstance(part, float) else part for part in key)
     return key
+
+
+def spark_key(key: Any, types: Sequence[str] | None = None) -> Any:
+    """``key`` as Spark hands it to a function: ``canonical_key``, and each ``Decimal`` at the scale
+    of its column's type (``types``, or the ``decimal(38,18)`` PySpark infers), so that equal
+    decimals are one key in every backend (``Decimal('1.5')`` and ``Decimal('1.50')`` serialize apart)."""
+    cls = key.__class__
+    if cls is str or cls is int:  # the usual keys, first
+        return key
+    key = canonical_key(key)
+    if isinstance(key, decimal.Decimal):
+        return _scaled(key, types[0] if types else INFERRED_DECIMAL)
+    if isinstance(key, tuple) and any(isinstance(part, decimal.Decimal) for part in key):
+        return tuple(_scaled(part, types[i] if types else INFERRED_DECIMAL) if isinstance(part, decimal.Decimal)
+                     else part for i, part in enumerate(key))
+    return key
+
+
+def _scaled(value: decimal.Decimal, type_name: str) -> decimal.Decimal:
+    """``value`` at the scale of ``type_name`` (a decimal type; another type is left to the hash to refuse)."""
+    scale = decimal_type(type_name)
+    if scale is None:
+        return value
+    return decimal.Decimal(unscaled_decimal(value, type_name)).scaleb(-scale[1], context=_EXACT)
 
 
 def _canonical_float(value: float) -> float:
