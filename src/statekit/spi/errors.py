@@ -37,6 +37,12 @@ class CorruptStateError(RestoreError):
     """A checkpoint file is truncated or its checksum does not match its handle."""
 
 
+class WorkingStateError(StatekitError):
+    """A disk-backed backend could not write its working state on executor-local disk (the disk is
+    full or failing, or an LMDB map reached its size): names the directory, the setting that chooses
+    it and the fix."""
+
+
 class CapabilityError(StatekitError):
     """A feature was asked of a backend or storage that does not declare it."""
 

@@ -13,7 +13,7 @@ import os
 import tempfile
 
 from statekit.spi.backend import SubtaskInfo
-from statekit.spi.errors import StatekitError
+from statekit.spi.errors import StatekitError, WorkingStateError
 from statekit.spi.options import Option, local_directory
 
 LOCK_FILE = "statekit.lock"
@@ -57,6 +57,29 @@ def acquire_lock(directory: str, what: str) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     return fd
+
+
+def working_state_error(exc: BaseException, backend_name: str, directory: str,
+                        action: str) -> WorkingStateError | None:
+    """The statekit error of a failed write of a backend's working state in ``directory`` (a full
+    or failing disk: RocksDB's ``IO error: No space left on device``, LMDB's ``Input/output error``,
+    ``ENOSPC``), or None when ``exc`` is no disk error. For except clauses: costs nothing otherwise."""
+    text = str(exc)
+    errno_of = getattr(exc, "errno", None)
+    full = errno_of == errno.ENOSPC or "No space left on device" in text
+    if not (full or errno_of == errno.EIO or "IO error" in text or "Input/output error" in text):
+        return None
+    try:
+        stat = os.statvfs(directory)
+        free = f"{stat.f_bavail * stat.f_frsize} bytes free of {stat.f_blocks * stat.f_frsize}"
+        full = full or stat.f_bavail * stat.f_frsize < 1 << 20  # LMDB reports a full disk as EIO
+    except OSError:
+        free = "free space unknown"
+    return WorkingStateError(
+        f"the {backend_name} backend cannot {action} in {directory}: {'the disk is full' if full else 'a write failed'} "
+        f"({free}; {type(exc).__name__}: {' '.join(text.split())}). Its working state goes to spark.statekit.backend."
+        f"{backend_name}.local-dir, or spark.statekit.local.dir for every backend (default: the system's temporary "
+        f"directory): free space there, or point the setting at a local disk with room for the job's state")
 
 
 def release_lock(fd: int) -> None:

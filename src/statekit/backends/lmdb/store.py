@@ -28,12 +28,12 @@ from typing import Any
 
 import lmdb
 
-from statekit.backends.common.local_dirs import acquire_lock, release_lock
+from statekit.backends.common.local_dirs import acquire_lock, release_lock, working_state_error
 from statekit.backends.lmdb.cursors import database_names
 from statekit.backends.lmdb.options import SETTING_PREFIX, LMDBOptions
 from statekit.backends.lmdb.read_snapshot import DATA_FILE, ReadSnapshot
 from statekit.backends.lmdb.table import LMDBTable
-from statekit.spi.errors import RestoreError, SnapshotError, StateAccessError, StatekitError
+from statekit.spi.errors import RestoreError, SnapshotError, StateAccessError, StatekitError, WorkingStateError
 
 ENV_DIR = "env"
 
@@ -161,7 +161,10 @@ class LMDBStore:
     def sync(self) -> None:
         """Flush what was committed to disk (commits do not, with the default ``sync=false``)."""
         self._check_usable()
-        self.env.sync(True)
+        try:
+            self.env.sync(True)
+        except lmdb.Error as exc:
+            raise self._disk_error(exc, "sync its environment") from exc
 
     def commit(self) -> None:
         """Commit the write transaction (if one is open); the writes are then durable in the map."""
@@ -178,6 +181,8 @@ class LMDBStore:
             except lmdb.MapFullError:  # the commit's free-list pages did not fit; the txn is gone
                 self.recover_from_full()
                 continue
+            except lmdb.Error as exc:  # the txn is gone, and its writes with it
+                raise self._disk_error(exc, "commit its write transaction") from exc
             self._clear_logs()
             self._grow_ahead()
 
@@ -207,6 +212,16 @@ class LMDBStore:
         for table in self._tables.values():  # independent databases: each in its own order
             table.replay(txn)
 
+    def _disk_error(self, exc: lmdb.Error, action: str) -> StatekitError:
+        """``exc`` of a write to the environment's files as a statekit error naming the directory
+        and the setting to change: the map size, or the local directory of a full or failing disk."""
+        if isinstance(exc, lmdb.MapFullError):
+            return WorkingStateError(
+                f"the LMDB environment in {self.directory} cannot {action}: its map of {self.map_size} bytes is "
+                f"full and could not grow ({exc}); raise {SETTING_PREFIX}map-size")
+        return working_state_error(exc, "lmdb", self.directory, action) or WorkingStateError(
+            f"the LMDB environment in {self.directory} cannot {action}: {type(exc).__name__}: {exc}")
+
     # --- map growth
     def _grow(self, factor: int = 2) -> None:
         """Multiply the map size; live read snapshots are spilled first (``set_mapsize`` ends every
@@ -216,7 +231,10 @@ class LMDBStore:
             live = list(self._snapshots)
         for snapshot in live:
             snapshot.spill()
-        self.env.set_mapsize(self.map_size * factor)
+        try:
+            self.env.set_mapsize(self.map_size * factor)
+        except lmdb.Error as exc:
+            raise self._disk_error(exc, f"grow its map to {self.map_size * factor} bytes") from exc
         self.map_size = self.env.info()["map_size"]
         self.growths += 1
 

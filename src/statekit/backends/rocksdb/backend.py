@@ -10,6 +10,7 @@ ingestion.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -22,7 +23,7 @@ from statekit.backends.common.canonical import DEFAULT_COMPRESSION
 from statekit.backends.common.changelog import ChangelogStateHandle
 from statekit.backends.common.key_layout import key_group_bounds
 from statekit.backends.common.kv_backend import KVKeyedStateBackend
-from statekit.backends.common.local_dirs import instance_path
+from statekit.backends.common.local_dirs import instance_path, working_state_error
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
 from statekit.backends.rocksdb.handle import IncrementalRocksDBStateHandle
 from statekit.backends.rocksdb.native_snapshot import NativeSnapshot
@@ -118,9 +119,22 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
     def _flush(self) -> None:
         """Write every memtable to SST files (there is no write-ahead log). ``Rdict.flush`` flushes
         the default column family only."""
-        self._db.flush()
-        for column_family in self._column_families.values():
-            column_family.flush()
+        with self._writing_to_disk("write its memtables to SST files"):
+            self._db.flush()
+            for column_family in self._column_families.values():
+                column_family.flush()
+
+    @contextlib.contextmanager
+    def _writing_to_disk(self, action: str) -> Iterator[None]:
+        """A full or failing local disk raised as a ``WorkingStateError`` naming the instance
+        directory and its setting (rocksdict raises a plain Exception: ``IO error: ...``)."""
+        try:
+            yield
+        except Exception as exc:
+            error = working_state_error(exc, self.backend_name, self.instance_dir, action)
+            if error is None:
+                raise
+            raise error from exc
 
     def _live_db(self) -> Rdict:
         if self._db is None:
@@ -146,7 +160,8 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
         self._live_db()
         directory = os.path.join(self.instance_dir, f"{label}-{uuid.uuid4().hex[:12]}")
         self._flush()
-        Checkpoint(self._db).create_checkpoint(directory)
+        with self._writing_to_disk("create a native checkpoint"):
+            Checkpoint(self._db).create_checkpoint(directory)
         return directory
 
     # --- snapshots
@@ -279,15 +294,21 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
 
     # --- lifecycle
     def dispose(self) -> None:
-        if self._db is not None and self._keeps_dir:
-            self._flush()  # what the next epoch reopens must not be in a memtable
+        try:
+            if self._db is not None and self._keeps_dir:
+                self._flush()  # what the next epoch reopens must not be in a memtable
+        finally:
+            self._close()
+
+    def _close(self) -> None:
         for table in self._tables.values():
             table.close()
         self._tables.clear()
         self._column_families.clear()
         if self._db is not None:
             try:
-                self._db.close()  # releases the LOCK once no column family object is referenced
+                with self._writing_to_disk("close its database"):
+                    self._db.close()  # releases the LOCK once no column family object is referenced
             finally:
                 self._db = None
         if not self._keeps_dir:
