@@ -116,6 +116,25 @@ def runner_on_disk(job_id: str = "job", operator_id: str = "keyed-process") -> C
                                    storage=FileSystemCheckpointStorage(str(tmp / "checkpoints")))
 
 
+def upload_to_s3_with_the_connection_refused(tmp: Path) -> Any:
+    """A checkpoint file's PUT to an S3 endpoint that refuses the connection (a closed port on
+    loopback: botocore's EndpointConnectionError once s3fs and botocore gave up retrying)."""
+    import socket
+
+    from statekit.storage.filesystem import FileSystemStorageAccess
+    from statekit.storage.urls import open_url
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fs, root = open_url("s3://bucket/checkpoints", storage_options={
+        "key": "testing", "secret": "testing", "config_kwargs": {"retries": {"max_attempts": 1}},
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"}})
+    fs.retries = 1  # s3fs's own retries
+    stream = FileSystemStorageAccess(fs, root, "job", memory_threshold=16).streams(1, "0").create_output()
+    stream.write(b"state" * 100)
+    return stream.close_and_get_handle()
+
+
 def epoch_into_a_blocked_directory(blocked: str) -> Callable[[Path], Any]:
     """A checkpoint directory that cannot be written any more after checkpoint 1 (a regular file
     where the directory of checkpoint 2 or the shared directory goes; permissions do not stop root)."""
@@ -301,6 +320,9 @@ CASES = [
     Bad("change-feed-backwards", lambda tmp: ReadOptions.parse({"path": str(tmp), "changes-from": "2",
                                                                 "changes-to": "1"}),
         ConfigurationError, ("changes-from=2 must be an earlier checkpoint than changes-to=1",)),
+    Bad("s3-connection-refused-on-a-data-put", upload_to_s3_with_the_connection_refused, SnapshotError,
+        ("cannot write checkpoint file bucket/checkpoints/job/chk-1/", "EndpointConnectionError",
+         "spark.statekit.checkpoint.dir", "endpoint is reachable")),
     Bad("restore-path-missing", lambda tmp: resolve(str(tmp / "nothing" / "chk-3")), RestoreError,
         ("spark.statekit.restore.path=", "nothing/chk-3' does not exist")),
 ]

@@ -31,7 +31,7 @@ from statekit.storage.durability import (
     is_local, make_directories, protocol_of, sync_directories, sync_to_disk,
 )
 from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR
-from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure
+from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure, storage_errors
 
 DEFAULT_MEMORY_THRESHOLD = 20 * 1024
 #: bytes per read when a file is copied (``copy_to``)
@@ -75,7 +75,7 @@ class FileSystemOutputStream(CheckpointOutputStream):
                     self._open_file()
             else:
                 self._file.write(data)
-        except OSError as exc:
+        except storage_errors() as exc:
             raise SnapshotError(io_failure("write checkpoint file", self.path, exc, self._setting)) from exc
         return n
 
@@ -97,7 +97,7 @@ class FileSystemOutputStream(CheckpointOutputStream):
                 if is_local(self._fs):
                     sync_to_disk(self.path)
                 handle = FileStateHandle(self._relative, self._size, self._hasher.hexdigest())
-        except OSError as exc:
+        except storage_errors() as exc:
             self.discard()
             raise SnapshotError(io_failure("finish checkpoint file", self.path, exc, self._setting)) from exc
         self._buffer = bytearray()
@@ -109,11 +109,11 @@ class FileSystemOutputStream(CheckpointOutputStream):
         if self._file is not None:
             try:
                 self._file.close()
-            except OSError:
+            except storage_errors():
                 pass
             try:
                 self._fs.rm_file(self.path)
-            except (OSError, FileNotFoundError):
+            except storage_errors():  # FileNotFoundError is an OSError
                 pass
             self._file = None
         self.close()
@@ -192,7 +192,7 @@ class FileSystemCheckpointStreams(CheckpointStreams):
         except FileNotFoundError as exc:
             raise RestoreError(f"checkpoint file {path} is missing; it was deleted or the checkpoint was "
                                f"moved (only savepoints are relocatable)") from exc
-        except OSError as exc:
+        except storage_errors() as exc:
             raise RestoreError(io_failure("read checkpoint file", path, exc, self.setting)) from exc
         if size != handle.size:
             raise CorruptStateError(f"checkpoint file {path} is truncated or was changed: {size} bytes, "
@@ -241,7 +241,7 @@ class FileSystemCheckpointStreams(CheckpointStreams):
         except FileNotFoundError as exc:
             raise RestoreError(f"checkpoint file {path} is missing; it was deleted or the checkpoint was "
                                f"moved (only savepoints are relocatable)") from exc
-        except OSError as exc:
+        except storage_errors() as exc:
             # object stores refuse a range past the end (S3: InvalidRange) instead of a short read
             size = self._size(path) if end is not None else None
             if size is not None and size < end:  # type: ignore[operator]
@@ -252,7 +252,7 @@ class FileSystemCheckpointStreams(CheckpointStreams):
     def _size(self, path: str) -> int | None:
         try:
             return int(self.fs.size(path))
-        except (OSError, TypeError, ValueError):
+        except (*storage_errors(), TypeError, ValueError):
             return None
 
 
@@ -296,7 +296,7 @@ def write_metadata_atomically(fs: fsspec.AbstractFileSystem, path: str, data: by
                 return
             raise SnapshotError(f"{path} already exists with different content; a completed checkpoint is never "
                                 f"overwritten (discard it explicitly first)")
-    except OSError as exc:
+    except storage_errors() as exc:
         raise SnapshotError(io_failure("read checkpoint metadata", path, exc, setting)) from exc
     replace_atomically(fs, path, data, setting)
 
@@ -323,7 +323,7 @@ def replace_atomically(fs: fsspec.AbstractFileSystem, path: str, data: bytes, se
             fs.mv(temporary, path)
         else:
             fs.pipe_file(path, data)
-    except OSError as exc:
+    except storage_errors() as exc:
         raise SnapshotError(io_failure("write", path, exc, setting)) from exc
 
 
@@ -334,7 +334,7 @@ def check_writable(fs: fsspec.AbstractFileSystem, directory: str, setting: str, 
         make_directories(fs, directory)
         fs.pipe_file(probe, b"")
         fs.rm_file(probe)
-    except (OSError, PermissionError) as exc:
+    except storage_errors() as exc:  # PermissionError is an OSError
         raise ConfigurationError(f"{setting}={url!r} is not writable ({type(exc).__name__}: {exc}); choose a "
                                  f"directory this process may write, or fix its permissions") from exc
 

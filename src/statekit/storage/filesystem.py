@@ -29,7 +29,7 @@ from statekit.storage.files import (
 )
 from statekit.storage.layout import METADATA_FILE, OWNER_FILE, SHARED_DIR
 from statekit.storage.pointers import SavepointLocation, resolve
-from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure, open_url
+from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure, open_url, storage_errors
 
 OPTIONS = OptionSet("spark.statekit.checkpoint.filesystem.",
                     Option("memory-threshold", size(minimum=0, maximum=1 << 30), DEFAULT_MEMORY_THRESHOLD,
@@ -59,7 +59,7 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
             if self.fs.exists(self._metadata_path(checkpoint_id)):
                 raise SnapshotError(f"checkpoint {checkpoint_id} is complete and cannot be aborted")
             self._rm_tree(directory)
-        except OSError as exc:
+        except storage_errors() as exc:
             raise SnapshotError(io_failure("remove the aborted checkpoint", directory, exc,
                                            CHECKPOINT_DIR_SETTING)) from exc
 
@@ -68,7 +68,7 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
             return [self._pointer(i) for i in completed_checkpoint_ids(self.fs, self.job_root)]
         except FileNotFoundError:
             return []
-        except OSError as exc:
+        except storage_errors() as exc:
             raise RestoreError(io_failure("list the checkpoints in", self.job_root, exc, CHECKPOINT_DIR_SETTING)) \
                 from exc
 
@@ -82,7 +82,7 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
             return self.fs.cat_file(path)
         except FileNotFoundError:
             raise RestoreError(f"{path} does not exist: checkpoint {pointer.checkpoint_id} is not complete") from None
-        except OSError as exc:
+        except storage_errors() as exc:
             raise RestoreError(io_failure("read checkpoint metadata", path, exc, CHECKPOINT_DIR_SETTING)) from exc
 
     def read_owner(self) -> bytes | None:
@@ -91,7 +91,7 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
             return self.fs.cat_file(path)
         except FileNotFoundError:
             return None
-        except OSError as exc:
+        except storage_errors() as exc:
             raise RestoreError(io_failure("read the job's owner record", path, exc, CHECKPOINT_DIR_SETTING)) from exc
 
     def write_owner(self, record: bytes) -> None:
@@ -112,7 +112,7 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
             for path in files:
                 if posixpath.relpath(path, self.job_root) not in keep:
                     self._rm_file(path)
-        except OSError as exc:
+        except storage_errors() as exc:
             raise SnapshotError(io_failure("delete checkpoint", directory, exc, CHECKPOINT_DIR_SETTING)) from exc
 
     def is_shared(self, handle: StreamStateHandle) -> bool:
@@ -123,7 +123,7 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
             path = posixpath.join(self.job_root, handle.path)  # type: ignore[attr-defined]
             try:
                 self._rm_file(path)
-            except OSError as exc:
+            except storage_errors() as exc:
                 raise SnapshotError(io_failure("delete shared file", path, exc, CHECKPOINT_DIR_SETTING)) from exc
 
     def _rm_file(self, path: str) -> None:

@@ -2,6 +2,7 @@
 names the setting the location came from."""
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import fsspec
@@ -26,7 +27,21 @@ def open_url(url: str, setting: str = CHECKPOINT_DIR_SETTING,
     return fs, path.rstrip("/") or "/"
 
 
+def storage_errors() -> tuple[type[BaseException], ...]:
+    """What a failed file-system operation raises, for ``except storage_errors() as exc:`` (called
+    only when an exception is raised): ``OSError``, and an object store's lost or refused
+    connection, which botocore raises as its own errors (s3fs passes them on after its retries)."""
+    exceptions = sys.modules.get("botocore.exceptions")  # imported by s3fs; never imported here
+    if exceptions is None:
+        return (OSError,)
+    return (OSError, exceptions.ConnectionError, exceptions.HTTPClientError)
+
+
 def io_failure(action: str, path: str, exc: BaseException, setting: str) -> str:
     """The message of a failed file-system operation: what, where, why, and the setting to check."""
+    if not isinstance(exc, OSError):  # a connection to an object store
+        return (f"cannot {action} {path}: the connection to its storage failed ({type(exc).__name__}: {exc}); the "
+                f"location comes from {setting}: check that the storage's endpoint is reachable from here (the "
+                f"endpoint_url of the storage options, a proxy, the network) and run the job again")
     return (f"cannot {action} {path} ({type(exc).__name__}: {exc}); the location comes from {setting}: check that "
             f"it exists, that this process may write there and that its file system has space")
