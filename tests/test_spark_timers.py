@@ -135,3 +135,35 @@ def test_event_times_before_1970_round_down_to_the_millisecond_as_in_the_local_r
         # -0.5 ms is millisecond -1 (Spark's floor, and event_time_ms's): at the watermark -1, late
         assert event_time_ms(times[0]) == -1
         assert (tracker.late_rows, sum(b.num_rows for b in kept), tracker.max_event_time_ms) == (1, 1, 0), tz
+
+
+@pytest.mark.parametrize("column_type", ["timestamp", "timestamp_ntz"])
+def test_windows_over_a_timestamp_column_start_and_end_at_timestamps(spark, statekit_settings, tmp_path,
+                                                                     column_type):
+    """As Spark's window() does, a window job over a TIMESTAMP (or TIMESTAMP_NTZ) event-time column gives
+    its windows' start and end in that type, not as epoch-millisecond longs; an epoch-millisecond
+    column keeps longs."""
+    from statekit import windows
+
+    statekit_settings({"backend": "heap", "checkpoint.storage": "filesystem",
+                       "checkpoint.dir": (tmp_path / "checkpoints").as_uri(), "parallelism": 2})
+    utc = datetime.timezone.utc
+    base = datetime.datetime(2024, 1, 1, 12, 0, 0, tzinfo=utc)
+    given = base if column_type == "timestamp" else base.replace(tzinfo=None)
+    count = windows.aggregate(windows.TumblingWindows.of("10 seconds"), windows.Count(), timestamp="ts")
+    job = f"timestamp-windows-{column_type}"
+    output = f"key string, start {column_type}, end {column_type}, n long"
+    later = given + datetime.timedelta(minutes=1)
+    epochs = [[("a", given), ("a", given + datetime.timedelta(seconds=3))], [("b", later)], [("b", later)]]
+    found = [process_keyed(spark.createDataFrame(rows, f"key string, ts {column_type}"), "key", count, output,
+                           job_id=job, event_time="ts", watermark_delay="1 second").collect() for rows in epochs]
+    assert found[:2] == [[], []], "the watermark passes the window's end in the third epoch"
+    [(key, start, end, n)] = found[2]
+    if column_type == "timestamp":  # PySpark gives TIMESTAMP values as naive datetimes in the session's time zone
+        session = spark.conf.get("spark.sql.session.timeZone")
+        import zoneinfo
+        start, end = (t.replace(tzinfo=zoneinfo.ZoneInfo(session)) for t in (start, end))
+    assert (key, start, end, n) == ("a", given, given + datetime.timedelta(seconds=10), 2)
+    millis = spark.createDataFrame([("a", 5), ("a", 60_000)], "key string, ts long")
+    assert process_keyed(millis, "key", count, "key string, start long, end long, n long", job_id=f"{job}-ms",
+                         event_time="ts", watermark_delay="0 ms").collect() == []

@@ -92,6 +92,17 @@ class EventTime:
         return watermark, seen
 
 
+#: the Spark types of event-time columns whose values are datetimes: windows of such a job start and
+#: end at datetimes of the same type (an aware one in UTC for ``timestamp``, a naive one for ``timestamp_ntz``)
+TIMESTAMP_TYPES = ("timestamp", "timestamp_ntz")
+
+
+def timestamp_of_ms(ms: int, type_name: str) -> datetime.datetime:
+    """Epoch milliseconds as a value of the Spark type ``type_name`` (one of ``TIMESTAMP_TYPES``)."""
+    instant = _EPOCH + datetime.timedelta(milliseconds=ms)
+    return instant if type_name == "timestamp" else instant.replace(tzinfo=None)
+
+
 def event_time_ms(value: Any) -> int:
     """An event time as epoch milliseconds: an int (already milliseconds, within the 64-bit range
     of timestamps, as a Spark ``bigint``) or a ``datetime`` (naive ones are UTC, as Spark's

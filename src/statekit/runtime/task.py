@@ -163,12 +163,13 @@ class KeyedTask:
         return cls(function, subtask, checkpoint_id, keyed, operator, restore)
 
     def begin_epoch(self, processing_time_ms: int, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS,
-                    watermark_ms: int = MIN_TIMESTAMP) -> None:
+                    watermark_ms: int = MIN_TIMESTAMP, event_time_type: str | None = None) -> None:
         """The epoch's processing time and watermark (both recorded, so identical on replay): what
         state TTL measures against and timers fire by; and the sweep budget of its snapshot."""
         self.keyed_backend.set_processing_time(processing_time_ms)
         self.context.time.processing_time_ms = int(processing_time_ms)
         self.context.time.watermark_ms = int(watermark_ms)
+        self.context.time.event_time_type = event_time_type
         self.ttl_sweep_seconds = ttl_sweep_seconds
 
     def open(self) -> None:

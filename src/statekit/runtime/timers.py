@@ -40,6 +40,9 @@ class EpochTime:
     processing_time_ms: int = 0
     #: the event time up to which the input is complete; timers at or before it fire this epoch
     watermark_ms: int = MIN_TIMESTAMP
+    #: the Spark type of the job's event-time column when it is a timestamp (``event_time.TIMESTAMP_TYPES``);
+    #: None for epoch milliseconds, or where the runner does not know it
+    event_time_type: str | None = None
 
 
 class TimerService:

@@ -29,6 +29,8 @@ class EventTimeColumn:
 
     column: str
     rule: EventTime
+    #: ``timestamp`` or ``timestamp_ntz`` for a timestamp column, None for epoch milliseconds
+    type_name: str | None = None
 
     @classmethod
     def of(cls, schema: StructType, column: str | None, watermark_delay: Any, late_rows: Any) -> "EventTimeColumn | None":
@@ -44,7 +46,8 @@ class EventTimeColumn:
             raise ConfigurationError(f"event_time column {column!r} is {data_type.simpleString()}: it must be a "
                                      f"timestamp or an integer of epoch milliseconds (cast it, e.g. "
                                      f"F.col({column!r}).cast('timestamp'))")
-        return cls(column, EventTime.of(watermark_delay, late_rows))
+        type_name = data_type.simpleString() if isinstance(data_type, (TimestampType, TimestampNTZType)) else None
+        return cls(column, EventTime.of(watermark_delay, late_rows), type_name)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class SubtaskEventTime:
     column: str
     watermark_ms: int
     drop_late: bool
+    type_name: str | None = None
 
 
 class EventTimeTracker:
@@ -91,7 +95,8 @@ def subtask_event_time(event_time: EventTimeColumn | None, previous: dict[str, A
     if event_time is None:
         return None
     watermark, _ = event_time.rule.epoch_start(previous)
-    return SubtaskEventTime(event_time.column, watermark, event_time.rule.late_rows is LateRows.DROP)
+    return SubtaskEventTime(event_time.column, watermark, event_time.rule.late_rows is LateRows.DROP,
+                            event_time.type_name)
 
 
 def recorded_event_time(event_time: EventTimeColumn | None, previous: dict[str, Any] | None,

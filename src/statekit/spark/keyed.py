@@ -208,7 +208,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
         epoch_processing_time(store, epoch, progress)
     restored_properties = chosen.checkpoint.metadata.properties if chosen.checkpoint else None
     spec = SubtaskSpec(function, conf.create_backend(), storage, job_id, operator_id, epoch, parallelism,
-                       max_parallelism, key_columns, to_arrow_schema(output), conf.incremental,
+                       max_parallelism, key_columns, to_arrow_schema(output, timezone="UTC"), conf.incremental,
                        chosen.checkpoint.metadata.to_bytes() if chosen.checkpoint else None, restore_url,
                        conf.local_dir, conf.batch_max_bytes, processing_time, conf.ttl_sweep_seconds,
                        subtask_event_time(job.event_time, restored_properties),

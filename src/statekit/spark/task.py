@@ -109,7 +109,8 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
     try:
         task.begin_epoch(spec.processing_time_ms if spec.processing_time_ms is not None else wall_clock_ms(),
                          spec.ttl_sweep_seconds,
-                         spec.event_time.watermark_ms if spec.event_time is not None else MIN_TIMESTAMP)
+                         spec.event_time.watermark_ms if spec.event_time is not None else MIN_TIMESTAMP,
+                         spec.event_time.type_name if spec.event_time is not None else None)
         task.open()
         if spec.sink is not None:
             writer = SubtaskSinkWriter(spec.sink, _sink_context(spec, subtask_index),

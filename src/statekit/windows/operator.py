@@ -18,7 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Iterator
 
-from statekit.runtime.event_time import event_time_ms
+from statekit.runtime.event_time import TIMESTAMP_TYPES, event_time_ms, timestamp_of_ms
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction
 from statekit.runtime.timers import TimerService
 from statekit.spi.descriptors import AggregateFunction, ListStateDescriptor, ValueStateDescriptor
@@ -82,7 +82,11 @@ class _Accumulated(_Contents):
 
     def emit(self, key: Any, window: TimeWindow, state_window: TimeWindow, ctx: KeyedContext) -> Iterable[Any]:
         accumulator = self._at(state_window)
-        return () if accumulator is None else (self._emit(key, window, self._function.get_result(accumulator)),)
+        if accumulator is None:
+            return ()
+        if self._emit is default_emit:  # in the type of the job's event time (a Spark timestamp column's)
+            return (default_emit(key, window, self._function.get_result(accumulator), ctx.time.event_time_type),)
+        return (self._emit(key, window, self._function.get_result(accumulator)),)
 
     def merge(self, target: TimeWindow, source: TimeWindow) -> None:
         moved = self._at(source)
@@ -125,8 +129,13 @@ class _Collected(_Contents):
         self._state.clear()
 
 
-def default_emit(key: Any, window: TimeWindow, result: Any) -> tuple[Any, ...]:
-    """``(key columns..., window start, window end, result)``."""
+def default_emit(key: Any, window: TimeWindow, result: Any, time_type: str | None = None) -> tuple[Any, ...]:
+    """``(key columns..., window start, window end, result)``: the window's bounds in epoch
+    milliseconds, or as datetimes of the job's event-time column's type (``time_type``, a Spark
+    ``timestamp`` or ``timestamp_ntz``), as Spark's ``window()`` gives them."""
+    if time_type in TIMESTAMP_TYPES:
+        return (*(key if isinstance(key, tuple) else (key,)), timestamp_of_ms(window.start, time_type),
+                timestamp_of_ms(window.end, time_type), result)
     return (*(key if isinstance(key, tuple) else (key,)), window.start, window.end, result)
 
 
