@@ -215,3 +215,54 @@ def test_a_backend_without_ttl_that_accepts_ttl_descriptors_fails_the_semantics_
     run = run_suite(tmp_path, "--backend", "broken_backends.false_ttl:SilentTtlBackend", "--level", "semantics")
     assert_fails_exactly(run, {f"TestSemantics::test_ttl_without_capability_raises[{kind}]": ("CapabilityError",)
                                for kind in ("value", "list", "map", "reducing", "aggregating")}, "semantics")
+
+
+def test_a_local_recovery_that_replays_no_deletes_fails_the_second_resume(tmp_path):
+    """Its journal of the cells held at each dispose knows no deletes: one resume is right, a second
+    one brings back what was cleared in between."""
+    run = run_suite(tmp_path, "--backend", "broken_backends.replay_ignores_deletes:ReplayIgnoresDeletesBackend",
+                    "--level", "snapshots")
+    assert_fails_exactly(run, every_mode(
+        "TestSnapshots::test_cells_cleared_between_two_resumes_stay_cleared[{mode}]",
+        "working state reopened by a second local recovery, after cells were cleared:", "100 unexpected keys",
+        "200 keys with other state"), "snapshots")
+    assert "TestSnapshots::test_working_state_is_reopened_without_reading_storage[full]" in run.passed
+
+
+@pytest.mark.spark
+def test_a_local_recovery_that_replays_no_deletes_fails_the_spark_level(tmp_path):
+    run = run_suite(tmp_path, "--backend", "broken_backends.replay_ignores_deletes:ReplayIgnoresDeletesBackend",
+                    "--level", "spark", "-k", "test_keys_cleared_in_an_epoch or test_every_epoch_commits")
+    assert_fails_exactly(run, {"TestSpark::test_keys_cleared_in_an_epoch_stay_cleared_in_the_next": (
+        "outputs of job 'clears':", "rows missing")}, "spark")
+    assert "TestSpark::test_every_epoch_commits_a_checkpoint_holding_the_oracle_state[incremental]" in run.passed
+
+
+def test_a_storage_that_deletes_bytes_another_checkpoint_holds_fails_the_storage_level(tmp_path):
+    """Content addressing without reference counts: disposing checkpoint 1 deletes the object that
+    retained checkpoint 2, and checkpoint 3 written meanwhile, hold too."""
+    run = run_suite(tmp_path, "--backend", "heap", "--storage",
+                    "broken_storages.content_addressed:ContentAddressedStorage", "--level", "storage")
+    assert_fails_exactly(run, {"TestStorage::test_identical_bytes_outlive_the_checkpoint_that_wrote_them_first": (
+        "after dispose(1) and abort(4), the access cannot read checkpoint 2's objects/",
+        "bytes another checkpoint holds were deleted")}, "storage")
+
+
+def test_a_storage_that_never_fsyncs_fails_the_durability_test(tmp_path):
+    run = run_suite(tmp_path, "--backend", "heap", "--storage", "broken_storages.careless_commits:UnsyncedStorage",
+                    "--level", "storage")
+    assert_fails_exactly(run, {"TestStorage::test_files_are_on_the_disk_before_a_handle_or_the_commit_names_them": (
+        "a stream's handle may go into a _metadata as soon as it is returned",
+        "its bytes were not fsynced after they were written")}, "storage")
+    assert "TestStorage::test_a_commit_killed_at_any_point_leaves_no_torn_checkpoint" in run.passed, \
+        "its rename is atomic: a killed process leaves no torn _metadata"
+
+
+def test_a_storage_that_renames_by_copying_fails_the_crash_test(tmp_path):
+    run = run_suite(tmp_path, "--backend", "heap", "--storage",
+                    "broken_storages.careless_commits:CopyingRenameStorage", "--level", "storage")
+    assert_fails_exactly(run, {"TestStorage::test_a_commit_killed_at_any_point_leaves_no_torn_checkpoint": (
+        "a commit killed just after chk-7/_metadata was opened for writing",
+        "left checkpoint 7 looking complete with 0 bytes of metadata")}, "storage")
+    assert "TestStorage::test_files_are_on_the_disk_before_a_handle_or_the_commit_names_them" in run.passed, \
+        "it syncs every file and directory"

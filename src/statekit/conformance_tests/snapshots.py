@@ -662,4 +662,53 @@ class LocalRecoveryTests(BackendTestBase):
         assert_restores(state_backend, str(tmp_path / "restored"), [second], streams, expected,
                         "a savepoint of working state reopened by local recovery, before any state was registered")
 
+    @pytest.mark.parametrize("mode", SNAPSHOT_MODES)
+    def test_cells_cleared_between_two_resumes_stay_cleared(self, state_backend, tmp_path, mode):
+        """Working state resumed, changed (whole keys cleared, one state of a key cleared, a map entry
+        removed), checkpointed and resumed again: what was cleared stays gone, in the reopened working
+        state and in the snapshot taken on it (a replay of local files that knows no deletes brings
+        cleared cells back)."""
+        options = snapshot_options_for(mode, state_backend)
+        resumed, expected, streams = self._checkpoint_and_resume(state_backend, tmp_path, mode, range(400))
+        try:
+            count, last, sums = resumed.get_state(COUNT), resumed.get_state(LAST), resumed.get_state(SUMS)
+            for k in range(400):
+                key = f"key-{k}"
+                set_key(resumed, key)
+                if k % 4 == 0:
+                    for state in (count, last, sums):
+                        state.clear()
+                    del expected[key]
+                elif k % 4 == 1:
+                    last.clear()
+                    expected[key] = (expected[key][0], [], expected[key][2])
+                elif k % 4 == 2:
+                    sums.remove("b")
+                    expected[key] = (expected[key][0], expected[key][1], {"a": k})
+                else:
+                    sums.clear()
+                    expected[key] = (expected[key][0], expected[key][1], {})
+            handle = resumed.snapshot(2, options).write(streams)
+            resumed.notify_checkpoint_complete(2)
+        finally:
+            resumed.dispose()
+        again = open_keyed_backend(state_backend, str(tmp_path / "local"), restore_handles=[handle],
+                                   restore_streams=_WriteOnlyStreams(streams), working_dir=str(tmp_path / "working"),
+                                   resume_local_state=True)
+        try:
+            assert_same_state(read_states(again), expected,
+                              "working state reopened by a second local recovery, after cells were cleared")
+            for descriptor, holds in ((LAST, lambda s: bool(s[1])), (SUMS, lambda s: bool(s[2]))):
+                found = sorted(again.keys(descriptor.name))
+                want = sorted(key for key, s in expected.items() if holds(s))
+                assert found == want, (
+                    f"keys() of {descriptor.name!r} after a second local recovery: {len(found)} keys, expected "
+                    f"{len(want)}; cleared ones came back, e.g. {sorted(set(found) - set(want))[:3]}")
+            third = again.snapshot(3, options).write(streams)
+        finally:
+            again.dispose()
+        assert_restores(state_backend, str(tmp_path / "restored"), [third], streams, expected,
+                        "snapshot taken after a second local recovery, restored")
+
+
 __all__ = ["LocalRecoveryTests", "OnFilesystemStorage", "SavepointConversionTests", "SnapshotRestoreTests"]

@@ -29,7 +29,7 @@ from statekit.conformance_tests.base import requires
 from statekit.conformance_tests.compare import assert_same_rows, assert_same_state
 from statekit.conformance_tests.spark_session import statekit_conf
 from statekit.conformance_tests.workload import (
-    FailOnce, KeyState, Row, WorkloadFunction, WorkloadVectorFunction, dump_state, expected_outputs, expected_state,
+    CLEAR, FailOnce, KeyState, Row, WorkloadFunction, WorkloadVectorFunction, dump_state, expected_outputs, expected_state,
     make_rows,
 )
 from statekit.checkpoint.store import CompletedCheckpoint
@@ -204,6 +204,19 @@ class SparkRestartTests(SparkTestBase):
         assert spark_jobs.check_checkpoint("stream", history) == 3, "the replay did not replace checkpoint 3"
 
 
+class SparkLocalRecoveryTests(SparkTestBase):
+    def test_keys_cleared_in_an_epoch_stay_cleared_in_the_next(self, spark_jobs):
+        """Three epochs on the same executors, each reusing the working state the one before left
+        (local recovery, or a worker's open backend): keys the second epoch clears stay cleared in
+        the third, in its outputs and its checkpoint."""
+        first, second, third = epochs(3, seed=700)
+        cleared = sorted({key for key, _, _ in first})[::3]
+        history: list[Row] = []
+        spark_jobs.run_epoch("clears", first, history)
+        spark_jobs.run_epoch("clears", second + [(key, CLEAR, 0) for key in cleared], history)
+        spark_jobs.run_epoch("clears", third + [(key, "a", 1) for key in cleared[::2]], history)
+
+
 class SparkRescaleTests(SparkTestBase):
     def test_rescaled_jobs_keep_every_key(self, spark_jobs):
         history: list[Row] = []
@@ -235,10 +248,10 @@ class SparkSavepointTests(SparkTestBase):
         self._switch(spark_jobs, {"backend": "heap"}, backend_settings, "from-heap")
 
 
-class SparkTests(SparkCheckpointTests, SparkFailureTests, SparkRestartTests, SparkRescaleTests,
-                 SparkSavepointTests):
+class SparkTests(SparkCheckpointTests, SparkFailureTests, SparkRestartTests, SparkLocalRecoveryTests,
+                 SparkRescaleTests, SparkSavepointTests):
     """Every Spark-level mixin: subclass this one class and override ``backend_settings``."""
 
 
-__all__ = ["SparkCheckpointTests", "SparkFailureTests", "SparkJobs", "SparkRescaleTests", "SparkRestartTests",
+__all__ = ["SparkCheckpointTests", "SparkFailureTests", "SparkJobs", "SparkLocalRecoveryTests", "SparkRescaleTests", "SparkRestartTests",
            "SparkSavepointTests", "SparkTestBase", "SparkTests"]

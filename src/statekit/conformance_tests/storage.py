@@ -64,6 +64,9 @@ from statekit.spi.storage import (
     CheckpointStorage, CheckpointStorageAccess, CheckpointStreams, CompletedCheckpointPointer, StateScope,
 )
 from statekit.conformance_tests.expect import expect_error
+from statekit.conformance_tests.local_disk import (
+    KILLED, DiskRecorder, commit_killed_at, crash_points, files_under, unwatched_writes,
+)
 from statekit.conformance_tests.storage_support import StorageTestSupport, support_for
 
 KiB = 1024
@@ -533,6 +536,29 @@ class StorageCommitTests(StorageTestBase):
             assert not is_readable(access, first), f"dispose(1) left checkpoint 1's file {_describe(first)}"
         assert is_readable(access, second), "dispose(1) removed a file of checkpoint 2"
 
+    def test_identical_bytes_outlive_the_checkpoint_that_wrote_them_first(self, checkpoint_storage, access):
+        """A storage may keep identical bytes once (content addressing), but disposing or aborting a
+        checkpoint never removes bytes another checkpoint holds: a retained one, nor one whose
+        streams were written before the dispose and that commits after it (executors write the
+        next checkpoint's streams while the driver disposes old ones)."""
+        data = payload(self.file_payload_size, seed=42)
+        first, retained = (write_stream(access.streams(i, SUBTASK), data) for i in (1, 2))
+        pointer = access.commit(1, make_metadata(1, [first]).to_bytes())
+        access.commit(2, make_metadata(2, [retained]).to_bytes())
+        pending, aborted = (write_stream(access.streams(i, SUBTASK), data) for i in (3, 4))
+        access.dispose(pointer)
+        access.abort(4)
+        access.commit(3, make_metadata(3, [pending]).to_bytes())
+        readers = [("the access", access)]
+        if self.durable:
+            readers.append(("a new access", checkpoint_storage.create_access(self.job_id)))
+        for who, reader in readers:
+            for checkpoint_id, handle in ((2, retained), (3, pending)):
+                assert is_readable(reader, handle) and reader.restore_streams().read(handle) == data, (
+                    f"checkpoints 1 to 4 wrote the same {len(data)} bytes; after dispose(1) and abort(4), {who} "
+                    f"cannot read checkpoint {checkpoint_id}'s {_describe(handle)}: bytes another checkpoint holds "
+                    f"were deleted (a storage that stores identical bytes once must count who uses them)")
+
     def test_restore_streams_read_completed_checkpoints(self, checkpoint_storage, access):
         written: list[tuple[StreamStateHandle, bytes]] = []
         for checkpoint_id in (1, 2):
@@ -877,13 +903,101 @@ class StorageErrorTests(StorageTestBase):
             out.write(b"more")
 
 
+# ---------------------------------------------------------------------------- durability
+
+
+class StorageDurabilityTests(StorageTestBase):
+    """Files on this machine's disk survive an OS crash once a handle or a commit names them (each
+    file fsynced, then the directory that names it), and a commit killed at any point leaves no
+    checkpoint that looks complete with torn metadata. These tests watch what the storage does
+    through Python's ``open`` and ``os`` (``local_disk``); a storage that writes no file on this
+    machine's file system (an object store, a remote file system, memory) skips them, saying so."""
+
+    def _skip_unless_local(self, touched: bool, unwatched: list[str], what: str) -> None:
+        name = type(self.storage_under_test).__name__
+        if unwatched:
+            pytest.skip(f"{name} wrote {unwatched[0]} {what} through code the suite cannot watch (not Python's open "
+                        f"or os: a native library such as SQLite): its durability is that library's (e.g. SQLite's "
+                        f"journal and synchronous setting), and is not tested here")
+        if not touched:
+            pytest.skip(f"{name} wrote no file on this machine's file system {what}: what makes its bytes durable "
+                        f"is its store's (an object store's PUT, a remote file system's close)")
+
+    def test_files_are_on_the_disk_before_a_handle_or_the_commit_names_them(self, checkpoint_storage, access,
+                                                                           tmp_path):
+        self.require_durable(checkpoint_storage)
+        sources = []
+        for move in (False, True):
+            source = tmp_path / f"native-{move}.sst"
+            source.write_bytes(payload(self.file_payload_size, 60 + move))
+            sources.append((source, move))
+        before = files_under(str(tmp_path))
+        with DiskRecorder() as disk:
+            streams = access.streams(1, SUBTASK)
+            handles = [write_stream(streams, payload(self.file_payload_size, 62)),
+                       write_stream(streams, payload(self.file_payload_size, 63), StateScope.SHARED, name="shared-63"),
+                       *(streams.upload_file(str(source), StateScope.SHARED, source.name, move)
+                         for source, move in sources)]
+            written = disk.problems()
+            streams_touched, renamed_before = disk.touched, len(disk.unsynced_renames)
+            access.commit(1, make_metadata(1, handles).to_bytes())
+            committed = disk.problems()
+        self._skip_unless_local(disk.touched, unwatched_writes(str(tmp_path), before, disk.files),
+                                "for streams or a commit")
+        assert not written, (
+            f"a stream's handle may go into a _metadata as soon as it is returned, so its file must be on the disk by "
+            f"then: fsync the file, then its directory (and a new directory's parent); not so: {'; '.join(written[:4])}")
+        renamed = disk.unsynced_renames[renamed_before:]
+        assert not renamed, (
+            f"commit() renamed {renamed[0][0]} to {renamed[0][1]} before its bytes were fsynced: after an OS crash the "
+            f"new name may hold an empty or partial file (write, fsync, rename, fsync the directory)")
+        assert not committed, (
+            f"once commit() returns the checkpoint is complete, and an OS crash must not lose it "
+            f"({'the streams wrote files' if streams_touched else 'no stream wrote a file'}); not on the disk: "
+            f"{'; '.join(committed[:4])}")
+
+    def test_a_commit_killed_at_any_point_leaves_no_torn_checkpoint(self, checkpoint_storage, tmp_path):
+        """The commit runs in a new process, killed (no cleanup runs) after each file it opens for
+        writing and before each rename, in turn; then the checkpoint is not complete, or complete with
+        all its metadata, and committing it again (the replayed epoch) succeeds."""
+        self.require_durable(checkpoint_storage)
+
+        def metadata_of(job: str) -> bytes:
+            return make_metadata(7, [InlineStateHandle(payload(300, 7))], job_id=job).to_bytes()
+
+        probe = f"{self.job_id}-crash-probe"
+        probe_access = checkpoint_storage.create_access(probe)
+        before = files_under(str(tmp_path))
+        points, seen = crash_points(lambda: probe_access.commit(7, metadata_of(probe)))
+        self._skip_unless_local(bool(points), unwatched_writes(str(tmp_path), before, seen), "when it committed")
+        for index, point in enumerate(points):
+            job = f"{self.job_id}-crash-{index}"
+            metadata = metadata_of(job)
+            killed = commit_killed_at(checkpoint_storage, job, 7, metadata, index)
+            assert killed.returncode == KILLED, (
+                f"a commit in a new process was to be killed {point}, but it exited with code {killed.returncode} "
+                f"(the same commit took another path): {killed.stderr[-2000:]}")
+            fresh = checkpoint_storage.create_access(job)
+            for pointer in fresh.completed():
+                found = fresh.read_metadata(pointer)
+                assert found == metadata, (
+                    f"a commit killed {point} left checkpoint {pointer.checkpoint_id} looking complete with "
+                    f"{len(found)} bytes of metadata, not the {len(metadata)} committed: the metadata must appear "
+                    f"whole or not at all (write it under another name, fsync it, rename it into place)")
+            fresh.commit(7, metadata)
+            latest = fresh.latest_completed()
+            assert ids(fresh.completed()) == [7] and latest is not None and fresh.read_metadata(latest) == metadata, (
+                f"after a commit killed {point}, committing checkpoint 7 again (its epoch replayed) left "
+                f"{ids(fresh.completed())} with other metadata")
+
+
 class StorageTests(StorageCommitTests, StorageRetentionTests, StorageOwnershipTests, StorageCorruptionTests,
-                   StorageErrorTests):
+                   StorageErrorTests, StorageDurabilityTests):
     """The whole storage level."""
 
 
 __all__ = [
-    "MultiStreamKeyedHandle", "StorageCommitTests", "StorageCorruptionTests", "StorageErrorTests",
+    "MultiStreamKeyedHandle", "StorageCommitTests", "StorageCorruptionTests", "StorageDurabilityTests", "StorageErrorTests",
     "StorageOwnershipTests", "StorageRetentionTests", "StorageTestBase", "StorageTests", "make_metadata", "payload",
     "write_stream",
 ]

@@ -30,6 +30,8 @@ from statekit.spi.storage import CheckpointStreams
 
 LAST_N = 3
 CATEGORIES = ("a", "b", "c", "d")
+#: the category of a row that clears its key's state (``make_rows`` never makes one)
+CLEAR = "clear"
 
 Row = tuple[str, str, int]  # (key, category, amount)
 
@@ -80,6 +82,12 @@ class WorkloadFunction(KeyedProcessFunction, CheckpointedFunction):
             category, amount = row["category"], row["amount"]
         else:
             _, category, amount = row
+        if category == CLEAR:
+            for state in (self.count, self.last, self.sums, self.maximum, self.mean):
+                state.clear()
+            self.processed += 1
+            yield ctx.current_key, 0
+            return
         count = self.count.value() + 1
         self.count.update(count)
         last = self.last.get()[-(LAST_N - 1):] + [amount]
@@ -187,6 +195,9 @@ def oracle(rows: list[Row], into: dict[str, KeyState] | None = None) -> dict[str
     """The keyed state ``WorkloadFunction`` must hold after processing ``rows`` in order."""
     state = into if into is not None else {}
     for key, category, amount in rows:
+        if category == CLEAR:
+            state.pop(key, None)
+            continue
         s = state.setdefault(key, {"count": 0, "last": [], "sums": {}, "max": None, "mean": [0, 0]})
         s["count"] += 1
         s["last"] = (s["last"] + [amount])[-LAST_N:]
@@ -232,11 +243,12 @@ def expected_state(rows: list[Row]) -> dict[str, KeyState]:
 
 def expected_outputs(rows: list[Row], history: list[Row]) -> list[tuple[str, int]]:
     """The ``(key, count)`` rows ``WorkloadFunction`` emits for ``rows`` after ``history``."""
-    counts = Counter(key for key, _, _ in history)
+    counts: Counter[str] = Counter()
     outputs = []
-    for key, _, _ in rows:
-        counts[key] += 1
-        outputs.append((key, counts[key]))
+    for index, (key, category, _) in enumerate([*history, *rows]):
+        counts[key] = 0 if category == CLEAR else counts[key] + 1  # a cleared count starts again
+        if index >= len(history):
+            outputs.append((key, counts[key]))
     return outputs
 
 

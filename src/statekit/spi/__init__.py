@@ -1,6 +1,9 @@
 """Contracts only: the interfaces every backend, storage and engine programs against.
 
-Nothing here imports another part of statekit; everything else imports from here.
+Nothing here imports another part of statekit; everything else imports from here. One name is
+re-exported on first use instead: ``SNAPSHOT_COMPRESSION_OPTION``, the ``snapshot-compression``
+option of a backend's ``OptionSet``, defined beside the canonical format it configures (which
+needs pyarrow, so importing it here would make ``import statekit.spi`` heavy).
 """
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, KeyedStateBackend, OperatorBackendParams,
@@ -40,4 +43,16 @@ from statekit.spi.storage import (
     CompletedCheckpointPointer, ResolvedCheckpoint, SavepointTarget, StateScope,
 )
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+#: names defined elsewhere in statekit, imported when first used (see the module's docstring)
+_ON_FIRST_USE = {"SNAPSHOT_COMPRESSION_OPTION": "statekit.backends.common.canonical"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _ON_FIRST_USE:
+        import importlib
+
+        return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [name for name in dir() if not name.startswith("_")] + sorted(_ON_FIRST_USE)
