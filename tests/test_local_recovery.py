@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import stat
+import tempfile
+import time
 
 import pyarrow as pa
 import pytest
 
-from statekit.backends.common.local_dirs import acquire_lock, release_lock
+from statekit.backends.common.local_dirs import acquire_lock, default_local_dir, release_lock
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.store import CheckpointStore
 from statekit.conformance_tests.workload import (
@@ -22,6 +25,7 @@ from statekit.runtime import local_recovery
 from statekit.spark.conf import StatekitConf
 from statekit.spark.task import KEY_GROUP_COLUMN, SubtaskSpec, run_subtask
 from statekit.spi import key_group_for_key
+from statekit.spi.errors import StatekitError
 
 JOB, OPERATOR, MAX_PARALLELISM = "local-recovery", "keyed-process", 128
 SCHEMA = pa.schema([("key", pa.string()), ("count", pa.int64())])
@@ -35,19 +39,20 @@ class _Acknowledgements(list):
 class _Coordinator:
     """The driver's part: run epochs of one subtask (parallelism 1) and commit their checkpoints."""
 
-    def __init__(self, tmp_path, backend: str, parallelism: int = 1):
-        self.parallelism = parallelism
+    def __init__(self, tmp_path, backend: str, parallelism: int = 1, job: str = JOB, local: bool = True):
+        self.parallelism, self.job = parallelism, job
         self.conf = StatekitConf.parse({"backend": backend, "checkpoint.storage": "filesystem",
                                         "checkpoint.dir": f"file://{tmp_path}/checkpoints",
-                                        "checkpoint.incremental": "true", "local.dir": str(tmp_path / "local")})
+                                        "checkpoint.incremental": "true",
+                                        **({"local.dir": str(tmp_path / "local")} if local else {})})
         self.storage = self.conf.create_storage()
         self.backend = self.conf.create_backend()
-        self.store = CheckpointStore(self.storage.create_access(JOB), 3)
+        self.store = CheckpointStore(self.storage.create_access(job), 3)
         self.tmp_path = tmp_path
 
     def spec(self, epoch: int, function=None) -> SubtaskSpec:
         restore = self.store.latest_before(epoch)
-        return SubtaskSpec(function or WorkloadFunction(), self.backend, self.storage, JOB, OPERATOR, epoch,
+        return SubtaskSpec(function or WorkloadFunction(), self.backend, self.storage, self.job, OPERATOR, epoch,
                            self.parallelism, MAX_PARALLELISM, ("key",), SCHEMA, True,
                            restore.metadata.to_bytes() if restore else None, None, self.conf.local_dir)
 
@@ -62,7 +67,7 @@ class _Coordinator:
         states = [SubtaskState.from_json(json.loads(payload)) for _, payload, *_ in acknowledgements]
         if commit:
             operator = OperatorState(OPERATOR, self.parallelism, MAX_PARALLELISM, tuple(states))
-            self.store.add(CheckpointMetadata(epoch, JOB, {OPERATOR: operator}))
+            self.store.add(CheckpointMetadata(epoch, self.job, {OPERATOR: operator}))
         else:
             self.store.abort(epoch, states)
         return ",".join(sorted({recovery for _, _, recovery, *_ in acknowledgements}))
@@ -233,3 +238,97 @@ def test_parked_heap_restores_operator_state_as_storage_does(tmp_path):
         local_recovery._PARKED.update(kept)
     assert operator_states(parked) == operator_states(restored)
     assert parked.state() == restored.state() == _want(*epochs)
+
+
+def test_the_default_local_dir_is_the_users_own(tmp_path, monkeypatch):
+    """Without spark.statekit.local.dir, working state goes to <tmp>/statekit-<uid>, mode 0700; a
+    directory there that another user could have made, or may write into, is refused."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    coordinator = _Coordinator(tmp_path, "rocksdb", local=False)
+    assert coordinator.run(1, make_rows(200, 40, 30)) == "fresh"
+    assert coordinator.run(2, make_rows(200, 40, 31)) == "local"
+    root = tmp_path / f"statekit-{os.getuid()}"
+    info = root.stat()
+    assert stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.getuid()
+    assert (root / JOB / OPERATOR / f"rocksdb-subtask-0-of-1-max-{MAX_PARALLELISM}" / "reflects.json").is_file()
+
+    root.chmod(0o777)  # e.g. created by someone else for everybody
+    with pytest.raises(StatekitError, match=r"open to other users \(mode 777\).*spark\.statekit\.local\.dir"):
+        coordinator.run(3, make_rows(200, 40, 32))
+    root.chmod(0o700)
+    monkeypatch.setattr(os, "getuid", lambda: info.st_uid + 1)  # as seen by another user
+    with pytest.raises(StatekitError, match=rf"belongs to user id {info.st_uid}, not to this user"):
+        default_local_dir()
+
+
+def _slots(operator_dir) -> list[str]:
+    return sorted(p.name for p in operator_dir.iterdir())
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_a_rescale_removes_the_old_parallelisms_slots_once_the_new_one_completed(tmp_path, backend):
+    epochs = [make_rows(300, 60, seed) for seed in (33, 34, 35, 36)]
+    before = _Coordinator(tmp_path, backend, parallelism=2)
+    before.run(1, epochs[0])
+    before.run(2, epochs[1])
+    operator_dir = tmp_path / "local" / JOB / OPERATOR
+    old = [f"{backend}-subtask-{i}-of-2-max-{MAX_PARALLELISM}" for i in range(2)]
+    new = [f"{backend}-subtask-{i}-of-3-max-{MAX_PARALLELISM}" for i in range(3)]
+    after = _Coordinator(tmp_path, backend, parallelism=3)
+    assert after.run(3, epochs[2]) == "storage"
+    assert _slots(operator_dir) == sorted(old + new), "until an epoch at the new parallelism completed, the old " \
+                                                      "slots may still be the restore point's (a rescale undone)"
+    held = acquire_lock(str(operator_dir / old[1]), "another process's hold on an old slot")
+    try:
+        assert after.run(4, epochs[3]) == SAME_WORKER[backend]
+        assert _slots(operator_dir) == sorted([old[1]] + new), "a slot another process holds is never removed"
+    finally:
+        release_lock(held)
+    assert after.run(5, []) == SAME_WORKER[backend]
+    assert _slots(operator_dir) == sorted(new)
+    assert after.state() == _want(*epochs)
+
+
+def _age(path, seconds: float) -> None:
+    """Make ``path`` and everything in it look untouched for ``seconds``."""
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+    for directory, names, files in os.walk(path):
+        for name in files:
+            os.utime(os.path.join(directory, name), (then, then))
+        os.utime(directory, (then, then))
+
+
+def test_working_state_unused_for_the_retention_is_removed(tmp_path):
+    """A finished job's slots stay for spark.statekit.local.retention (default 7 days) after their
+    last use, so that its next run reuses them; then a lease of any job on the machine removes them
+    (at most once an hour per local root), but never a slot a process holds."""
+    finished = _Coordinator(tmp_path, "rocksdb", parallelism=2, job="finished")
+    finished.run(1, make_rows(300, 60, 37))
+    local = tmp_path / "local"
+    _age(local / "finished", 6 * 86400)
+    running = _Coordinator(tmp_path, "rocksdb")
+    running.run(1, make_rows(300, 60, 38))
+    assert _slots(local / "finished" / OPERATOR) == [f"rocksdb-subtask-{i}-of-2-max-{MAX_PARALLELISM}"
+                                                     for i in range(2)]
+
+    _age(local / "finished", 8 * 86400)
+    assert running.run(2, make_rows(300, 60, 39)) == "local"
+    assert len(_slots(local / "finished" / OPERATOR)) == 2, "the root was swept less than an hour ago"
+
+    held = acquire_lock(str(local / "finished" / OPERATOR / f"rocksdb-subtask-1-of-2-max-{MAX_PARALLELISM}"), "a hold")
+    try:
+        _age(local / local_recovery.SWEEP_MARKER, 2 * local_recovery.SWEEP_INTERVAL_SECONDS)
+        assert running.run(3, make_rows(300, 60, 40)) == "local", "the running job's own slot is kept"
+        assert _slots(local / "finished" / OPERATOR) == [f"rocksdb-subtask-1-of-2-max-{MAX_PARALLELISM}"], \
+            "a slot a process holds is never removed"
+    finally:
+        release_lock(held)
+    _age(local / "finished", 8 * 86400)
+    assert local_recovery.sweep_unused(str(local), local_recovery.DEFAULT_RETENTION_SECONDS) == [], "an hour not passed"
+    assert local_recovery.sweep_unused(str(local), local_recovery.DEFAULT_RETENTION_SECONDS,
+                                       now=time.time() + local_recovery.SWEEP_INTERVAL_SECONDS) == [
+        str(local / "finished" / OPERATOR / f"rocksdb-subtask-1-of-2-max-{MAX_PARALLELISM}")]
+    assert not (local / "finished").exists(), "the job's emptied directories are removed too"
+    assert _slots(local / JOB / OPERATOR) == [f"rocksdb-subtask-0-of-1-max-{MAX_PARALLELISM}"]
+    assert finished.run(2, make_rows(300, 60, 41)) == "storage"  # the job runs again: no harm, a restore

@@ -37,3 +37,37 @@ def test_epochs_reuse_local_working_state(spark, statekit_settings, tmp_path, ba
                        state_backend=StatekitConf.parse({"backend": backend,
                                                          "local.dir": str(tmp_path / "d")}).create_backend())
     assert found == {k: expected_key_state(v) for k, v in oracle([r for e in epochs for r in e]).items()}
+
+
+@pytest.mark.parametrize("backend", ["rocksdb"])
+def test_streaming_epochs_reuse_local_state_across_a_rescale(spark, statekit_settings, tmp_path, backend):
+    """A streaming query at parallelism 4, then restarted at 8: read through statekit-metadata, every
+    steady micro-batch's subtasks reopened their local state; only the first one after the rescale
+    read storage. Once an epoch at 8 completed, the slots of parallelism 4 are gone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from statekit.spark import process_keyed_stream
+
+    checkpoints, source, local = f"file://{tmp_path}/checkpoints", tmp_path / "source", tmp_path / "local"
+    source.mkdir()
+    job = f"streaming-local-recovery-{backend}"
+    settings = {"backend": backend, "checkpoint.storage": "filesystem", "checkpoint.dir": checkpoints,
+                "checkpoint.incremental": "true", "checkpoint.num-retained": "10", "local.dir": str(local)}
+    files = 0
+    for parallelism in (4, 8):
+        statekit_settings({**settings, "parallelism": parallelism})
+        for _ in range(3):  # one micro-batch per file
+            files += 1
+            key, category, amount = zip(*make_rows(400, 100, 40 + files))
+            pq.write_table(pa.table({"key": key, "category": category, "amount": amount}),
+                           source / f"part-{files}.parquet")
+        stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
+        process_keyed_stream(stream, "key", WorkloadBatchFunction(), "key string, count long",
+                             sink=lambda output, batch_id: output.count(), checkpoint_location=str(tmp_path / "query"),
+                             job_id=job, trigger={"availableNow": True}).awaitTermination()
+    rows = spark.read.format("statekit-metadata").load(f"{checkpoints}/{job}").collect()
+    recovered = {r.checkpoint_id: (r.parallelism, set(r.recovery.values()), len(r.recovery)) for r in rows}
+    assert recovered == {1: (4, {"fresh"}, 4), 2: (4, {"local"}, 4), 3: (4, {"local"}, 4),
+                         4: (8, {"storage"}, 8), 5: (8, {"local"}, 8), 6: (8, {"local"}, 8)}
+    assert sorted(p.name for p in (local / job / "keyed-process").iterdir()) == sorted(
+        f"{backend}-subtask-{i}-of-8-max-128" for i in range(8))

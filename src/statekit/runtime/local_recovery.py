@@ -15,6 +15,16 @@ named by (job, operator, subtask index, parallelism, max parallelism), not by pr
   claim. The state is reused only when the restore point's handles for this subtask have the
   same digest, which also rules out state of an earlier job that reused the job id.
 
+Slots are removed when nothing needs them any more, never while a process holds their lock:
+
+* the slots of another layout (parallelism, max parallelism) of the job's operator and backend, by
+  each subtask whose restore point has its own layout: after a rescale, the first epoch at the new
+  parallelism completed, and no restore point can match the old slots again;
+* any slot, private directory or backend instance directory under the local root that no process
+  used for ``retention_seconds`` (``spark.statekit.local.retention``): a job that ended, or was
+  renamed, leaves its working state for that long. The sweep runs in a lease at most once per
+  ``SWEEP_INTERVAL_SECONDS`` per local root (a marker file's time).
+
 Backends that declare ``local_recovery`` close their files after each epoch and reopen them in
 whichever process runs the subtask next. Other backends (the heap) cannot leave their state on
 disk; their open keyed backend stays in the worker's memory, and is reused when the same worker
@@ -25,19 +35,28 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import xxhash
 
-from statekit.backends.common.local_dirs import LockBusyError, acquire_lock, release_lock, safe_name
+from statekit.backends.common.local_dirs import (
+    LOCK_FILE, LockBusyError, acquire_lock, last_used, release_lock, remove_locked, safe_name,
+)
 from statekit.checkpoint.metadata import SubtaskState
 from statekit.spi.backend import KeyedStateBackend, OperatorStateBackend, SubtaskInfo
 
 REFLECTS_FILE = "reflects.json"
 STATE_DIR = "state"
+#: how long an unused slot stays by default (``spark.statekit.local.retention``)
+DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
+#: the longest time between two sweeps of a local root for unused slots
+SWEEP_INTERVAL_SECONDS = 3600
+SWEEP_MARKER = ".statekit-swept"
 #: identifies this Python worker process in the slots it leaves state in (pids are reused)
 PROCESS_TOKEN = uuid.uuid4().hex
 
@@ -63,11 +82,11 @@ class SlotLease:
     """This process's use of one subtask's slot for one epoch."""
 
     def __init__(self, directory: str, lock_fd: int | None, reusable: bool,
-                 parked: ParkedBackend | None) -> None:
+                 parked: ParkedBackend | None, private: bool = False) -> None:
         self.directory = directory
         self._lock_fd = lock_fd
         #: a private directory (the slot was busy) is deleted when the lease ends
-        self._private = lock_fd is None
+        self._private = private
         #: the working directory holds exactly the restore point (reopen it, do not restore)
         self.reusable = reusable
         #: this process's open keyed backend holding exactly the restore point
@@ -105,30 +124,40 @@ class SlotLease:
     def release(self) -> None:
         """End the lease; a private (non-exclusive) directory is deleted."""
         fd, self._lock_fd = self._lock_fd, None
+        if self._private:
+            shutil.rmtree(self.directory, ignore_errors=True)
         if fd is not None:
             release_lock(fd)
-        elif self._private:
-            shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def lease_slot(local_root: str, backend_name: str, subtask: SubtaskInfo, restore: SubtaskState | None) -> SlotLease:
+def lease_slot(local_root: str, backend_name: str, subtask: SubtaskInfo, restore: SubtaskState | None,
+               retention_seconds: float = DEFAULT_RETENTION_SECONDS) -> SlotLease:
     """Take the subtask's slot for an epoch of backend ``backend_name`` restoring ``restore``
-    (None: fresh state). Each backend has slots of its own: after a switch of backends the
-    working state of the other one is never reopened.
+    (None: fresh state; else the subtask's own state in a restore point of this layout). Each
+    backend has slots of its own: after a switch of backends the working state of the other one
+    is never reopened.
 
-    Drops whatever this process parked for slots that now reflect another process's state, and
-    claims the slot: after this call the slot makes no claim until ``publish``."""
-    _drop_stale_parked()
+    Drops whatever this process parked for slots that now reflect another process's state, removes
+    the slots nothing needs any more (see the module), and claims the slot: after this call the
+    slot makes no claim until ``publish``."""
+    sweep_unused(local_root, retention_seconds)
     parent = os.path.join(local_root, safe_name(subtask.job_id), safe_name(subtask.operator_id))
-    directory = os.path.join(parent, f"{safe_name(backend_name)}-subtask-{subtask.subtask_index}-of-"
-                                     f"{subtask.parallelism}-max-{subtask.max_parallelism}")
-    os.makedirs(directory, exist_ok=True)
-    try:
-        fd = acquire_lock(directory, "the subtask's working state")
-    except LockBusyError:  # another worker uses the slot right now (e.g. a speculative attempt)
-        private = os.path.join(parent, f"private-{uuid.uuid4().hex[:12]}")
-        os.makedirs(os.path.join(private, STATE_DIR))
-        return SlotLease(private, None, False, None)
+    name = slot_name(backend_name, subtask.subtask_index, subtask.parallelism, subtask.max_parallelism)
+    directory = os.path.join(parent, name)
+    if restore is not None:
+        _remove_other_layouts(parent, backend_name, name)
+    _drop_stale_parked()
+    while True:
+        os.makedirs(directory, exist_ok=True)
+        try:
+            fd = acquire_lock(directory, "the subtask's working state")
+            break
+        except FileNotFoundError:  # removed by a sweep between the two calls: create it again
+            continue
+        except LockBusyError:  # another worker uses the slot right now (e.g. a speculative attempt)
+            private = os.path.join(parent, f"private-{uuid.uuid4().hex[:12]}")
+            os.makedirs(os.path.join(private, STATE_DIR))
+            return SlotLease(private, acquire_lock(private, "a private working directory"), False, None, private=True)
     reflects = _read_reflects(directory)
     wanted = subtask_state_digest(restore) if restore is not None else None
     matches = reflects is not None and wanted is not None and reflects.get("digest") == wanted
@@ -143,6 +172,72 @@ def lease_slot(local_root: str, backend_name: str, subtask: SubtaskInfo, restore
         shutil.rmtree(os.path.join(directory, STATE_DIR), ignore_errors=True)
     os.makedirs(os.path.join(directory, STATE_DIR), exist_ok=True)
     return SlotLease(directory, fd, reusable, parked)
+
+
+def slot_name(backend_name: str, subtask_index: int, parallelism: int, max_parallelism: int) -> str:
+    return f"{safe_name(backend_name)}-subtask-{subtask_index}-of-{parallelism}-max-{max_parallelism}"
+
+
+def _remove_other_layouts(parent: str, backend_name: str, name: str) -> None:
+    """Remove the slots of ``backend_name`` in ``parent`` (the job's operator) of another layout than
+    slot ``name``'s: their state reflects checkpoints older than the restore point."""
+    pattern = re.compile(re.escape(safe_name(backend_name)) + r"-subtask-\d+-of-(\d+)-max-(\d+)")
+    layout = pattern.fullmatch(name)
+    assert layout is not None
+    try:
+        entries = os.listdir(parent)
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        other = pattern.fullmatch(entry)
+        if other is not None and other.groups() != layout.groups():
+            remove_locked(os.path.join(parent, entry))
+
+
+def sweep_unused(local_root: str, retention_seconds: float, now: float | None = None) -> list[str]:
+    """Remove what no process used for ``retention_seconds`` in ``local_root``: slots, private
+    directories and backend instance directories (``<root>/<job>/<operator>/<entry>`` holding a
+    lock file), then the job and operator directories left empty. Runs only when the root was not
+    swept in the last ``min(retention_seconds, SWEEP_INTERVAL_SECONDS)``; returns what it removed."""
+    now = time.time() if now is None else now
+    marker = os.path.join(local_root, SWEEP_MARKER)
+    try:
+        if now - os.stat(marker).st_mtime < min(retention_seconds, SWEEP_INTERVAL_SECONDS):
+            return []
+    except FileNotFoundError:
+        pass
+    os.makedirs(local_root, exist_ok=True)
+    with open(marker, "a"):
+        pass
+    os.utime(marker, (now, now))
+    removed = []
+    for job in _directories(local_root):
+        for operator in _directories(job):
+            for entry in _directories(operator):
+                try:
+                    idle = now - last_used(entry) >= retention_seconds
+                except FileNotFoundError:
+                    continue
+                if idle and os.path.exists(os.path.join(entry, LOCK_FILE)) and remove_locked(entry):
+                    removed.append(entry)
+            _remove_if_empty(operator)
+        _remove_if_empty(job)
+    return removed
+
+
+def _directories(path: str) -> list[str]:
+    try:
+        with os.scandir(path) as entries:
+            return [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _remove_if_empty(directory: str) -> None:
+    try:
+        os.rmdir(directory)
+    except OSError:  # not empty, or gone
+        pass
 
 
 def _drop_stale_parked() -> None:

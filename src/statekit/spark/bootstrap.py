@@ -124,7 +124,7 @@ def write_savepoint(df: DataFrame, keys: str | Sequence[str], states: Mapping[st
     try:
         spec = SubtaskSpec(bootstrap, backend, storage, job_id, operator_id, 0, parallelism, max_parallelism,
                            key_columns, to_arrow_schema(_NO_OUTPUT), False, None, None, conf.local_dir,
-                           savepoint=location)
+                           savepoint=location, local_retention_seconds=conf.local_retention_seconds)
         run = SubtaskRun(spark, spec)
         run.run(df, _NO_OUTPUT, keep_output=False)
         written = run.states()

@@ -15,6 +15,8 @@ from typing import Any, Mapping
 from statekit.checkpoint.ownership import TAKE_OVER_SETTING
 from statekit.checkpoint.store import DEFAULT_NUM_RETAINED, RestoreMode
 from statekit.registry import backend_class, storage_class
+from statekit.runtime.event_time import duration_ms
+from statekit.runtime.local_recovery import DEFAULT_RETENTION_SECONDS
 from statekit.runtime.sink_coordinator import IGNORE_LOST_SETTING, RetryPolicy
 from statekit.runtime.task import DEFAULT_TTL_SWEEP_SECONDS
 from statekit.spi.backend import SnapshotFormat, StateBackend
@@ -32,6 +34,11 @@ _BUILT_FROM_NAMES = "a built-in name, an entry-point name or module:Class"
 
 def _job_id(value: Any, setting: str) -> str:
     return check_job_id(text(value, setting), setting)
+
+
+def _seconds(value: Any, setting: str) -> float:
+    """A duration (``"7 days"``, ``"12 hours"``, a ``timedelta``) in seconds."""
+    return duration_ms(value, setting) / 1000
 
 
 SETTINGS = OptionSet(
@@ -55,6 +62,8 @@ SETTINGS = OptionSet(
     Option("restore.mode", choice(*(m.value for m in RestoreMode)), RestoreMode.NO_CLAIM.value,
            "no-claim: never delete the restored snapshot's files; claim: the job owns them"),
     Option("local.dir", local_directory, None, "executor-local directory of working state"),
+    Option("local.retention", _seconds, DEFAULT_RETENTION_SECONDS,
+           "how long working state no task used stays on an executor's disk (e.g. '7 days')"),
     Option("job-id", _job_id, None, "the job's name in the checkpoint directory (default: the application name)"),
     Option(TAKE_OVER_SETTING[len(PREFIX):], boolean, False,
            "let this run continue a job whose checkpoints another query or kind of job wrote"),
@@ -87,6 +96,7 @@ class StatekitConf:
     restore_path: str | None = None
     restore_mode: RestoreMode = RestoreMode.NO_CLAIM
     local_dir: str | None = None
+    local_retention_seconds: float = DEFAULT_RETENTION_SECONDS
     job_id: str | None = None
     take_over: bool = False
     batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
@@ -123,7 +133,7 @@ class StatekitConf:
             num_retained=values["checkpoint.num-retained"], parallelism=values["parallelism"],
             max_parallelism=values["max-parallelism"], savepoint_dir=values["savepoint.dir"],
             restore_path=values["restore.path"], restore_mode=RestoreMode(values["restore.mode"]),
-            local_dir=values["local.dir"], job_id=values["job-id"],
+            local_dir=values["local.dir"], local_retention_seconds=values["local.retention"], job_id=values["job-id"],
             take_over=values[TAKE_OVER_SETTING[len(PREFIX):]], batch_max_bytes=values["batch.max-bytes"],
             ttl_sweep_seconds=values["ttl.sweep-seconds"], sink_commit_attempts=values["sink.commit-attempts"],
             sink_ignore_lost=values[IGNORE_LOST_SETTING[len(PREFIX):]])

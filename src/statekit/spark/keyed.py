@@ -214,7 +214,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                        subtask_event_time(job.event_time, restored_properties),
                        sink=job.sink.sink if job.sink is not None else None,
                        sink_run=job.sink.run if job.sink is not None else "0",
-                       checkpoint_format=conf.checkpoint_format)
+                       checkpoint_format=conf.checkpoint_format,
+                       local_retention_seconds=conf.local_retention_seconds)
 
     run = SubtaskRun(spark, spec)
     if job.pre_aggregation is not None:

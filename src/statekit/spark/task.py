@@ -9,8 +9,6 @@ the driver through an accumulator as JSON.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -20,11 +18,12 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.pandas.types import from_arrow_type
 
+from statekit.backends.common.local_dirs import default_local_dir
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
 from statekit.runtime.function import Calls, ProcessFunction, calls_of
 from statekit.runtime.grouped_rows import GroupedRows
-from statekit.runtime.local_recovery import SlotLease, lease_slot
+from statekit.runtime.local_recovery import DEFAULT_RETENTION_SECONDS, SlotLease, lease_slot
 from statekit.runtime.savepoints import SAVEPOINT
 from statekit.runtime.sink_writer import SubtaskSinkWriter
 from statekit.runtime.snapshot_upload import SnapshotUpload
@@ -87,6 +86,8 @@ class SubtaskSpec:
     sink_run: str = "0"
     #: the format of a full checkpoint (``spark.statekit.checkpoint.format``)
     checkpoint_format: SnapshotFormat = SnapshotFormat.CANONICAL
+    #: how long working state unused on an executor stays there (``spark.statekit.local.retention``)
+    local_retention_seconds: float = DEFAULT_RETENTION_SECONDS
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
@@ -94,8 +95,8 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
     subtask = SubtaskInfo(spec.job_id, spec.operator_id, subtask_index, spec.parallelism, spec.max_parallelism)
     access = spec.storage.create_access(spec.job_id)
     restore, own_state = _restore_of(spec, subtask_index, access)
-    lease = lease_slot(spec.local_dir or os.path.join(tempfile.gettempdir(), "statekit"), spec.state_backend.name,
-                       subtask, own_state)
+    lease = lease_slot(spec.local_dir or default_local_dir(), spec.state_backend.name, subtask, own_state,
+                       spec.local_retention_seconds)
     try:
         task, recovery = _open_task(spec, subtask, restore, lease)
     except BaseException:

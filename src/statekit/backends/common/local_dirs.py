@@ -4,12 +4,18 @@ A keyed backend keeps its files in its own *instance directory* (``instance_path
 an exclusive ``flock`` on ``statekit.lock`` inside it while open (``acquire_lock``): stores such as
 LMDB or SQLite let several processes open one database, but a subtask's working state must be
 used by exactly one worker, so a second opener gets a clear error instead.
+
+Without a configured directory, working state goes to ``default_local_dir()``: a directory of this
+user's own in the temp directory (``<tmp>/statekit-<uid>``, mode 0700), as tmux and ssh-agent keep
+theirs, since the temp directory is shared by every user of the machine.
 """
 from __future__ import annotations
 
 import errno
 import fcntl
 import os
+import shutil
+import stat
 import tempfile
 
 from statekit.spi.backend import SubtaskInfo
@@ -28,10 +34,30 @@ class LockBusyError(StatekitError):
 
 def instance_path(local_dir: str | None, backend_name: str, subtask: SubtaskInfo, instance_id: str) -> str:
     """``<local_dir>/<job>/<operator>/<subtask index>-<instance_id[:12]>`` (not created here);
-    ``local_dir`` defaults to ``<temp dir>/statekit-<backend_name>``."""
-    base = local_dir or os.path.join(tempfile.gettempdir(), f"statekit-{backend_name}")
+    ``local_dir`` defaults to ``default_local_dir()``."""
+    base = local_dir or default_local_dir()
     return os.path.join(base, safe_name(subtask.job_id), safe_name(subtask.operator_id),
                         f"{subtask.subtask_index}-{instance_id[:12]}")
+
+
+def default_local_dir() -> str:
+    """``<temp dir>/statekit-<uid>``, this user's directory of working state when no local
+    directory is configured: created with mode 0700, and refused when it is another user's or
+    others may write or read in it (anyone can create a name in the temp directory first)."""
+    path = os.path.join(tempfile.gettempdir(), f"statekit-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    problem = ("is not a directory" if not stat.S_ISDIR(info.st_mode) else
+               f"belongs to user id {info.st_uid}, not to this user ({os.getuid()})" if info.st_uid != os.getuid() else
+               f"is open to other users (mode {stat.S_IMODE(info.st_mode):o})" if info.st_mode & 0o077 else None)
+    if problem is not None:
+        raise StatekitError(f"the default directory of working state {path} {problem}; statekit keeps state there "
+                            f"only in a directory of this user's own with mode 700. Remove it, or set "
+                            f"spark.statekit.local.dir to a local directory of your own")
+    return path
 
 
 def acquire_lock(directory: str, what: str) -> int:
@@ -54,9 +80,44 @@ def acquire_lock(directory: str, what: str) -> int:
                 f"{' by process ' + holder if holder else ''}); a subtask's working state may be used by "
                 f"one backend in one process only: dispose the other backend first") from None
         raise StatekitError(f"cannot lock {what} in {directory}: {exc}") from exc
-    os.ftruncate(fd, 0)
+    try:  # the directory may have been removed (``remove_locked``) between the open and the lock
+        removed = os.stat(path).st_ino != os.fstat(fd).st_ino
+    except FileNotFoundError:
+        removed = True
+    if removed:
+        release_lock(fd)
+        raise LockBusyError(f"{what} in {directory} was removed while it was being locked")
+    os.ftruncate(fd, 0)  # also marks the time of its last use (``last_used``)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     return fd
+
+
+def remove_locked(directory: str) -> bool:
+    """Remove ``directory`` (one with a ``LOCK_FILE``) unless a backend or process holds its lock:
+    it is removed while locked, and whoever opened its lock file meanwhile finds it removed
+    (``acquire_lock``). Returns whether it was removed."""
+    try:
+        fd = acquire_lock(directory, "the directory")
+    except (LockBusyError, FileNotFoundError):
+        return False
+    try:
+        shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        release_lock(fd)
+    return True
+
+
+def last_used(directory: str) -> float:
+    """When ``directory`` was last used (seconds since the epoch): the latest change of it, its lock
+    file and the files directly in it."""
+    latest = os.stat(directory).st_mtime
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            try:
+                latest = max(latest, entry.stat(follow_symlinks=False).st_mtime)
+            except FileNotFoundError:
+                pass
+    return latest
 
 
 def working_state_error(exc: BaseException, backend_name: str, directory: str,
