@@ -142,9 +142,9 @@ def _job(tmp_path, backend_name, incremental=False, key_types=None, keys=None):
     return runner
 
 
-def _renumber_last_key_group(metadata):
-    """Give the last key group of subtask 0's index the number of a free key group of its range,
-    the checksum of ``metadata`` recomputed; returns (old number, new number)."""
+def renumber_last_key_group(metadata):
+    """Give the last key group of subtask 0's index the number of a free key group of its range (the
+    job must leave one free), the checksum of ``metadata`` recomputed; returns (old number, new number)."""
     import json
 
     import xxhash
@@ -154,7 +154,8 @@ def _renumber_last_key_group(metadata):
     index = (handle["base"] if handle["type"] == "changelog" else handle)["key_groups"]
     taken = {entry[0] for entry in index}
     original = index[-1][0]
-    index[-1][0] = next(kg for kg in range(original + 1, handle["key_group_range"][1] + 1) if kg not in taken)
+    lowest = index[-2][0] + 1 if len(index) > 1 else handle["key_group_range"][0]  # the index stays in order
+    index[-1][0] = next(kg for kg in range(lowest, handle["key_group_range"][1] + 1) if kg not in taken)
     data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
     metadata.write_bytes(b'{"magic":"statekit-checkpoint","version":2,"checksum":"'
                          + xxhash.xxh3_64_hexdigest(data).encode() + b'","body":' + data + b"}")
@@ -166,7 +167,7 @@ def _renumber_last_key_group(metadata):
 def test_a_renumbered_key_group_index_is_refused(tmp_path, backend_name, incremental):
     """Before, the key group's keys were restored under the other key group, where no lookup found them."""
     runner = _job(tmp_path, backend_name, incremental)
-    original, renumbered = _renumber_last_key_group(tmp_path / "checkpoints" / "renumbered" / "chk-1" / "_metadata")
+    original, renumbered = renumber_last_key_group(tmp_path / "checkpoints" / "renumbered" / "chk-1" / "_metadata")
     with pytest.raises(CorruptStateError, match=rf"key group {renumbered} of snapshot stream '(chk-1|shared)/[^']+' holds "
                                                 rf"the key '[^']+', which belongs to key group {original}: its "
                                                 rf"handle's key-group index was changed"):

@@ -150,6 +150,11 @@ def _nullable(gen: Callable[[random.Random], list[Any]], p_null: float = 0.1):
     return pick
 
 
+def _wall_clock_times(rng: random.Random) -> list[Any]:
+    """TIMESTAMP_NTZ values: the same instants' wall-clock readings, without a time zone."""
+    return [None if t is None else t.replace(tzinfo=None) for t in _timestamps(rng)]
+
+
 GENERATORS: dict[str, Callable[[random.Random], list[Any]]] = {
     "string": _strings,
     "binary": _binaries,
@@ -162,6 +167,7 @@ GENERATORS: dict[str, Callable[[random.Random], list[Any]]] = {
     "double": _doubles,
     "date": _dates,
     "timestamp": _timestamps,
+    "timestamp_ntz": _wall_clock_times,
 }
 
 #: Python values whose default Spark type is the column type (``infer_key_type``).
@@ -176,7 +182,7 @@ def _spark_type(name: str):
         "string": T.StringType(), "binary": T.BinaryType(), "int": T.IntegerType(),
         "bigint": T.LongType(), "smallint": T.ShortType(), "tinyint": T.ByteType(),
         "boolean": T.BooleanType(), "float": T.FloatType(), "double": T.DoubleType(),
-        "date": T.DateType(), "timestamp": T.TimestampType(),
+        "date": T.DateType(), "timestamp": T.TimestampType(), "timestamp_ntz": T.TimestampNTZType(),
     }[name]
 
 
@@ -231,6 +237,7 @@ MULTI_COLUMN = [
     ("string", "bigint"),
     ("int", "string", "binary"),
     ("double", "date", "boolean", "timestamp"),
+    ("timestamp_ntz", "bigint", "string"),
     ("smallint", "tinyint", "float", "string"),
 ]
 

@@ -21,6 +21,7 @@ from statekit.conformance_tests.spark import OUTPUT, ROWS_PER_EPOCH, SCHEMA, Spa
 from statekit.conformance_tests.workload import WorkloadFunction, expected_state
 from statekit.spark import checkpoints, process_keyed, process_keyed_stream
 from statekit.spi.errors import JobOwnershipError
+from test_canonical_format import renumber_last_key_group
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # BlockUntil runs in the executors' workers
@@ -78,6 +79,21 @@ def test_a_deleted_latest_checkpoint_fails_the_next_bounded_run_instead_of_rolli
     history = _rows(batches[:2])
     assert jobs.run_epoch("bounded-rollback", batches[3], history) == 3
     assert jobs.run_epoch("bounded-rollback", batches[0], history) == 4  # later runs go on from their own
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_a_renumbered_key_group_index_is_refused_by_the_restoring_task(jobs, backend, tmp_path):
+    """The task checks each restored key against the key group its index entry claims, hashing
+    it as Spark does for the job's key columns; before, the key group's keys were restored under
+    the other key group, where no lookup found them."""
+    jobs.configure({"backend": backend})
+    few_keys = [row for row in epochs(1, seed=790)[0] if row[0] in {f"key-{i}" for i in range(12)}]
+    jobs.run_epoch("renumbered", few_keys, [])  # key groups left free to renumber one into
+    job_dir = tmp_path / "checkpoints" / jobs.job_id("renumbered")
+    original, renumbered = renumber_last_key_group(job_dir / "chk-1" / "_metadata")
+    with pytest.raises(Exception, match=rf"key group {renumbered} of .* holds the key .* which belongs to key group "
+                                        rf"{original}: its handle's key-group index was changed"):
+        jobs.run_epoch("renumbered", epochs(2, seed=790)[1], [])
 
 
 def test_num_retained_1_still_replays_a_micro_batch_exactly_once(jobs, tmp_path):

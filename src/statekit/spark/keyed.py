@@ -215,7 +215,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                        sink=job.sink.sink if job.sink is not None else None,
                        sink_run=job.sink.run if job.sink is not None else "0",
                        checkpoint_format=conf.checkpoint_format,
-                       local_retention_seconds=conf.local_retention_seconds)
+                       local_retention_seconds=conf.local_retention_seconds, key_types=job.key_types)
 
     run = SubtaskRun(spark, spec)
     if job.pre_aggregation is not None:

@@ -33,7 +33,7 @@ from statekit.runtime.task import (
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
 from statekit.spi.errors import FunctionResultError, StatekitError
-from statekit.spi.key_groups import canonical_key
+from statekit.spi.key_groups import canonical_key, key_groups_of_types
 from statekit.spi.backend import SnapshotFormat, SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.sinks import DISCARDING_KIND, Sink, SinkContext
 from statekit.spi.storage import CheckpointStorage, SavepointTarget
@@ -88,6 +88,9 @@ class SubtaskSpec:
     checkpoint_format: SnapshotFormat = SnapshotFormat.CANONICAL
     #: how long working state unused on an executor stays there (``spark.statekit.local.retention``)
     local_retention_seconds: float = DEFAULT_RETENTION_SECONDS
+    #: the key columns' Spark types: a restore checks that each key is in the key group its index
+    #: entry claims (``spi.key_groups.key_groups_of_types``); empty: not checked
+    key_types: tuple[str, ...] = ()
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
@@ -213,7 +216,8 @@ def _restore_of(spec: SubtaskSpec, subtask_index: int, access: Any) -> tuple[Tas
         streams = access.restore_streams()
     assigned = assign(operator, subtask_index, spec.parallelism)
     restore = TaskRestore(metadata.checkpoint_id, assigned.keyed, assigned.operator, streams,
-                          share_files=spec.restore_url is None)
+                          share_files=spec.restore_url is None,
+                          key_groups_of=key_groups_of_types(spec.key_types, spec.max_parallelism))
     same_layout = (spec.restore_url is None and operator.parallelism == spec.parallelism
                    and operator.max_parallelism == spec.max_parallelism)
     return restore, operator.subtasks[subtask_index] if same_layout else None

@@ -20,7 +20,7 @@ import math
 import re
 import struct
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import xxhash
 
@@ -33,6 +33,7 @@ UPPER_BOUND_MAX_PARALLELISM = 32768  # 2 ** 15; also what a 2-byte key-group pre
 
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 _EPOCH_TS = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH_NTZ = _dt.datetime(1970, 1, 1)
 _INT32 = struct.Struct("<i")
 _INT64 = struct.Struct("<q")
 _FLOAT32 = struct.Struct("<f")
@@ -41,7 +42,7 @@ _FLOAT64 = struct.Struct("<d")
 #: Spark SQL type names the Python reference hashes exactly like Spark's ``xxhash64`` (and
 #: ``decimal(p,s)``; a null of any type, ``void`` when it is the type inferred for ``None``).
 SUPPORTED_KEY_TYPES = ("string", "binary", "int", "bigint", "smallint", "tinyint", "boolean",
-                       "float", "double", "date", "timestamp", "decimal(p,s)")
+                       "float", "double", "date", "timestamp", "timestamp_ntz", "decimal(p,s)")
 #: the type PySpark's ``createDataFrame`` infers for a ``decimal.Decimal``
 INFERRED_DECIMAL = "decimal(38,18)"
 _DECIMAL_TYPE = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
@@ -168,6 +169,9 @@ def _hash_one(value: Any, type_name: str, seed: int) -> int:
         ts = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
         delta = ts - _EPOCH_TS
         data = _INT64.pack((delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds)
+    elif type_name == "timestamp_ntz":  # the wall-clock time as microseconds from 1970-01-01 00:00
+        delta = value.replace(tzinfo=None) - _EPOCH_NTZ
+        data = _INT64.pack((delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds)
     elif decimal_type(type_name) is not None:  # Spark's HashExpression of a DecimalType
         unscaled = unscaled_decimal(value, type_name)
         if decimal_type(type_name)[0] <= _MAX_LONG_DIGITS:  # type: ignore[index]
@@ -289,6 +293,16 @@ def key_groups_for_keys(keys: Sequence[Any], max_parallelism: int, types: Sequen
             return [(h - wrap if h >> 63 else h) % max_parallelism
                     for h in (hash_of(to_bytes(key), seed) for key in keys)]
     return [key_group_for_key(key, max_parallelism, types) for key in keys]
+
+
+def key_groups_of_types(types: Sequence[str], max_parallelism: int) -> Callable[[Sequence[Any]], list[int]] | None:
+    """The key groups of keys of columns of ``types`` as Spark computes them (a restore checks the
+    key groups its index claims with it: ``KeyedBackendParams.key_groups_of``), or None when a type
+    is one this reference does not hash (then nothing is checked)."""
+    if not types or any(t not in SUPPORTED_KEY_TYPES and decimal_type(t) is None for t in types):
+        return None
+    fixed = tuple(types)
+    return lambda keys: key_groups_for_keys(keys, max_parallelism, fixed)
 
 
 def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
