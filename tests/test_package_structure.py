@@ -123,3 +123,27 @@ def test_no_code_outside_a_backend_tests_a_backend_name() -> None:
                     offenders.append(f"{module}:{node.lineno} compares with {sorted(compared & names)}")
     assert not offenders, ("code outside a backend's package decides by a backend's name (declare a capability or "
                            "an attribute on the backend instead): " + "; ".join(offenders))
+
+
+#: what a classic session has and a Spark Connect session has not (``statekit.spark.session`` asks
+#: a session what statekit needs through conf and DataFrames instead)
+_CLASSIC_ONLY_ATTRIBUTES = {"sparkContext", "_sc", "_jvm", "_jsc", "_jsparkSession", "_jdf"}
+_CLASSIC_ONLY_IMPORTS = {"pyspark.accumulators", "pyspark.broadcast", "pyspark.context", "py4j"}
+
+
+def test_no_module_uses_an_api_spark_connect_lacks() -> None:
+    offenders = []
+    for module, tree in _modules(SOURCE).items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in _CLASSIC_ONLY_ATTRIBUTES:
+                offenders.append(f"{module}:{node.lineno} uses .{node.attr}")
+            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] in _CLASSIC_ONLY_IMPORTS
+                                                      or a.name in _CLASSIC_ONLY_IMPORTS for a in node.names):
+                offenders.append(f"{module}:{node.lineno} imports {[a.name for a in node.names]}")
+            elif isinstance(node, ast.ImportFrom) and (
+                    (node.module or "").split(".")[0] in _CLASSIC_ONLY_IMPORTS or node.module in _CLASSIC_ONLY_IMPORTS
+                    or node.module == "pyspark" and {"SparkContext", "Accumulator", "Broadcast"} & {
+                        a.name for a in node.names}):
+                offenders.append(f"{module}:{node.lineno} imports from {node.module}")
+    assert not offenders, ("statekit runs on classic and Spark Connect sessions alike, and Connect has no "
+                           "SparkContext, accumulators, broadcast variables or JVM access: " + "; ".join(offenders))

@@ -1,6 +1,9 @@
 """The Spark runner's configuration: wrong settings fail before any job runs, naming the setting;
 the job id can come from conf. Checkpoints, restore, rescale, task failures, streaming restarts
 and backend switches run in the conformance suite's Spark level (tests/test_conformance_*.py)."""
+import datetime
+import decimal
+
 import pytest
 
 from statekit.conformance_tests.spark import OUTPUT, SCHEMA
@@ -197,3 +200,46 @@ def test_a_value_of_the_wrong_type_for_an_output_column_fails_the_job_naming_it(
     with pytest.raises(FunctionResultError, match=rf"WrongCount returned {returned} for output column 'count', which "
                                                   rf"the output schema declares bigint: return an int there"):
         process_keyed(df, "key", WrongCount(value), OUTPUT, job_id=f"wrong-type-{type(value).__name__}")
+
+
+def test_the_session_facts_statekit_asks_for_are_the_spark_contexts(spark):
+    """Default parallelism and application name through conf and a DataFrame (what a Spark Connect
+    session offers), equal to what the classic session's SparkContext says, also while
+    spark.sql.leafNodeDefaultParallelism (which a Connect session's DataFrames follow) is set."""
+    from statekit.spark.session import LEAF_PARALLELISM_SETTING, application_name, default_parallelism, is_connect
+
+    assert not is_connect(spark)
+    assert application_name(spark) == spark.sparkContext.appName
+    assert default_parallelism(spark) == spark.sparkContext.defaultParallelism == 2
+    spark.conf.set(LEAF_PARALLELISM_SETTING, "5")
+    try:
+        assert default_parallelism(spark) == 2
+        assert spark.conf.get(LEAF_PARALLELISM_SETTING) == "5", "the setting was not restored"
+    finally:
+        spark.conf.unset(LEAF_PARALLELISM_SETTING)
+
+
+def test_not_null_output_columns_keep_their_nullability_and_values(spark, statekit_settings, tmp_path):
+    """Each subtask's acknowledgement travels as a row of the stage, with placeholders in NOT NULL
+    columns of every kind; the output keeps the declared NOT NULL columns and only the rows."""
+    class EveryOtherKey(WorkloadFunction):  # defined here: pickled by value
+        """Output for keys of an even number only: some subtasks end without output rows."""
+
+        def process(self, row, ctx):
+            for _ in super().process(row, ctx):
+                if int(ctx.current_key.split("-")[1]) % 2 == 0:
+                    yield {"key": ctx.current_key, "n": 1, "day": datetime.date(2024, 1, 2),
+                           "at": datetime.datetime(2024, 1, 2, 3, 4, 5), "amount": decimal.Decimal("1.50"),
+                           "tags": ["a"], "counts": {"a": 1}, "pair": {"x": 1, "y": None}, "raw": b"x", "ratio": 0.5,
+                           "flag": True}
+
+    statekit_settings({"parallelism": 4, "checkpoint.storage": "filesystem",
+                       "checkpoint.dir": (tmp_path / "checkpoints").as_uri()})
+    schema = ("key string not null, n bigint not null, day date not null, at timestamp not null, "
+              "amount decimal(10,2) not null, tags array<string> not null, counts map<string,int> not null, "
+              "pair struct<x:int not null,y:string> not null, raw binary not null, ratio double not null, "
+              "flag boolean not null")
+    rows = [(f"key-{i}", "a", 1) for i in range(2)]  # two keys: some of the four subtasks have none
+    out = process_keyed(spark.createDataFrame(rows, SCHEMA), "key", EveryOtherKey(), schema, job_id="not-null")
+    assert [field.nullable for field in out.schema.fields] == [False] * 11
+    assert [tuple(r)[:2] for r in out.collect()] == [("key-0", 1)]

@@ -38,6 +38,7 @@ from statekit.runtime.function import KeyedContext, KeyedProcessFunction, Proces
 from statekit.spark.conf import PREFIX, StatekitConf
 from statekit.spark.key_columns import check_column_names, key_columns_of
 from statekit.spark.keyed import SubtaskRun
+from statekit.spark.session import default_parallelism
 from statekit.spark.task import SubtaskSpec
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import ConfigurationError, SnapshotError
@@ -109,7 +110,7 @@ def write_savepoint(df: DataFrame, keys: str | Sequence[str], states: Mapping[st
     directory = savepoint_dir or conf.savepoint_dir
     if not directory:
         raise ConfigurationError(f"write_savepoint needs savepoint_dir= or {PREFIX}savepoint.dir (a directory URL)")
-    parallelism = parallelism or conf.parallelism or spark.sparkContext.defaultParallelism
+    parallelism = parallelism or conf.parallelism or default_parallelism(spark)
     max_parallelism = max_parallelism or conf.max_parallelism or default_max_parallelism(parallelism)
     check_parallelism(parallelism, max_parallelism)
     savepoint_id = f"{job_id}-bootstrap"
@@ -125,7 +126,7 @@ def write_savepoint(df: DataFrame, keys: str | Sequence[str], states: Mapping[st
         spec = SubtaskSpec(bootstrap, backend, storage, job_id, operator_id, 0, parallelism, max_parallelism,
                            key_columns, to_arrow_schema(_NO_OUTPUT), False, None, None, conf.local_dir,
                            savepoint=location, local_retention_seconds=conf.local_retention_seconds)
-        run = SubtaskRun(spark, spec)
+        run = SubtaskRun(spec)
         run.run(df, _NO_OUTPUT, keep_output=False)
         written = run.states()
         if len(written) != parallelism:

@@ -18,6 +18,7 @@ the job's ownership before its epoch and checks it before committing (``checkpoi
 from __future__ import annotations
 
 import contextlib
+import decimal
 import importlib
 import json
 import re
@@ -26,10 +27,9 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
-from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership, RunIdentity, recorded_identity
@@ -47,6 +47,7 @@ from statekit.spark.event_time import EventTimeColumn, recorded_event_time, subt
 from statekit.spark.key_columns import check_column_names, key_columns_of
 from statekit.spark.pre_aggregation import PreAggregation
 from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point, epoch_processing_time
+from statekit.spark.session import application_name, default_parallelism
 from statekit.spark.task import KEY_GROUP_COLUMN, SubtaskSpec, rows_mask, run_subtask
 from statekit.spi.errors import ConfigurationError, SnapshotError, StatekitError
 from statekit.spi.key_groups import KeyGroupRange, check_parallelism, default_max_parallelism
@@ -61,15 +62,6 @@ ARROW_BATCH_ROWS_SETTING = "spark.sql.execution.arrow.maxRecordsPerBatch"
 ARROW_BATCH_ROWS = 200_000
 #: a subtask's snapshot, how it recovered, its (largest event time, late rows), its sink record
 SubtaskAcknowledgement = Tuple[SubtaskState, str, Tuple[int, int], Optional[Dict[str, Any]]]
-
-
-class _AcknowledgementParam(AccumulatorParam):
-    def zero(self, value: list) -> list:
-        return []
-
-    def addInPlace(self, a: list, b: list) -> list:
-        a.extend(b)
-        return a
 
 
 def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFunction,
@@ -143,7 +135,7 @@ class KeyedJob:
         elif conf.job_id is not None:
             job_id = conf.job_id
         else:
-            job_id = check_job_id(spark.sparkContext.appName, f"the application name (the default job id; set "
+            job_id = check_job_id(application_name(spark), f"the application name (the default job id; set "
                                                              f"{PREFIX}job-id or pass job_id= to choose one)")
         output = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
         pre_aggregation = PreAggregation.of(pre_aggregate, key_columns, event_time)
@@ -167,7 +159,9 @@ class KeyedJob:
 
 def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                progress: StreamProgress | None, processing_time_ms: int | None) -> DataFrame | None:
-    spark, conf, key_columns, function = job.spark, job.conf, job.key_columns, job.function
+    # the session of the epoch's rows: under Spark Connect, a streaming query's micro-batches are run
+    # by a Python process of the server, in a session of its own
+    spark, conf, key_columns, function = df.sparkSession, job.conf, job.key_columns, job.function
     job_id, operator_id, output, storage = job.job_id, job.operator_id, job.output, job.storage
     ownership = job.ownership(progress.identity if progress is not None else BOUNDED)
     store = job.store(streaming=progress is not None)
@@ -183,7 +177,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
             job.sink.commit_restored(chosen.checkpoint.metadata, restore_url,
                                      storage.resolve_checkpoint(restore_url).streams)
     previous = chosen.checkpoint.metadata.operators.get(operator_id) if chosen.checkpoint else None
-    parallelism = conf.parallelism or (previous.parallelism if previous else spark.sparkContext.defaultParallelism)
+    parallelism = conf.parallelism or (previous.parallelism if previous else default_parallelism(spark))
     max_parallelism = conf.max_parallelism or (previous.max_parallelism if previous else
                                                default_max_parallelism(parallelism))
     if previous is not None and previous.max_parallelism != max_parallelism:
@@ -217,7 +211,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                        checkpoint_format=conf.checkpoint_format,
                        local_retention_seconds=conf.local_retention_seconds, key_types=job.key_types)
 
-    run = SubtaskRun(spark, spec)
+    run = SubtaskRun(spec)
     if job.pre_aggregation is not None:
         df = job.pre_aggregation.apply(df)
     try:
@@ -286,46 +280,101 @@ def _output_committed(sink: SinkCoordinator, store: CheckpointStore, epoch: int,
     return owner is not None and owner.same_as(progress.identity)
 
 
+#: the stage's column of acknowledgements (a subtask's JSON record on its last row, else null)
+ACKNOWLEDGEMENT_COLUMN = "__statekit_ack"
+#: what ``run_subtask`` acknowledges: subtask index, snapshot (JSON), recovery, (largest event time,
+#: late rows), sink record (JSON or None)
+SubtaskAcknowledgementRecord = Tuple[int, str, str, Tuple[int, int], Optional[str]]
+
+
 class SubtaskRun:
     """One Spark stage running every subtask of ``spec`` over a DataFrame's rows, and what the
-    subtasks acknowledged (their snapshots) through an accumulator."""
+    subtasks acknowledged (their snapshots). The acknowledgements travel as data, the same on a
+    classic and a Spark Connect session: each subtask's last row of the stage carries its
+    acknowledgement in column ``ACKNOWLEDGEMENT_COLUMN`` (null on output rows), so only the
+    attempts whose rows Spark kept (never a failed one) acknowledge."""
 
-    def __init__(self, spark: SparkSession, spec: SubtaskSpec) -> None:
+    def __init__(self, spec: SubtaskSpec) -> None:
         self.spec = spec
-        self._acknowledgements = spark.sparkContext.accumulator([], _AcknowledgementParam())
+        self._acknowledgements: list[str] = []
 
     def run(self, df: DataFrame, output: StructType, keep_output: bool = True) -> DataFrame | None:
         """Run the stage now; returns its output, locally checkpointed (``keep_output``), or
         None when the subtasks wrote their output to a sink."""
-        spec, acknowledgements = self.spec, self._acknowledgements
+        spec = self.spec
+        if ACKNOWLEDGEMENT_COLUMN in output.names:
+            raise ConfigurationError(f"the output schema has a column {ACKNOWLEDGEMENT_COLUMN!r}, the name statekit "
+                                     f"gives its own column: rename it")
+        stage_schema = StructType([*output.fields, StructField(ACKNOWLEDGEMENT_COLUMN, StringType())])
+        arrow_schema = spec.output_schema.append(pa.field(ACKNOWLEDGEMENT_COLUMN, pa.string()))
 
         def subtask(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             context = TaskContext.get()
             assert context is not None
             index = context.partitionId()  # partition i holds subtask i's rows
             key_groups = KeyGroupRange.of_subtask(spec.max_parallelism, spec.parallelism, index)
-            return run_subtask(spec, index, _of_subtask(batches, key_groups, index), acknowledgements)
+            acknowledged: list[SubtaskAcknowledgementRecord] = []
+            for batch in run_subtask(spec, index, _of_subtask(batches, key_groups, index), acknowledged.append):
+                yield pa.RecordBatch.from_arrays([*batch.columns, pa.nulls(batch.num_rows, pa.string())],
+                                                 schema=arrow_schema)
+            for record in acknowledged:
+                yield acknowledgement_batch(arrow_schema, json.dumps(record))
 
         planned = _plan(df, spec.key_columns, spec.parallelism, spec.max_parallelism)
         # mapInArrow keeps the p partitions as they are (no sort, no grouping), and runs its function on
         # an empty partition too: p subtasks run as p tasks
-        stage = planned.mapInArrow(subtask, output)
+        stage = planned.mapInArrow(subtask, stage_schema)
+        acknowledgement = F.col(ACKNOWLEDGEMENT_COLUMN)
         with _session_conf(df.sparkSession, ARROW_BATCH_ROWS_SETTING, str(ARROW_BATCH_ROWS)):
             try:
                 if keep_output:
-                    return stage.localCheckpoint(eager=True)
-                stage.write.format("noop").mode("overwrite").save()
+                    stage = stage.localCheckpoint(eager=True)
+                rows = stage.where(acknowledgement.isNotNull()).select(acknowledgement).collect()
             except Exception as exc:
                 raised = worker_error(exc)
                 if raised is None:
                     raise
                 raise raised from exc
-        return None
+        self._acknowledgements = [row[0] for row in rows]
+        return stage.where(acknowledgement.isNull()).drop(ACKNOWLEDGEMENT_COLUMN) if keep_output else None
 
     def states(self) -> dict[int, SubtaskAcknowledgement]:
         """The snapshot of each subtask that acknowledged, how it recovered, its (largest event
-        time, late rows) and the record of its output in the sink (None: no sink)."""
-        return _subtask_states(self._acknowledgements.value, self.spec.parallelism)
+        time, late rows) and the record of its output in the sink (None: no sink); none before
+        the stage succeeded."""
+        return _subtask_states([json.loads(record) for record in self._acknowledgements], self.spec.parallelism)
+
+
+def acknowledgement_batch(schema: pa.Schema, record: str) -> pa.RecordBatch:
+    """One row of the stage's ``schema`` carrying ``record``: null in every other nullable column,
+    and a placeholder in every NOT NULL one (Spark reads every value of a NOT NULL column and fails
+    on a null; the row is filtered out before anything sees its values)."""
+    columns = [pa.array([record], pa.string()) if field.name == ACKNOWLEDGEMENT_COLUMN
+               else pa.nulls(1, field.type) if field.nullable else pa.array([_placeholder(field.type)], field.type)
+               for field in schema]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _placeholder(arrow_type: pa.DataType) -> Any:
+    """A value of ``arrow_type`` (as Python gives it to Arrow) that is no null, nor holds one where
+    the type forbids it."""
+    if pa.types.is_struct(arrow_type):
+        return {field.name: None if field.nullable else _placeholder(field.type) for field in arrow_type}
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_map(arrow_type):
+        return []
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return ""
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return b""
+    if pa.types.is_boolean(arrow_type):
+        return False
+    if pa.types.is_decimal(arrow_type):
+        return decimal.Decimal(0)
+    if pa.types.is_floating(arrow_type):
+        return 0.0
+    if pa.types.is_interval(arrow_type):
+        return (0, 0, 0)  # months, days, nanoseconds
+    return 0  # integers, dates, times, timestamps, durations
 
 
 #: the last line of a Python worker's traceback that raised a statekit error (class and message)
@@ -398,8 +447,8 @@ def _plan(df: DataFrame, key_columns: tuple[str, ...], parallelism: int, max_par
 
 
 def _subtask_states(acknowledgements: list, parallelism: int) -> dict[int, SubtaskAcknowledgement]:
-    """One acknowledgement per subtask; a repeated one (speculative or retried attempt) replaces
-    the earlier one. Failed attempts' accumulator updates never arrive."""
+    """One acknowledgement per subtask; a repeated one replaces the earlier one. Failed attempts'
+    rows never reach the stage's result."""
     states: dict[int, SubtaskAcknowledgement] = {}
     for index, payload, recovery, event_time, sink_entry in acknowledgements:
         if 0 <= index < parallelism:

@@ -35,10 +35,11 @@ from pyspark.sql.types import StructType
 from statekit.checkpoint.ownership import check_identity
 from statekit.runtime.event_time import duration_ms
 from statekit.runtime.function import ProcessFunction
-from statekit.spark.conf import StatekitConf
+from statekit.spark.conf import PREFIX, StatekitConf
 from statekit.spark.keyed import KeyedJob
 from statekit.spark.query_checkpoint import QueryCheckpoint
 from statekit.spark.restore_point import StreamProgress
+from statekit.spark.session import is_connect
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.sinks import Sink
 
@@ -72,6 +73,12 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
                                  f"batch_id)")
     job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
                           event_time, watermark_delay, late_rows, transactional, pre_aggregate)
+    if is_connect(df.sparkSession) and not job.storage.durable:
+        raise ConfigurationError(
+            f"the checkpoint storage {job.storage.name!r} keeps checkpoints in the memory of the process that "
+            f"coordinates them; on a Spark Connect session a streaming query's micro-batches are coordinated by a "
+            f"Python process of the Connect server, whose memory this client neither sees nor keeps: set "
+            f"{PREFIX}checkpoint.storage=filesystem (with {PREFIX}checkpoint.dir) or another durable storage")
     if heartbeat is not None:
         interval_ms = duration_ms(heartbeat, "heartbeat")
         df = with_heartbeat(df)

@@ -4,13 +4,13 @@ snapshot, and stream the output back while the snapshot uploads.
 
 Everything the task needs travels in a picklable ``SubtaskSpec``; native state (RocksDB, LMDB) is
 opened inside the Python worker, never before a fork. The subtask's snapshot handles go back to
-the driver through an accumulator as JSON.
+the driver as data: ``acknowledge`` gets them, as JSON, and the stage returns them as a row.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -94,7 +94,7 @@ class SubtaskSpec:
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
-                acknowledge: Any) -> Iterator[pa.RecordBatch]:
+                acknowledge: Callable[[tuple], None]) -> Iterator[pa.RecordBatch]:
     subtask = SubtaskInfo(spec.job_id, spec.operator_id, subtask_index, spec.parallelism, spec.max_parallelism)
     access = spec.storage.create_access(spec.job_id)
     restore, own_state = _restore_of(spec, subtask_index, access)
@@ -178,8 +178,8 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
     else:
         lease.release()
     seen = (tracker.max_event_time_ms, tracker.late_rows) if tracker is not None else (MIN_TIMESTAMP, 0)
-    acknowledge.add([(subtask_index, json.dumps(state.to_json()), recovery, seen,
-                      json.dumps(sink_entry) if sink_entry is not None else None)])
+    acknowledge((subtask_index, json.dumps(state.to_json()), recovery, seen,
+                 json.dumps(sink_entry) if sink_entry is not None else None))
 
 
 def _sink_context(spec: SubtaskSpec, subtask_index: int) -> SinkContext:
