@@ -18,24 +18,27 @@ BOUNDED_JOB = os.path.join(os.path.dirname(__file__), "jobs", "bounded_epoch.py"
 WORKLOAD_COLUMNS = ("key", "category", "amount")
 
 
-def write_micro_batches(work: Path, batches: Sequence[Sequence[tuple]], columns: Sequence[str] = WORKLOAD_COLUMNS) -> None:
+def write_micro_batches(work: Path, batches: Sequence[Sequence[tuple]], columns: Sequence[str] = WORKLOAD_COLUMNS,
+                        start: int = 0) -> None:
     """One JSON file per micro-batch in ``work/source``; the file source takes them in order of
-    modification time, so each gets a later one."""
-    os.makedirs(work / "source")
-    for i, rows in enumerate(batches):
+    modification time, so each gets a later one. ``start``: the number of the first (files added
+    to a source that has ``start`` of them)."""
+    os.makedirs(work / "source", exist_ok=start > 0)
+    for i, rows in enumerate(batches, start):
         path = work / "source" / f"part-{i:03d}.json"
         with open(path, "w") as f:
             f.writelines(json.dumps(dict(zip(columns, row))) + "\n" for row in rows)
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
 
 
-def _job_env() -> dict[str, str]:
+def job_env() -> dict[str, str]:
+    """A job process's environment: quick JVMs, and this interpreter's import path (the tests' too)."""
     return short_job_env(PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
 
 
 def run_killable(work: Path, backend: str, kill: str, *arguments: str) -> subprocess.CompletedProcess:
     """Run the job (``killable_stream.py WORK BACKEND KILL [JOB [SINK [MASTER]]]``) to its end or its kill."""
-    return subprocess.run([sys.executable, JOB, str(work), backend, kill, *arguments], env=_job_env(),
+    return subprocess.run([sys.executable, JOB, str(work), backend, kill, *arguments], env=job_env(),
                           capture_output=True, text=True, timeout=600)
 
 
@@ -47,6 +50,6 @@ def run_bounded_epoch(work: Path, job_id: str, rows: Sequence[tuple], kill: str,
     rows_file.write_text(json.dumps([list(row) for row in rows]))
     done = subprocess.run([sys.executable, BOUNDED_JOB, str(rows_file), str(output_file), job_id, kill,
                            *(f"{name}={value}" for name, value in settings.items())],
-                          env=_job_env(), capture_output=True, text=True, timeout=600)
+                          env=job_env(), capture_output=True, text=True, timeout=600)
     output = [(key, count) for key, count in json.loads(output_file.read_text())] if output_file.exists() else []
     return done, output
