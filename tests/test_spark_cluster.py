@@ -4,6 +4,7 @@ a failed and retried task, restarts, a replayed micro-batch, rescale 4 -> 3 -> 8
 switches through savepoints), every result compared with the oracle.
 
 A SparkContext per process: each backend runs the one command in a subprocess."""
+import re
 import subprocess
 import sys
 
@@ -23,4 +24,6 @@ def test_spark_level_on_separate_executor_processes(backend, storage):
                           "-p", "no:cacheprovider"], env=short_job_env(), capture_output=True, text=True,
                          timeout=1200)
     assert run.returncode == 0 and "statekit conformance: PASSED" in run.stdout, run.stdout[-5000:] + run.stderr[-3000:]
-    assert "spark             11       0        0" in run.stdout, run.stdout[-3000:]
+    spark = re.search(r"^spark\s+(\d+)\s+(\d+)\s+(\d+)\s*$", run.stdout, re.MULTILINE)
+    assert spark is not None and int(spark.group(1)) >= 12 and spark.group(2) == spark.group(3) == "0", \
+        run.stdout[-3000:]
