@@ -7,13 +7,20 @@ aggregation (RocksDB state store). Every side drops its output in the stage that
 Spark's sides write to the ``noop`` format, statekit's to ``DiscardingSink``. Reports rows/s and
 statekit's ratio to each peer.
 
-    python -m benchmarks.spark_keyed [--rows 1000000] [--keys 100000] [--micro-batches 1] [--json FILE]
+``--connect`` adds, in the same run, statekit (heap, vectorized) and the built-in aggregation on
+a local Spark Connect server (``SparkSession.builder.remote("local[2]")``, in a process of its
+own: a Python process holds classic or Connect sessions, not both): statekit on Connect against
+statekit on classic, and against the built-in aggregation on Connect.
+
+    python -m benchmarks.spark_keyed [--rows 1000000] [--keys 100000] [--micro-batches 1] [--connect] [--json FILE]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -92,18 +99,21 @@ class PreAggregatedCountAndLast(KeyedVectorFunction):
         return {"k": groups.first("k"), "count": counts, "last": last}
 
 
-def session() -> Any:
-    """The local[2] session every query of the benchmark runs in."""
+def session(connect: bool = False) -> Any:
+    """The local[2] session every query of the benchmark runs in; ``connect``: a Spark Connect
+    session, on a local Connect server this process starts."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
-    spark = (SparkSession.builder.master("local[2]").appName("statekit-bench")
+    builder = SparkSession.builder.remote("local[2]") if connect else SparkSession.builder.master("local[2]")
+    spark = (builder.appName("statekit-bench")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.sql.streaming.stateStore.providerClass",
                      "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
              .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    if not connect:
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
@@ -138,18 +148,63 @@ def run(rows: int, keys: int, micro_batches: int = 1, backends: tuple[str, ...] 
         spark: Any = None, rounds: int = ROUNDS) -> list[dict]:
     """Every side over ``rows`` rows of ``keys`` keys in ``micro_batches`` micro-batches; one
     record per backend and peer. Starts (and stops) a session unless ``spark`` is given."""
+    seconds = timed_sides(rows, keys, micro_batches, backends, spark, rounds)
+    return [record(f"spark {size_label(rows, keys, micro_batches)}: statekit {backend}{API_LABELS[api]} vs {peer}",
+                   rows / seconds[f"statekit {backend} {api}"], rows / seconds[peer], "rows/s", group="spark",
+                   aim=AIMS.get(peer), backend=backend, api=API_NAMES[api], peer_api=peer, rows=rows, keys=keys,
+                   micro_batches=micro_batches, seconds=seconds[f"statekit {backend} {api}"],
+                   peer_seconds=seconds[peer])
+            for backend in backends for api in API_NAMES for peer in PEERS]
+
+
+#: the sides ``--connect`` runs on both kinds of session
+CONNECT_BACKEND, CONNECT_API = "heap", "vector"
+CONNECT_SIDES = (f"statekit {CONNECT_BACKEND} {CONNECT_API}", BUILT_IN)
+
+
+def run_on_connect(rows: int, keys: int, micro_batches: int = 1, spark: Any = None, rounds: int = ROUNDS) -> list[dict]:
+    """statekit and the built-in aggregation (``CONNECT_SIDES``) on a classic session (``spark``, or
+    one of its own) and on a local Connect server run by a process of its own; records statekit on
+    Connect against statekit on classic and against the built-in aggregation on Connect."""
+    classic = timed_sides(rows, keys, micro_batches, (CONNECT_BACKEND,), spark, rounds, CONNECT_SIDES)
+    with tempfile.TemporaryDirectory(prefix="statekit-bench-connect-") as directory:
+        path = os.path.join(directory, "seconds.json")
+        subprocess.run([sys.executable, "-m", "benchmarks.spark_keyed", "--rows", str(rows), "--keys", str(keys),
+                        "--micro-batches", str(micro_batches), "--rounds", str(rounds), "--connect-seconds", path],
+                       check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        with open(path) as f:
+            connect = json.load(f)
+    ours = CONNECT_SIDES[0]
+    details = dict(group="spark", backend=CONNECT_BACKEND, api=API_NAMES[CONNECT_API], rows=rows, keys=keys,
+                   micro_batches=micro_batches, seconds=connect[ours])
+    size = size_label(rows, keys, micro_batches)
+    label = f"statekit {CONNECT_BACKEND}{API_LABELS[CONNECT_API]} on Connect"
+    return [record(f"spark {size}: {label} vs on classic", rows / connect[ours], rows / classic[ours], "rows/s",
+                   peer_api="statekit on classic", peer_seconds=classic[ours], **details),
+            record(f"spark {size}: {label} vs {BUILT_IN} on Connect", rows / connect[ours], rows / connect[BUILT_IN],
+                   "rows/s", peer_api=f"{BUILT_IN} on Connect", peer_seconds=connect[BUILT_IN], **details)]
+
+
+def size_label(rows: int, keys: int, micro_batches: int) -> str:
+    return f"{count_label(rows)} rows/{count_label(keys)} keys/{micro_batches} batch{'es' if micro_batches > 1 else ''}"
+
+
+def timed_sides(rows: int, keys: int, micro_batches: int, backends: tuple[str, ...], spark: Any = None,
+                rounds: int = ROUNDS, only: tuple[str, ...] | None = None, connect: bool = False) -> dict[str, float]:
+    """The seconds of each side (``only`` these), in ``spark`` or a session of its own (a Connect
+    session with ``connect``)."""
     work = tempfile.mkdtemp(prefix="statekit-bench-spark-")
-    active = spark or session()
+    active = spark or session(connect)
     try:
-        return _run(active, rows, keys, micro_batches, backends, work, rounds)
+        return _seconds(active, rows, keys, micro_batches, backends, work, rounds, only)
     finally:
         if spark is None:
             active.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[str, ...], work: str,
-         rounds: int) -> list[dict]:
+def _seconds(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[str, ...], work: str,
+             rounds: int, only: tuple[str, ...] | None) -> dict[str, float]:
     from pyspark.sql import Row, functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -230,6 +285,8 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
     sides["transformWithState"] = lambda source, phase: noop_sink(
         stream(source).groupBy("k").transformWithState(TwsRowsCountAndLast(), OUTPUT, "Update", "None"),
         f"tws-rows-{phase}")
+    if only is not None:
+        sides = {name: start for name, start in sides.items() if name in only}
 
     # every side runs untimed on a small input right before its timed run, so the timed query pays
     # neither for JVM warm-up nor for starting its Python workers and importing into them (Spark
@@ -246,14 +303,7 @@ def _run(spark: Any, rows: int, keys: int, micro_batches: int, backends: tuple[s
     for round_ in range(1, rounds):
         for name in close:
             seconds[name] = min(seconds[name], timed_query(lambda: sides[name](source, f"timed-{round_}")))
-
-    size = f"{count_label(rows)} rows/{count_label(keys)} keys/{micro_batches} batch{'es' if micro_batches > 1 else ''}"
-    return [record(f"spark {size}: statekit {backend}{API_LABELS[api]} vs {peer}",
-                   rows / seconds[f"statekit {backend} {api}"], rows / seconds[peer], "rows/s", group="spark",
-                   aim=AIMS.get(peer), backend=backend, api=API_NAMES[api], peer_api=peer, rows=rows, keys=keys,
-                   micro_batches=micro_batches, seconds=seconds[f"statekit {backend} {api}"],
-                   peer_seconds=seconds[peer])
-            for backend in backends for api in API_NAMES for peer in PEERS]
+    return seconds
 
 
 def main() -> None:
@@ -263,10 +313,26 @@ def main() -> None:
     parser.add_argument("--micro-batches", type=int, default=1)
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="best of this many runs of the close sides")
+    parser.add_argument("--connect", action="store_true",
+                        help="also statekit and the built-in aggregation on a local Spark Connect server")
+    parser.add_argument("--connect-seconds", metavar="FILE", help=argparse.SUPPRESS)  # run_on_connect's process
     parser.add_argument("--json")
     args = parser.parse_args()
-    report(run(args.rows, args.keys, args.micro_batches, tuple(args.backends.split(",")), rounds=args.rounds),
-           args.json)
+    if args.connect_seconds:
+        seconds = timed_sides(args.rows, args.keys, args.micro_batches, (CONNECT_BACKEND,), rounds=args.rounds,
+                              only=CONNECT_SIDES, connect=True)
+        with open(args.connect_seconds, "w") as f:
+            json.dump(seconds, f)
+        return
+    spark = session()
+    try:
+        records = run(args.rows, args.keys, args.micro_batches, tuple(args.backends.split(",")), spark=spark,
+                      rounds=args.rounds)
+        if args.connect:
+            records += run_on_connect(args.rows, args.keys, args.micro_batches, spark=spark, rounds=args.rounds)
+    finally:
+        spark.stop()
+    report(records, args.json)
 
 
 if __name__ == "__main__":
