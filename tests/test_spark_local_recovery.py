@@ -7,6 +7,7 @@ from statekit.checkpoint.metadata import CheckpointMetadata
 from statekit.conformance_tests.workload import (
     WorkloadBatchFunction, dump_state, expected_key_state, make_rows, oracle,
 )
+from statekit.runtime.local_recovery import job_scope
 from statekit.spark import StatekitConf, process_keyed
 from statekit.storage.pointers import resolve
 
@@ -69,5 +70,33 @@ def test_streaming_epochs_reuse_local_state_across_a_rescale(spark, statekit_set
     recovered = {r.checkpoint_id: (r.parallelism, set(r.recovery.values()), len(r.recovery)) for r in rows}
     assert recovered == {1: (4, {"fresh"}, 4), 2: (4, {"local"}, 4), 3: (4, {"local"}, 4),
                          4: (8, {"storage"}, 8), 5: (8, {"local"}, 8), 6: (8, {"local"}, 8)}
+    scope = job_scope("filesystem", checkpoints, {}, durable=True)
     assert sorted(p.name for p in (local / job / "keyed-process").iterdir()) == sorted(
-        f"{backend}-subtask-{i}-of-8-max-128" for i in range(8))
+        f"{backend}-{scope}-subtask-{i}-of-8-max-128" for i in range(8))
+
+
+def test_two_jobs_of_one_id_checkpointing_elsewhere_each_reuse_their_own_local_state(spark, statekit_settings, tmp_path):
+    """Two RocksDB jobs with the same job id, each checkpointing to its own directory, take turns on
+    one machine and one local directory (as two queries of a test campaign with the default local
+    directory do). Each reuses its own working state: read through statekit-metadata, every epoch
+    after the first is `local`. They shared one slot per subtask before: each found the other's state
+    there, and every epoch of both restored from storage, also after a rescale; and a rescale of one
+    removed the other's slots."""
+    job, local = "one-id-two-places", str(tmp_path / "local")
+
+    def run(place, parallelism, seed):
+        statekit_settings({"backend": "rocksdb", "checkpoint.storage": "filesystem",
+                           "checkpoint.dir": f"file://{tmp_path}/{place}", "checkpoint.incremental": "true",
+                           "checkpoint.num-retained": "10", "parallelism": parallelism, "local.dir": local})
+        rows = make_rows(300, 80, seed)
+        out = process_keyed(spark.createDataFrame(rows, SCHEMA).coalesce(1), "key", WorkloadBatchFunction(),
+                            "key string, count long", job_id=job).collect()
+        assert len(out) == len(rows)
+
+    for seed, (place, parallelism) in enumerate([("a", 2), ("b", 2), ("a", 2), ("b", 2), ("a", 3), ("a", 3),
+                                                 ("b", 2)]):
+        run(place, parallelism, 60 + seed)
+    recovered = {place: {r.checkpoint_id: (r.parallelism, set(r.recovery.values())) for r in spark.read.format(
+        "statekit-metadata").load(f"file://{tmp_path}/{place}/{job}").collect()} for place in ("a", "b")}
+    assert recovered == {"a": {1: (2, {"fresh"}), 2: (2, {"local"}), 3: (3, {"storage"}), 4: (3, {"local"})},
+                         "b": {1: (2, {"fresh"}), 2: (2, {"local"}), 3: (2, {"local"})}}

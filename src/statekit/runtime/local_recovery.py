@@ -4,7 +4,9 @@ restore point.
 
 Spark runs each subtask in whichever Python worker is free, forks workers from a daemon, reuses
 them and kills them when idle. So working state is found by a *slot* on executor-local disk,
-named by (job, operator, subtask index, parallelism, max parallelism), not by process:
+named by (job, operator, subtask index, parallelism, max parallelism), not by process, and by
+where the job's checkpoints are (``job_scope``): two jobs of one id that checkpoint elsewhere (two
+queries, or runs with two checkpoint directories) never share a slot:
 
 * ``<slot>/state`` is the backend's working directory. An exclusive ``flock`` on the slot's lock
   file guards it, so no two processes ever open the same RocksDB or LMDB files; a process that
@@ -33,6 +35,7 @@ is always restored from storage, since union list state is redistributed on ever
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -40,7 +43,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import xxhash
 
@@ -130,22 +133,34 @@ class SlotLease:
             release_lock(fd)
 
 
+def job_scope(storage: str, checkpoint_dir: str | None, storage_options: Mapping[str, Any], durable: bool) -> str:
+    """Where a job's checkpoints are, as a short digest that names its slots (``lease_slot``): the
+    storage, its directory and options, and for a storage that keeps checkpoints in driver memory,
+    the driver process (computed on the driver). Without it, two jobs of one id running on one
+    machine (say two queries, each checkpointing to its own directory) shared their slots: each
+    found the other's state there and restored from storage every epoch, and a rescale of one
+    removed the other's slots."""
+    where = [storage, checkpoint_dir, sorted((str(k), str(v)) for k, v in storage_options.items()),
+             None if durable else PROCESS_TOKEN]
+    return hashlib.sha256(json.dumps(where).encode()).hexdigest()[:12]
+
+
 def lease_slot(local_root: str, backend_name: str, subtask: SubtaskInfo, restore: SubtaskState | None,
-               retention_seconds: float = DEFAULT_RETENTION_SECONDS) -> SlotLease:
+               retention_seconds: float = DEFAULT_RETENTION_SECONDS, scope: str = "") -> SlotLease:
     """Take the subtask's slot for an epoch of backend ``backend_name`` restoring ``restore``
     (None: fresh state; else the subtask's own state in a restore point of this layout). Each
     backend has slots of its own: after a switch of backends the working state of the other one
-    is never reopened.
+    is never reopened; so has each ``scope`` (``job_scope``) of the job.
 
     Drops whatever this process parked for slots that now reflect another process's state, removes
     the slots nothing needs any more (see the module), and claims the slot: after this call the
     slot makes no claim until ``publish``."""
     sweep_unused(local_root, retention_seconds)
     parent = os.path.join(local_root, safe_name(subtask.job_id), safe_name(subtask.operator_id))
-    name = slot_name(backend_name, subtask.subtask_index, subtask.parallelism, subtask.max_parallelism)
+    name = slot_name(backend_name, subtask.subtask_index, subtask.parallelism, subtask.max_parallelism, scope)
     directory = os.path.join(parent, name)
     if restore is not None:
-        _remove_other_layouts(parent, backend_name, name)
+        _remove_other_layouts(parent, backend_name, name, scope)
     _drop_stale_parked()
     while True:
         os.makedirs(directory, exist_ok=True)
@@ -174,14 +189,19 @@ def lease_slot(local_root: str, backend_name: str, subtask: SubtaskInfo, restore
     return SlotLease(directory, fd, reusable, parked)
 
 
-def slot_name(backend_name: str, subtask_index: int, parallelism: int, max_parallelism: int) -> str:
-    return f"{safe_name(backend_name)}-subtask-{subtask_index}-of-{parallelism}-max-{max_parallelism}"
+def slot_name(backend_name: str, subtask_index: int, parallelism: int, max_parallelism: int, scope: str = "") -> str:
+    return f"{_slot_prefix(backend_name, scope)}-subtask-{subtask_index}-of-{parallelism}-max-{max_parallelism}"
 
 
-def _remove_other_layouts(parent: str, backend_name: str, name: str) -> None:
-    """Remove the slots of ``backend_name`` in ``parent`` (the job's operator) of another layout than
-    slot ``name``'s: their state reflects checkpoints older than the restore point."""
-    pattern = re.compile(re.escape(safe_name(backend_name)) + r"-subtask-\d+-of-(\d+)-max-(\d+)")
+def _slot_prefix(backend_name: str, scope: str) -> str:
+    return f"{safe_name(backend_name)}-{safe_name(scope)}" if scope else safe_name(backend_name)
+
+
+def _remove_other_layouts(parent: str, backend_name: str, name: str, scope: str = "") -> None:
+    """Remove the slots of ``backend_name`` and ``scope`` in ``parent`` (the job's operator) of another
+    layout than slot ``name``'s: their state reflects checkpoints older than the restore point. The
+    slots of another scope are another job's (of the same id), left alone."""
+    pattern = re.compile(re.escape(_slot_prefix(backend_name, scope)) + r"-subtask-\d+-of-(\d+)-max-(\d+)")
     layout = pattern.fullmatch(name)
     assert layout is not None
     try:

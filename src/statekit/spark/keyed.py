@@ -37,6 +37,7 @@ from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStor
 from statekit.checkpoint.snapshot_format import format_property
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.function import ProcessFunction, check_function
+from statekit.runtime.local_recovery import job_scope
 from statekit.runtime.sink_coordinator import SINK_PROPERTY, RetryPolicy, SinkCoordinator
 from statekit.runtime.sink_writer import check_sink
 from statekit.runtime.task import PROCESSING_TIME
@@ -209,7 +210,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                        sink=job.sink.sink if job.sink is not None else None,
                        sink_run=job.sink.run if job.sink is not None else "0",
                        checkpoint_format=conf.checkpoint_format,
-                       local_retention_seconds=conf.local_retention_seconds, key_types=job.key_types)
+                       local_retention_seconds=conf.local_retention_seconds, key_types=job.key_types,
+                       local_scope=job_scope(conf.storage, conf.checkpoint_dir, conf.storage_options, storage.durable))
 
     run = SubtaskRun(spec)
     if job.pre_aggregation is not None:

@@ -91,6 +91,8 @@ class SubtaskSpec:
     #: the key columns' Spark types: a restore checks that each key is in the key group its index
     #: entry claims (``spi.key_groups.key_groups_of_types``); empty: not checked
     key_types: tuple[str, ...] = ()
+    #: where the job's checkpoints are (``runtime.local_recovery.job_scope``): names its slots of working state
+    local_scope: str = ""
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
@@ -99,7 +101,7 @@ def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Reco
     access = spec.storage.create_access(spec.job_id)
     restore, own_state = _restore_of(spec, subtask_index, access)
     lease = lease_slot(spec.local_dir or default_local_dir(), spec.state_backend.name, subtask, own_state,
-                       spec.local_retention_seconds)
+                       spec.local_retention_seconds, spec.local_scope)
     try:
         task, recovery = _open_task(spec, subtask, restore, lease)
     except BaseException:
