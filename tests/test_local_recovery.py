@@ -31,11 +31,6 @@ JOB, OPERATOR, MAX_PARALLELISM = "local-recovery", "keyed-process", 128
 SCHEMA = pa.schema([("key", pa.string()), ("count", pa.int64())])
 
 
-class _Acknowledgements(list):
-    def add(self, items):
-        self.extend(items)
-
-
 class _Coordinator:
     """The driver's part: run epochs of one subtask (parallelism 1) and commit their checkpoints."""
 
@@ -59,11 +54,11 @@ class _Coordinator:
     def run(self, epoch: int, rows, *, commit: bool = True, function=None) -> str:
         """Run ``epoch`` over ``rows``, subtask by subtask; returns how the subtasks recovered
         (when all recovered alike, else a comma-separated list)."""
-        acknowledgements = _Acknowledgements()
+        acknowledgements: list[tuple] = []
         for index in range(self.parallelism):
             mine = [r for r in rows if key_group_for_key(r[0], MAX_PARALLELISM) * self.parallelism
                     // MAX_PARALLELISM == index]
-            list(run_subtask(self.spec(epoch, function), index, iter([_batch(mine)]), acknowledgements))
+            list(run_subtask(self.spec(epoch, function), index, iter([_batch(mine)]), acknowledgements.append))
         states = [SubtaskState.from_json(json.loads(payload)) for _, payload, *_ in acknowledgements]
         if commit:
             operator = OperatorState(OPERATOR, self.parallelism, MAX_PARALLELISM, tuple(states))
