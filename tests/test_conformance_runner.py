@@ -111,3 +111,12 @@ def test_a_bad_storage_option_stops_the_run_before_any_test(tmp_path, storage, o
     assert run.returncode == 4, run.output  # pytest's usage error: nothing ran
     assert message in run.output, run.output
     assert not run.failures and not run.passed, "tests ran although the storage's options were wrong"
+
+
+def test_the_command_passes_a_flag_as_a_flag():
+    from statekit.conformance_tests.__main__ import pytest_arguments
+
+    arguments = pytest_arguments(["--backend", "heap", "--spark-connect", "-x"])
+    assert arguments == ["-p", "statekit", "--statekit-backend", "heap", "--statekit-spark-master", "local[2,3]",
+                         "--statekit-spark-connect", "-x"]
+    assert "--statekit-spark-connect" not in pytest_arguments(["--backend", "heap"])

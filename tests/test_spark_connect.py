@@ -4,7 +4,10 @@ its own) run twice, the second time as a restart of client and server; each entr
 result is compared here with a plain-Python oracle, and the keyed job with the same job run on
 this session's classic SparkSession, which must end with identical state.
 
-The two client runs are shared by the module (one Connect server each, ~20 s to start).
+The two client runs are shared by the module (one Connect server each, ~20 s to start). The
+conformance suite's Spark level runs on Connect too (``--statekit-spark-connect``): here the heap
+backend's, with both storages, as the representative set; any backend's runs the same way
+(``pytest --statekit-spark-connect tests/test_conformance_rocksdb.py -k Spark``).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from statekit.spark import StatekitConf, latest_checkpoint, process_keyed
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 CLIENT = Path(__file__).parent / "jobs" / "connect_client.py"
+ROOT = Path(__file__).parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +188,15 @@ def test_the_jobmanager_storage_is_refused_for_a_stream_naming_the_storage_to_us
     assert "result" not in recorded, "a stream with the jobmanager storage ran on Connect"
     assert recorded["error"].startswith("ConfigurationError: the checkpoint storage 'jobmanager'"), recorded["error"]
     assert "spark.statekit.checkpoint.storage=filesystem" in recorded["error"]
+
+
+def test_the_conformance_suites_spark_level_passes_on_connect():
+    """The heap backend's Spark level (checkpoints, a retried task, a restart, a restarted stream,
+    local recovery, rescales, backend switches through savepoints; filesystem and jobmanager
+    storages) on a Connect session of its own pytest process (one Connect server for all)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--statekit-spark-connect", "tests/test_conformance_heap.py",
+                           "-k", "Spark", "-q", "-p", "no:cacheprovider"], cwd=ROOT, env=job_env(),
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, f"the Spark level failed on Connect:\n{done.stdout[-6000:]}"
+    summary = done.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "failed" not in summary and "skipped" not in summary, summary

@@ -28,6 +28,9 @@ def pytest_arguments(argv: Sequence[str]) -> list[str]:
     translated = ["-p", "statekit"]
     for name in SUITE_OPTIONS:
         value = getattr(args, name.replace("-", "_"))
+        if isinstance(value, bool):  # a flag
+            translated += [f"--statekit-{name}"] if value else []
+            continue
         for item in value if isinstance(value, list) else [] if value is None else [value]:
             translated += [f"--statekit-{name}", item]
     return translated + list(rest)

@@ -37,6 +37,9 @@ SUITE_OPTIONS: dict[str, dict[str, Any]] = {
               "help": f"run only this level (repeatable, or comma-separated): {', '.join(LEVELS)}"},
     "spark-master": {"default": DEFAULT_MASTER, "metavar": "MASTER",
                      "help": f"the Spark level's master (default: {DEFAULT_MASTER})"},
+    "spark-connect": {"action": "store_true",
+                      "help": "run the Spark level on a Spark Connect session, on a local Connect server of that "
+                              "master (needs statekit[connect])"},
 }
 
 
@@ -117,10 +120,11 @@ def statekit_target(pytestconfig: pytest.Config) -> SuiteTarget:
 
 @pytest.fixture(scope="session")
 def statekit_spark(pytestconfig: pytest.Config) -> Iterator[Any]:
-    """A real local SparkSession (``local[2,3]`` unless --statekit-spark-master), started on first
-    use and shared by the whole session."""
+    """A real local SparkSession (``local[2,3]`` unless --statekit-spark-master; a Spark Connect
+    session with --statekit-spark-connect), started on first use and shared by the whole session."""
     from statekit.conformance_tests.spark_session import local_spark_session
 
-    session = local_spark_session(pytestconfig.getoption("statekit_spark_master"))
+    session = local_spark_session(pytestconfig.getoption("statekit_spark_master"),
+                                  connect=pytestconfig.getoption("statekit_spark_connect"))
     yield session
     session.stop()

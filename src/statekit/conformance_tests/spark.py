@@ -35,7 +35,8 @@ from statekit.conformance_tests.workload import (
 from statekit.checkpoint.store import CompletedCheckpoint
 from statekit.runtime.function import ProcessFunction
 from statekit.spark import StatekitConf, latest_checkpoint, process_keyed, process_keyed_stream, savepoint
-from statekit.spi import StateBackend
+from statekit.spark.session import is_connect
+from statekit.spi import ConfigurationError, StateBackend
 from statekit.spi.storage import CheckpointStreams
 
 SCHEMA = "key string, category string, amount long"
@@ -109,14 +110,21 @@ class SparkJobs:
             with open(path, "w") as f:
                 f.writelines(json.dumps({"key": k, "category": c, "amount": a}) + "\n" for k, c, a in rows)
             os.utime(path, (1_700_000_000 + i,) * 2)  # the file source takes the oldest file first
-        seen: list[tuple[int, int]] = []
+        # the sink function records each micro-batch in a file: on a Spark Connect session it runs in a
+        # Python process of the server (local: on this machine), not in this one
+        record = self.work / f"micro-batches-{uuid.uuid4().hex[:8]}.jsonl"
+        record.touch()
+
+        def sink(out: Any, batch_id: int) -> None:
+            with open(record, "a") as f:
+                f.write(json.dumps([batch_id, out.count()]) + "\n")
+
         stream = self.spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
-        query = process_keyed_stream(stream, "key", WorkloadFunction(), OUTPUT,
-                                     lambda out, batch_id: seen.append((batch_id, out.count())),
+        query = process_keyed_stream(stream, "key", WorkloadFunction(), OUTPUT, sink,
                                      checkpoint_location=query_checkpoint, job_id=self.job_id(job),
                                      trigger={"availableNow": True})
         query.awaitTermination(600)
-        return seen
+        return [tuple(json.loads(line)) for line in record.read_text().splitlines()]
 
 
 class SparkTestBase:
@@ -193,6 +201,11 @@ class SparkRestartTests(SparkTestBase):
     def test_a_restarted_stream_replays_a_micro_batch_exactly_once(self, spark_jobs, tmp_path):
         batches = epochs(3, seed=400)
         query_checkpoint = str(tmp_path / "query-checkpoint")
+        if is_connect(spark_jobs.spark) and not StatekitConf.from_spark(spark_jobs.spark.conf).create_storage().durable:
+            # a Connect server's Python process coordinates the micro-batches: memory the client cannot keep
+            with pytest.raises(ConfigurationError, match="on a Spark Connect session"):
+                spark_jobs.stream("stream", batches, query_checkpoint)
+            return
         seen = spark_jobs.stream("stream", batches, query_checkpoint)
         assert seen == [(b, ROWS_PER_EPOCH) for b in range(3)], f"micro-batches and their output rows: {seen}"
         history = [row for rows in batches for row in rows]

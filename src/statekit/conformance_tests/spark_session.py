@@ -11,14 +11,18 @@ DEFAULT_MASTER = "local[2,3]"
 PREFIX = "spark.statekit."
 
 
-def local_spark_session(master: str = DEFAULT_MASTER) -> Any:
-    """Start (or get) a SparkSession on 127.0.0.1 whose Python workers run this interpreter."""
+def local_spark_session(master: str = DEFAULT_MASTER, connect: bool = False) -> Any:
+    """Start (or get) a SparkSession on 127.0.0.1 whose Python workers run this interpreter;
+    ``connect``: a Spark Connect session on a local Connect server (``builder.remote(master)``),
+    which this process starts and which holds the session's Spark (a process holds Connect or
+    classic sessions, not both)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable  # executors must import this environment's packages
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession
 
-    return (SparkSession.builder.master(master)
+    builder = SparkSession.builder.remote(master) if connect else SparkSession.builder.master(master)
+    return (builder
             .appName("statekit-conformance")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
