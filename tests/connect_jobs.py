@@ -69,6 +69,13 @@ class AddToTotal(KeyedProcessFunction):
         yield ctx.current_key, self.total.value()
 
 
+class WrongType(KeyedProcessFunction):
+    """Returns a float for the output's bigint column."""
+
+    def process(self, row, ctx):
+        yield ctx.current_key, 1.5
+
+
 def bootstrap_oracle() -> list[tuple]:
     initial = dict(BOOTSTRAP)
     return sorted((key, initial.get(key, 0) + amount) for key, amount in BOOTSTRAP_INPUT)

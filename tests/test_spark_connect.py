@@ -183,6 +183,14 @@ def test_a_stream_with_event_time_fires_the_oracles_windows(connect_work):
     assert_same_rows(written, expected, "the stream's window outputs")
 
 
+def test_a_statekit_error_in_a_task_reaches_the_client_as_itself(connect_work):
+    recorded = json.loads((connect_work / "first.json").read_text())["worker_error"]
+    assert "result" not in recorded, "a function returning a float for a bigint column ran on Connect"
+    assert recorded["error"].startswith("FunctionResultError: WrongType returned float 1.5 for output column 'count'"), \
+        recorded["error"]
+    assert "raised in a Spark task" in recorded["error"]
+
+
 def test_the_jobmanager_storage_is_refused_for_a_stream_naming_the_storage_to_use(connect_work):
     recorded = json.loads((connect_work / "first.json").read_text())["jobmanager_refused"]
     assert "result" not in recorded, "a stream with the jobmanager storage ran on Connect"

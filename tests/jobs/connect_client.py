@@ -87,6 +87,11 @@ def first(steps: Steps) -> None:
         latest, _ = latest_checkpoint(spark, "statekit-connect")
         return latest.metadata.operator("keyed-process").parallelism
     steps.run("defaults", defaults)
+    def worker_error():  # a statekit error raised in a task reaches the client as itself
+        steps.configure(parallelism=2)
+        process_keyed(spark.createDataFrame(epochs[0][:10], SCHEMA), "key", jobs.WrongType(), OUTPUT,
+                      job_id="wrong-type").collect()
+    steps.run("worker_error", worker_error)
     steps.run("vector", lambda: steps.keyed("vector", epochs[:2], WorkloadVectorFunction(), parallelism=2))
 
     def pre_aggregated():
