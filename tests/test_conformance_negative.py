@@ -132,6 +132,8 @@ def test_handles_relative_to_the_wrong_root_fail_resolution_and_shared_files(tmp
         "TestStorage::test_no_claim_restore_of_an_own_checkpoint_outlives_the_coordinator": ("S3 must go",),
         "TestStorage::test_claim_restore_adopts_the_restored_files": ("S2 follows retention",),
         "TestStorage::test_abort_deletes_only_the_aborted_checkpoints_new_shared_files": ("its new shared S2",),
+        "TestStorage::test_abort_deletes_the_aborted_checkpoints_shared_files_without_their_handles":
+            ("abort(2) left the shared",),
     }, "storage")
 
 
@@ -203,7 +205,8 @@ def test_a_storage_that_declares_itself_not_durable_and_without_shared_files_sti
             "test_registry_is_rebuilt_after_a_restart", "test_no_claim_restore_never_deletes_the_restored_files",
             "test_no_claim_restore_of_an_own_checkpoint_outlives_the_coordinator",
             "test_claim_restore_adopts_the_restored_files",
-            "test_abort_deletes_only_the_aborted_checkpoints_new_shared_files")},
+            "test_abort_deletes_only_the_aborted_checkpoints_new_shared_files",
+            "test_abort_deletes_the_aborted_checkpoints_shared_files_without_their_handles")},
         "TestStorage::test_committed_checkpoint_is_seen_by_a_new_access":
             ("durable=False says a new access starts empty, but it sees checkpoints [1]",),
     }, "storage")

@@ -3,8 +3,10 @@ the job id can come from conf. Checkpoints, restore, rescale, task failures, str
 and backend switches run in the conformance suite's Spark level (tests/test_conformance_*.py)."""
 import datetime
 import decimal
+import sys
 
 import pytest
+from pyspark import cloudpickle
 
 from statekit.conformance_tests.spark import OUTPUT, SCHEMA
 from statekit.conformance_tests.workload import WorkloadFunction, make_rows
@@ -12,6 +14,7 @@ from statekit.spark import StatekitConf, latest_checkpoint, process_keyed
 from statekit.spi import ConfigurationError
 
 pytestmark = pytest.mark.spark
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # its functions run in the executors' workers
 
 
 def test_invalid_conf_fails_before_any_job(spark, statekit_settings):
@@ -243,3 +246,53 @@ def test_not_null_output_columns_keep_their_nullability_and_values(spark, statek
     out = process_keyed(spark.createDataFrame(rows, SCHEMA), "key", EveryOtherKey(), schema, job_id="not-null")
     assert [field.nullable for field in out.schema.fields] == [False] * 11
     assert [tuple(r)[:2] for r in out.collect()] == [("key-0", 1)]
+
+
+class FailsSubtask1AfterSubtask0Uploaded(WorkloadFunction):
+    """Subtask 1 fails the stage once subtask 0's new shared files for the epoch are uploaded (the
+    files under ``shared`` stopped changing), so subtask 0 finished its snapshot first."""
+
+    def __init__(self, shared: str, before: frozenset[str]) -> None:
+        self.shared, self.before = shared, before
+
+    def process(self, row, ctx):
+        from pyspark import TaskContext
+
+        if TaskContext.get().partitionId() == 1:
+            import os
+            import time
+
+            seen, stable_since, deadline = frozenset(), time.monotonic(), time.monotonic() + 120
+            while time.monotonic() < deadline:
+                now = frozenset(os.listdir(self.shared)) - self.before
+                if now != seen:
+                    seen, stable_since = now, time.monotonic()
+                elif seen and time.monotonic() - stable_since > 3:
+                    break
+                time.sleep(0.1)
+            raise RuntimeError(f"subtask 1 fails after subtask 0 uploaded {sorted(seen)}")
+        yield from super().process(row, ctx)
+
+
+def test_a_failed_stage_leaves_no_shared_files_of_the_subtasks_that_finished(spark, statekit_settings, tmp_path):
+    """Subtask 0 uploads its new SST files for checkpoint 2 and finishes; subtask 1 fails the stage.
+    The coordinator never learns subtask 0's handles (a failed stage's rows carry no
+    acknowledgement), so aborting checkpoint 2 in the storage removes them: ``shared`` holds
+    checkpoint 1's files alone, and the next run completes checkpoint 2."""
+    statekit_settings({"backend": "rocksdb", "checkpoint.storage": "filesystem",
+                       "checkpoint.dir": (tmp_path / "checkpoints").as_uri(), "checkpoint.incremental": "true",
+                       "checkpoint.filesystem.memory-threshold": "0",  # every SST file a shared file
+                       "parallelism": 2, "max-parallelism": 128, "local.dir": str(tmp_path / "local")})
+    shared = tmp_path / "checkpoints" / "orphans" / "shared"
+    epochs = [make_rows(200, 40, seed) for seed in (1, 2)]
+    process_keyed(spark.createDataFrame(epochs[0], SCHEMA), "key", WorkloadFunction(), OUTPUT, job_id="orphans")
+    before = frozenset(p.name for p in shared.iterdir())
+    assert before, "checkpoint 1 of an incremental RocksDB job wrote no shared files"
+    failing = FailsSubtask1AfterSubtask0Uploaded(str(shared), before)
+    with pytest.raises(Exception, match="subtask 1 fails after subtask 0 uploaded") as failed:
+        process_keyed(spark.createDataFrame(epochs[1], SCHEMA), "key", failing, OUTPUT, job_id="orphans")
+    assert "uploaded []" not in str(failed.value), "subtask 0 uploaded no shared file for checkpoint 2"
+    left = sorted(p.name for p in shared.iterdir() if p.name not in before)
+    assert left == [], f"the failed checkpoint 2 left shared files that no checkpoint references: {left}"
+    process_keyed(spark.createDataFrame(epochs[1], SCHEMA), "key", WorkloadFunction(), OUTPUT, job_id="orphans")
+    assert latest_checkpoint(spark, "orphans")[0].checkpoint_id == 2

@@ -730,6 +730,20 @@ class StorageRetentionTests(StorageTestBase):
         assert self._alive(access, s1=s1, s2=s2, s3=s3) == {"s1": False, "s2": False, "s3": True}, \
             "claim restore from chk-1, then chk-3 (S3): the adopted S1 is deleted once unused"
 
+    def test_abort_deletes_the_aborted_checkpoints_shared_files_without_their_handles(self, access):
+        """A stage fails after some subtasks wrote their new shared files: the coordinator aborts
+        the checkpoint without their handles, so ``abort`` itself removes what was written for it."""
+        kept = self.write_shared(access, 1, 1)
+        access.commit(1, make_metadata(1, [kept]).to_bytes())
+        orphan = self.write_shared(access, 2, 2)
+        pending = self.write_shared(access, 3, 3)  # the next checkpoint's, written while 2 is aborted
+        access.abort(2)
+        assert not is_readable(access, orphan), (
+            f"abort(2) left the shared {_describe(orphan)} written for checkpoint 2: no completed checkpoint "
+            f"references it, and a subtask that finished in a failed stage never told the coordinator its handle")
+        assert is_readable(access, kept), f"abort(2) removed completed checkpoint 1's shared {_describe(kept)}"
+        assert is_readable(access, pending), f"abort(2) removed checkpoint 3's shared {_describe(pending)}"
+
     def test_abort_deletes_only_the_aborted_checkpoints_new_shared_files(self, access):
         s1, s2 = self.write_shared(access, 1, 1), self.write_shared(access, 2, 2)
         store = CheckpointStore(access, num_retained=1)

@@ -115,7 +115,10 @@ class CheckpointStorageAccess(ABC):
 
     @abstractmethod
     def abort(self, checkpoint_id: int) -> None:
-        """Remove everything an incomplete checkpoint wrote."""
+        """Remove everything an incomplete checkpoint wrote, the streams it wrote in shared scope
+        included: the coordinator may not know their handles (a failed Spark stage drops the
+        acknowledgements of the subtasks that finished), and no completed checkpoint references
+        them (a backend reuses only streams of completed checkpoints)."""
 
     @abstractmethod
     def latest_completed(self) -> CompletedCheckpointPointer | None: ...

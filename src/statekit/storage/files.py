@@ -30,7 +30,7 @@ from statekit.spi.storage import CheckpointOutputStream, CheckpointStreams, Stat
 from statekit.storage.durability import (
     is_local, make_directories, protocol_of, sync_directories, sync_to_disk,
 )
-from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR
+from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SHARED_DIR, shared_file_tag
 from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure, storage_errors
 
 DEFAULT_MEMORY_THRESHOLD = 20 * 1024
@@ -140,11 +140,15 @@ class FileSystemCheckpointStreams(CheckpointStreams):
 
     def _new_file(self, scope: StateScope, name: str | None) -> str:
         """The relative path of a new file in ``scope``."""
-        directory = SHARED_DIR if scope is StateScope.SHARED else self.exclusive_dir
-        if directory is None:
+        if self.exclusive_dir is None:
             raise SnapshotError("these checkpoint streams are read-only")
-        tag = f"{self.attempt}-" if self.attempt else ""
-        return posixpath.join(directory, f"{name or 'state'}-{tag}{uuid.uuid4().hex}")
+        attempt = f"{self.attempt}-" if self.attempt else ""
+        file_name = f"{name or 'state'}-{attempt}{uuid.uuid4().hex}"
+        if scope is not StateScope.SHARED:
+            return posixpath.join(self.exclusive_dir, file_name)
+        written_for = CHECKPOINT_DIR_PATTERN.match(posixpath.basename(self.exclusive_dir))
+        tag = shared_file_tag(int(written_for.group(1))) if written_for else ""
+        return posixpath.join(SHARED_DIR, tag + file_name)
 
     def upload_file(self, path: str, scope: StateScope, name: str, move: bool = False) -> StreamStateHandle:
         """Where the checkpoint directory is on this machine (``file://``), a rename with ``move``

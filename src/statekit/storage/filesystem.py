@@ -27,7 +27,7 @@ from statekit.storage.files import (
     DEFAULT_MEMORY_THRESHOLD, FileSystemCheckpointStreams, check_writable, completed_checkpoint_ids,
     replace_atomically, write_metadata_atomically,
 )
-from statekit.storage.layout import METADATA_FILE, OWNER_FILE, SHARED_DIR
+from statekit.storage.layout import METADATA_FILE, OWNER_FILE, SHARED_DIR, shared_file_tag
 from statekit.storage.pointers import SavepointLocation, resolve
 from statekit.storage.urls import CHECKPOINT_DIR_SETTING, io_failure, open_url, storage_errors
 
@@ -59,9 +59,24 @@ class FileSystemStorageAccess(CheckpointStorageAccess):
             if self.fs.exists(self._metadata_path(checkpoint_id)):
                 raise SnapshotError(f"checkpoint {checkpoint_id} is complete and cannot be aborted")
             self._rm_tree(directory)
+            self._remove_shared_files_of(checkpoint_id)
         except storage_errors() as exc:
             raise SnapshotError(io_failure("remove the aborted checkpoint", directory, exc,
                                            CHECKPOINT_DIR_SETTING)) from exc
+
+    def _remove_shared_files_of(self, checkpoint_id: int) -> None:
+        """The shared files written for an aborted checkpoint, found by their names: no completed
+        checkpoint references them (a backend reuses only files of completed checkpoints), and the
+        coordinator may not know their handles (subtasks that finished in a stage that failed)."""
+        tag = shared_file_tag(checkpoint_id)
+        try:
+            # refresh: executors wrote the files, so a listing cached by this process is stale
+            paths = self.fs.ls(posixpath.join(self.job_root, SHARED_DIR), detail=False, refresh=True)
+        except FileNotFoundError:
+            return
+        for path in paths:
+            if posixpath.basename(path.rstrip("/")).startswith(tag):
+                self._rm_file(path)
 
     def completed(self) -> list[CompletedCheckpointPointer]:
         try:

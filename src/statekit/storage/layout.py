@@ -4,7 +4,9 @@
     <dir>/<job-id>/_owner               the job's owner record (fencing)
     <dir>/<job-id>/chk-<n>/_metadata    written last, atomically: its presence = complete
     <dir>/<job-id>/chk-<n>/<file>       exclusive files of checkpoint n
-    <dir>/<job-id>/shared/<file>        files shared by incremental checkpoints
+    <dir>/<job-id>/shared/<file>        files shared by incremental checkpoints, named
+                                        ``chk-<n>_<name>-<unique>`` after the checkpoint that
+                                        wrote them (aborting it finds them without their handles)
     <savepoint-dir>/savepoint-<id>/     self-contained: _metadata and its files
 """
 from __future__ import annotations
@@ -17,4 +19,12 @@ SHARED_DIR = "shared"
 SAVEPOINT_PREFIX = "savepoint-"
 CHECKPOINT_DIR_PATTERN = re.compile(r"^chk-(\d+)$")
 
-__all__ = ["CHECKPOINT_DIR_PATTERN", "METADATA_FILE", "OWNER_FILE", "SAVEPOINT_PREFIX", "SHARED_DIR"]
+
+
+def shared_file_tag(checkpoint_id: int) -> str:
+    """How the names of the shared files written for checkpoint ``checkpoint_id`` begin."""
+    return f"chk-{checkpoint_id}_"
+
+
+__all__ = ["CHECKPOINT_DIR_PATTERN", "METADATA_FILE", "OWNER_FILE", "SAVEPOINT_PREFIX", "SHARED_DIR",
+           "shared_file_tag"]

@@ -167,7 +167,9 @@ class SQLiteStorageAccess(CheckpointStorageAccess):
     def abort(self, checkpoint_id: int) -> None:
         if self._metadata(checkpoint_id) is not None:
             raise SnapshotError(f"checkpoint {checkpoint_id} of job {self.job_id} is complete and cannot be aborted")
-        self._delete_exclusive(checkpoint_id, frozenset())
+        # its shared streams too: no completed checkpoint references them, and the coordinator
+        # may not know their handles (subtasks that finished in a stage that failed)
+        self.database.execute("DELETE FROM streams WHERE job = ? AND checkpoint = ?", (self.job_id, checkpoint_id))
 
     def completed(self) -> list[CompletedCheckpointPointer]:
         rows = self.database.execute("SELECT checkpoint FROM checkpoints WHERE job = ? ORDER BY checkpoint",
