@@ -31,6 +31,7 @@ from statekit.spark import StatekitConf, latest_checkpoint, process_keyed
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 CLIENT = Path(__file__).parent / "jobs" / "connect_client.py"
+EXITING_CLIENT = Path(__file__).parent / "jobs" / "connect_exit.py"
 ROOT = Path(__file__).parent.parent
 
 
@@ -189,6 +190,16 @@ def test_a_statekit_error_in_a_task_reaches_the_client_as_itself(connect_work):
     assert recorded["error"].startswith("FunctionResultError: WrongType returned float 1.5 for output column 'count'"), \
         recorded["error"]
     assert "raised in a Spark task" in recorded["error"]
+
+
+def test_a_client_that_ends_without_stopping_its_session_exits(tmp_path):
+    """PySpark's Connect client releases a checkpointed DataFrame from its finalizer with a gRPC
+    call that never returns at interpreter exit: a script whose statekit result was alive at its
+    end, without ``spark.stop()``, hung there."""
+    done = subprocess.run([sys.executable, str(EXITING_CLIENT), str(tmp_path)], env=job_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and "rows 100" in done.stdout, \
+        f"the client did not end cleanly (exit code {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
 
 
 def test_the_jobmanager_storage_is_refused_for_a_stream_naming_the_storage_to_use(connect_work):

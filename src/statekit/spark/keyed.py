@@ -48,6 +48,7 @@ from statekit.spark.event_time import EventTimeColumn, recorded_event_time, subt
 from statekit.spark.key_columns import check_column_names, key_columns_of
 from statekit.spark.pre_aggregation import PreAggregation
 from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point, epoch_processing_time
+from statekit.spark.materialized import materialized
 from statekit.spark.session import application_name, default_parallelism
 from statekit.spark.task import KEY_GROUP_COLUMN, SubtaskSpec, rows_mask, run_subtask
 from statekit.spi.errors import ConfigurationError, SnapshotError, StatekitError
@@ -330,7 +331,7 @@ class SubtaskRun:
         with _session_conf(df.sparkSession, ARROW_BATCH_ROWS_SETTING, str(ARROW_BATCH_ROWS)):
             try:
                 if keep_output:
-                    stage = stage.localCheckpoint(eager=True)
+                    stage = materialized(stage)
                 rows = stage.where(acknowledgement.isNotNull()).select(acknowledgement).collect()
             except Exception as exc:
                 raised = worker_error(exc)
