@@ -19,7 +19,7 @@ RECORD_FIELDS = {"name": str, "group": str, "ours": (int, float), "peer": (int, 
 def results(tmp_path_factory) -> dict:
     path = tmp_path_factory.mktemp("bench") / "results.json"
     subprocess.run([sys.executable, "-m", "benchmarks", "--size", "tiny", "--sections",
-                    "operations,ttl,checkpoint,memory", "--json", str(path)], cwd=ROOT, check=True,
+                    "operations,serializers,ttl,checkpoint,memory", "--json", str(path)], cwd=ROOT, check=True,
                    capture_output=True, text=True, timeout=120)
     return json.loads(path.read_text())
 
@@ -27,8 +27,8 @@ def results(tmp_path_factory) -> dict:
 def test_top_level(results: dict) -> None:
     assert results["schema_version"] == 1
     assert results["run"]["size"] == "tiny"
-    assert results["run"]["sections"] == ["operations", "ttl", "checkpoint", "memory"]
-    assert {r["group"] for r in results["records"]} == {"operations", "ttl", "checkpoint", "memory"}
+    assert results["run"]["sections"] == ["operations", "serializers", "ttl", "checkpoint", "memory"]
+    assert {r["group"] for r in results["records"]} == {"operations", "serializers", "ttl", "checkpoint", "memory"}
 
 
 def test_records(results: dict) -> None:
@@ -54,3 +54,7 @@ def test_every_comparison_is_there(results: dict) -> None:
                        f"{backend} full checkpoint bytes: native vs canonical"):
             assert native in names, f"{native!r}: every built-in backend has native snapshots"
     assert {r["backend"] for r in results["records"] if r["group"] == "memory"} == {"rocksdb", "lmdb"}
+    for shape in ("small record", "nested record"):
+        for peer in ("msgpack dict", "pickle"):
+            for what in ("bytes", "encode", "decode"):
+                assert f"serializers {shape}: record {what} vs {peer}" in names

@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, EqualNullSafe, EqualTo, Filter, In, InputPartition
-from pyspark.sql.types import BinaryType, DataType, DoubleType, LongType, StringType, StructType
+from pyspark.sql.types import (
+    ArrayType, BinaryType, DataType, DoubleType, LongType, MapType, StringType, StructType,
+)
 
 from statekit.reading.cells import StateCell, readable
 from statekit.reading.changes import changes, check_same_job
@@ -67,7 +69,22 @@ def _spark_type(snapshot: Any) -> DataType | None:
         serializer = SerializerSnapshot.from_json(snapshot).restore_serializer()
     except Exception:  # noqa: BLE001 - a serializer that cannot be restored here reads as text
         return None
-    return _TYPED.get(type(getattr(serializer, "inner", serializer)))
+    serializer = getattr(serializer, "inner", serializer)  # a TTL state's values
+    spark_type = getattr(serializer, "spark_type", None)  # a schema'd serializer (RecordSerializer)
+    return spark_type() if callable(spark_type) else _TYPED.get(type(serializer))
+
+
+def ddl_type(data_type: DataType) -> str:
+    """``data_type`` as DDL, field names quoted (``simpleString`` leaves them bare)."""
+    if isinstance(data_type, StructType):
+        fields = (f"`{f.name.replace('`', '``')}`: {ddl_type(f.dataType)}{'' if f.nullable else ' NOT NULL'}"
+                  for f in data_type.fields)
+        return f"struct<{', '.join(fields)}>"
+    if isinstance(data_type, ArrayType):
+        return f"array<{ddl_type(data_type.elementType)}>"
+    if isinstance(data_type, MapType):
+        return f"map<{ddl_type(data_type.keyType)}, {ddl_type(data_type.valueType)}>"
+    return data_type.simpleString()
 
 
 @dataclass(frozen=True)
@@ -162,7 +179,7 @@ class StateLayout:
         keys = [("key", "string")] if self.key_columns is None else \
             [(name, c.type) for name, c in zip(self.key_names(), self.key_columns)]
         typed = {"user_key": self.user_key_type, "value": self.value_type}
-        cells = [(name, (typed.get(name) or StringType()).simpleString() if name in typed else _CELL_TYPES[name])
+        cells = [(name, ddl_type(typed.get(name) or StringType()) if name in typed else _CELL_TYPES[name])
                  for name in CELL_COLUMNS]
         feed = [("change", "string")] if self.change_feed else []
         return ", ".join(f"`{name.replace('`', '``')}` {type_name}" for name, type_name in keys + cells + feed)

@@ -150,6 +150,13 @@ class TypeSerializer(ABC, Generic[T]):
         version and config. Override to accept older versions this class still reads."""
         return Compatibility.COMPATIBLE_AS_IS if previous == self.snapshot() else Compatibility.INCOMPATIBLE
 
+    def decodes_like(self, other: "TypeSerializer") -> bool:
+        """Whether the values this serializer reads are the Python objects ``other`` reads from the
+        same bytes. A backend that holds restored values as objects (the heap) decodes them again
+        with the serializer a state is registered with where not. Default: serializers of one
+        class do; ``RecordSerializer`` reads equal bytes as another class where asked to."""
+        return type(self) is type(other)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TypeSerializer) and self.snapshot() == other.snapshot()
 

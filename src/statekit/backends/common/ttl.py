@@ -59,6 +59,9 @@ class TtlSerializer(TypeSerializer[tuple[int, Any]]):
             raise CorruptStateError(f"a TTL entry of {len(data)} bytes has no timestamp (8 bytes)")
         return TIMESTAMP.unpack_from(data)[0], self.inner.deserialize(data[TIMESTAMP.size:])
 
+    def decodes_like(self, other: TypeSerializer) -> bool:
+        return isinstance(other, TtlSerializer) and self.inner.decodes_like(other.inner)
+
     def config(self) -> dict[str, Any]:
         return {"inner": self.inner.snapshot().to_json()}
 

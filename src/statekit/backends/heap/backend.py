@@ -96,8 +96,11 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         table = self._tables.get(registration.name)
         if table is None:
             self._tables[registration.name] = StateTable(registration, self.key_group_range)
-        else:
-            table.registration = registration
+            return
+        restored, table.registration = table.registration, registration
+        if registration.kind is not StateKind.TIMERS and \
+                not registration.value_serializer.decodes_like(restored.value_serializer):
+            table.decode_values_again(restored.value_serializer, registration.value_serializer)
 
     def _create_state(self, descriptor: StateDescriptor, registration: RegisteredState) -> HeapState:
         table = self._tables[descriptor.name]

@@ -21,6 +21,7 @@ from statekit.spi.backend import PendingSnapshot, released_snapshot
 from statekit.spi.descriptors import StateKind
 from statekit.spi.errors import StateAccessError
 from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.serializer import TypeSerializer
 
 #: held namespace (``copies.Namespaces``) -> key -> value (timers: the set of timestamps)
 KeyGroupMap = dict[Any, dict[Any, Any]]
@@ -79,6 +80,24 @@ class StateTable:
         self.groups[index] = copy
         self.owned[index] = True
         return copy
+
+    def decode_values_again(self, restored: TypeSerializer, registered: TypeSerializer) -> None:
+        """The values read as the registered serializer reads them, where it reads the same bytes
+        as other objects than the serializer they were restored with (``decodes_like``)."""
+        def again(value: Any) -> Any:
+            return registered.deserialize(restored.serialize(value))
+        kind = self.registration.kind
+        for index in range(self.size):
+            if not self.groups[index]:
+                continue
+            for entries in self.writable(index).values():
+                for key, held in entries.items():
+                    if kind is StateKind.LIST:
+                        entries[key] = [again(v) for v in held]
+                    elif kind is StateKind.MAP:
+                        entries[key] = {user_key: again(v) for user_key, v in held.items()}
+                    else:
+                        entries[key] = again(held)
 
     def share(self) -> tuple[list[KeyGroupMap], list[bool]]:
         """Synchronous snapshot part: the current key-group maps, now shared with the caller."""

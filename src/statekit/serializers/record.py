@@ -1,0 +1,334 @@
+"""Records: values of one schema (a struct of Spark's types), compact, typed and language-neutral.
+
+``RecordSerializer(schema)`` takes a dataclass, a ``StructType`` or a DDL string. It writes a
+value as one msgpack array: ``[generation, field_1, ..., field_n]``, the fields in schema order
+(no names: the schema is in the serializer's config, which the checkpoint keeps), each as its
+Spark type says:
+
+- boolean, tinyint..bigint (range-checked), float and double, string, binary: as msgpack has them;
+- date: days since 1970-01-01; timestamp: microseconds since the epoch (an aware datetime);
+  timestamp_ntz: microseconds of the wall-clock time (a naive datetime);
+- decimal(p, s): the unscaled integer, for p > 18 as big-endian two's complement bytes;
+- array, map: msgpack arrays and maps; a nested struct: an array of its fields;
+- null only where the schema allows it.
+
+``generation`` is the version of the schema that wrote the value (0 for now): schema evolution
+reads values of earlier generations. Nothing in a value names a Python class, so reading one runs
+no code of the checkpoint's. Values come back as the dataclass given (nested dataclasses
+included), else as ``pyspark.sql.Row``; a value to write may be that dataclass, a Row, a dict or
+any object with the fields as attributes. Measured against pickle and msgpack in
+``benchmarks/serializers.py``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import numbers
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable
+
+import msgpack
+from pyspark.sql.types import (
+    ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType, FloatType, IntegerType,
+    LongType, MapType, Row, ShortType, StringType, StructType, TimestampNTZType, TimestampType, _create_row,
+)
+
+from statekit.serializers.record_schema import record_classes, struct_of
+from statekit.spi.errors import SerializationError
+from statekit.spi.serializer import TypeSerializer
+
+#: the schema generation this version writes (schema evolution numbers later ones)
+GENERATION = 0
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_EPOCH_NTZ = datetime.datetime(1970, 1, 1)
+_MICROSECOND = datetime.timedelta(microseconds=1)
+_EPOCH_ORDINAL = datetime.date(1970, 1, 1).toordinal()
+_DECIMAL_CONTEXT = decimal.Context(prec=80)  # exact for every decimal(38, s) scaling
+_INTEGER_BITS = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
+
+Codec = Callable[[Any], Any]
+
+
+def _wrong(path: str, expected: str, value: Any) -> SerializationError:
+    shown = repr(value)
+    return SerializationError(f"field {path or '(the record)'}: expected {expected}, got {type(value).__name__} "
+                              f"{shown[:80]}{'...' if len(shown) > 80 else ''}")
+
+
+def _encoder(data_type: DataType, nullable: bool, path: str) -> Codec:
+    encode = _value_encoder(data_type, path)
+
+    def encode_nullable(value: Any) -> Any:
+        if value is None:
+            if nullable:
+                return None
+            raise SerializationError(f"field {path or '(the record)'} is NOT NULL in the schema, and got None")
+        return encode(value)
+    return encode_nullable
+
+
+def _value_encoder(data_type: DataType, path: str) -> Codec:  # noqa: C901 - one branch per Spark type
+    kind = type(data_type)
+    if kind in _INTEGER_BITS:
+        bits = _INTEGER_BITS[kind]
+        low, high, name = -(1 << (bits - 1)), (1 << (bits - 1)) - 1, data_type.simpleString()
+
+        def integer(value: Any) -> int:
+            if value.__class__ is not int:
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    raise _wrong(path, f"an int ({name})", value)
+                value = int(value)
+            if not low <= value <= high:
+                raise _wrong(path, f"an int within {name}'s range [{low}, {high}]", value)
+            return value
+        return integer
+    if kind in (DoubleType, FloatType):
+        def floating(value: Any) -> float:
+            if value.__class__ is float:
+                return value
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise _wrong(path, "a float", value)
+            return float(value)
+        return floating
+    if kind is BooleanType:
+        def boolean(value: Any) -> bool:
+            if value is True or value is False:
+                return value
+            raise _wrong(path, "a bool", value)
+        return boolean
+    if kind is StringType:
+        def string(value: Any) -> str:
+            if value.__class__ is str:
+                return value
+            if isinstance(value, str):
+                return str(value)
+            raise _wrong(path, "a str", value)
+        return string
+    if kind is BinaryType:
+        def binary(value: Any) -> bytes:
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                return bytes(value)
+            raise _wrong(path, "bytes", value)
+        return binary
+    if kind is DateType:
+        def date(value: Any) -> int:
+            if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+                return value.toordinal() - _EPOCH_ORDINAL
+            raise _wrong(path, "a datetime.date", value)
+        return date
+    if kind is TimestampType:
+        def timestamp(value: Any) -> int:
+            if isinstance(value, datetime.datetime) and value.tzinfo is not None:
+                return (value - _EPOCH) // _MICROSECOND
+            raise _wrong(path, "a datetime with a time zone (a timestamp is an instant; a naive datetime is a "
+                               "timestamp_ntz)", value)
+        return timestamp
+    if kind is TimestampNTZType:
+        def timestamp_ntz(value: Any) -> int:
+            if isinstance(value, datetime.datetime) and value.tzinfo is None:
+                return (value - _EPOCH_NTZ) // _MICROSECOND
+            raise _wrong(path, "a naive datetime (timestamp_ntz)", value)
+        return timestamp_ntz
+    if kind is DecimalType:
+        return _decimal_encoder(data_type, path)
+    if kind is ArrayType:
+        element = _encoder(data_type.elementType, data_type.containsNull, f"{path}[]")
+
+        def array(value: Any) -> list:
+            if isinstance(value, (list, tuple)):
+                return [element(e) for e in value]
+            raise _wrong(path, "a list", value)
+        return array
+    if kind is MapType:
+        key = _encoder(data_type.keyType, False, f"{path}{{key}}")
+        item = _encoder(data_type.valueType, data_type.valueContainsNull, f"{path}{{value}}")
+
+        def mapping(value: Any) -> dict:
+            if isinstance(value, Mapping):
+                return {key(k): item(v) for k, v in value.items()}
+            raise _wrong(path, "a dict", value)
+        return mapping
+    if kind is StructType:
+        return _struct_encoder(data_type, path)
+    raise SerializationError(f"field {path}: Spark type {data_type.simpleString()} is not supported in a record")
+
+
+def _decimal_encoder(data_type: DecimalType, path: str) -> Codec:
+    precision, scale = data_type.precision, data_type.scale
+    limit, name = 10 ** precision, data_type.simpleString()
+    wide = precision > 18  # beyond 64 bits
+
+    def encode(value: Any) -> int | bytes:
+        if value.__class__ is not decimal.Decimal:
+            if isinstance(value, bool) or not isinstance(value, (int, decimal.Decimal)):
+                raise _wrong(path, f"a Decimal ({name})", value)
+            value = decimal.Decimal(value)
+        scaled = value.scaleb(scale, _DECIMAL_CONTEXT)
+        unscaled = int(scaled) if scaled.is_finite() else None
+        if unscaled is None or unscaled != scaled or not -limit < unscaled < limit:
+            raise _wrong(path, f"a Decimal that {name} holds without rounding", value)
+        if wide:
+            return unscaled.to_bytes((unscaled.bit_length() + 8) // 8, "big", signed=True)
+        return unscaled
+    return encode
+
+
+def _struct_encoder(struct: StructType, path: str) -> Codec:
+    names = list(struct.names)
+    prefix = f"{path}." if path else ""
+    encoders = [_encoder(f.dataType, f.nullable, prefix + f.name) for f in struct.fields]
+
+    def fields_of(value: Any) -> Iterable[Any]:
+        if isinstance(value, Row):
+            fields = getattr(value, "__fields__", None)
+            if fields is None or fields == names:
+                if len(value) != len(names):
+                    raise _wrong(path, f"a record of {len(names)} fields {names}", value)
+                return value
+            return [value[n] if n in fields else _missing(n) for n in names]
+        if isinstance(value, Mapping):
+            return [value[n] if n in value else _missing(n) for n in names]
+        if isinstance(value, tuple) and not hasattr(value, "_fields"):
+            raise _wrong(path, f"a dataclass, Row, dict or object with fields {names} (a plain tuple has no names)",
+                         value)
+        try:
+            return [getattr(value, n) for n in names]
+        except AttributeError as exc:
+            raise _wrong(path, f"a dataclass, Row, dict or object with fields {names} ({exc})", value) from None
+
+    def _missing(name: str) -> Any:
+        raise SerializationError(f"field {prefix}{name} is missing from the value")
+
+    def encode(value: Any) -> list:
+        return [encode_field(v) for encode_field, v in zip(encoders, fields_of(value))]
+    return encode
+
+
+def _decoder(data_type: DataType, nullable: bool, path: str, classes: dict[str, type]) -> Codec | None:
+    """None where msgpack's value is already the Python value; ``classes``: the dataclass a struct
+    at a path decodes into (``record_classes``), else it decodes into a Row."""
+    decode = _value_decoder(data_type, path, classes)
+    if decode is None or not nullable:
+        return decode
+    return lambda value: None if value is None else decode(value)
+
+
+def _value_decoder(data_type: DataType, path: str, classes: dict[str, type]) -> Codec | None:  # noqa: C901
+    kind = type(data_type)
+    if kind is DateType:
+        return lambda days: datetime.date.fromordinal(days + _EPOCH_ORDINAL)
+    if kind is TimestampType:
+        return lambda micros: _EPOCH + datetime.timedelta(0, 0, micros)
+    if kind is TimestampNTZType:
+        return lambda micros: _EPOCH_NTZ + datetime.timedelta(0, 0, micros)
+    if kind is DecimalType:
+        scale = data_type.scale
+
+        def decimal_value(unscaled: int | bytes) -> decimal.Decimal:
+            if unscaled.__class__ is bytes:
+                unscaled = int.from_bytes(unscaled, "big", signed=True)
+            return decimal.Decimal(unscaled).scaleb(-scale, _DECIMAL_CONTEXT)
+        return decimal_value
+    if kind is ArrayType:
+        element = _decoder(data_type.elementType, data_type.containsNull, f"{path}[]", classes)
+        return None if element is None else (lambda values: [element(e) for e in values])
+    if kind is MapType:
+        key = _decoder(data_type.keyType, False, f"{path}{{key}}", classes)
+        item = _decoder(data_type.valueType, data_type.valueContainsNull, f"{path}{{value}}", classes)
+        if key is None and item is None:
+            return None
+        key, item = key or (lambda k: k), item or (lambda v: v)
+        return lambda values: {key(k): item(v) for k, v in values.items()}
+    if kind is StructType:
+        return _struct_decoder(data_type, path, classes)
+    return None
+
+
+def _struct_decoder(struct: StructType, path: str, classes: dict[str, type]) -> Codec:
+    prefix = f"{path}." if path else ""
+    decoders = [_decoder(f.dataType, f.nullable, prefix + f.name, classes) for f in struct.fields]
+    steps = [(i, d) for i, d in enumerate(decoders) if d is not None]
+    names = list(struct.names)
+    record_type = classes.get(path)
+
+    def values_of(encoded: list) -> list:
+        for i, decode in steps:
+            encoded[i] = decode(encoded[i])
+        return encoded
+
+    if record_type is not None:
+        return lambda encoded: record_type(*values_of(encoded))
+    return lambda encoded: _create_row(names, values_of(encoded))
+
+
+def _unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+class RecordSerializer(TypeSerializer[Any]):
+    """Values of one record schema (a dataclass, a ``StructType`` or a DDL string); see the module.
+    ``record_type``: the class values come back as (default: the dataclass given as the schema,
+    else ``Row``); it is no part of the format, so the same state may be read as either."""
+
+    VERSION = 1
+
+    def __init__(self, schema: StructType | str | type, record_type: type | None = None) -> None:
+        self.schema = struct_of(schema)
+        if record_type is None and isinstance(schema, type) and dataclasses.is_dataclass(schema):
+            record_type = schema
+        self.record_type = record_type
+        self._classes = record_classes(record_type)
+        self._build()
+
+    def _build(self) -> None:
+        encode_fields = _struct_encoder(self.schema, "")
+        self._encode: Codec = lambda value: [GENERATION, *encode_fields(value)]
+        self._decode_fields = _struct_decoder(self.schema, "", self._classes)
+        self._packer = msgpack.Packer(use_bin_type=True)
+
+    def spark_type(self) -> StructType:
+        """The Spark type of the values: the schema (the state reader's column type)."""
+        return self.schema
+
+    def serialize(self, value: Any) -> bytes:
+        if value is None:
+            raise SerializationError("a record state holds records, not None (clear the state to remove its value)")
+        return self._packer.pack(self._encode(value))
+
+    def serialize_many(self, values: Iterable[Any]) -> list[bytes]:
+        """With a packer of its own: snapshot writers call this on their thread while the task may
+        call ``serialize`` (a msgpack ``Packer`` fills one buffer)."""
+        pack, encode = msgpack.Packer(use_bin_type=True).pack, self._encode
+        return [pack(encode(value)) if value is not None else self.serialize(value) for value in values]
+
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            encoded = _unpack(data)
+        except Exception as exc:
+            raise SerializationError(f"cannot decode {len(data)} bytes as a record: {exc}") from exc
+        if not isinstance(encoded, list) or not encoded or encoded[0] != GENERATION \
+                or len(encoded) != len(self.schema.fields) + 1:
+            raise SerializationError(
+                f"the {len(data)} bytes are no record of this schema ({self.schema.simpleString()}): a record of "
+                f"generation {GENERATION} is an array of {len(self.schema.fields) + 1} items, got "
+                f"{str(encoded)[:80]}")
+        return self._decode_fields(encoded[1:])
+
+    def decodes_like(self, other: TypeSerializer) -> bool:
+        return self == other and getattr(other, "record_type", None) is self.record_type
+
+    def config(self) -> dict[str, Any]:
+        return {"schema": self.schema.jsonValue()}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "RecordSerializer":
+        return cls(StructType.fromJson(config["schema"]))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"schema": self.schema.jsonValue(), "record_type": self.record_type, "classes": self._classes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.schema = StructType.fromJson(state["schema"])
+        self.record_type, self._classes = state["record_type"], state["classes"]
+        self._build()
