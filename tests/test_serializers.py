@@ -154,6 +154,27 @@ def test_unimportable_serializer_snapshot_names_the_package():
         SerializerSnapshot("nonexistent_pkg.ser:Thing", 1).restore_serializer()
 
 
+class Launcher:
+    """Not a serializer, with a from_config that would do what a checkpoint's author wants."""
+
+    launched: list = []
+
+    @classmethod
+    def from_config(cls, config):
+        cls.launched.append(config)
+        return cls()
+
+
+@pytest.mark.parametrize("identity", [f"{__name__}:Launcher", "builtins:print", "os:system"])
+def test_a_serializer_snapshot_naming_no_serializer_class_calls_nothing(identity):
+    """A checkpoint names its states' serializer classes; restoring calls from_config of a
+    TypeSerializer class only, never of another object the checkpoint names."""
+    from statekit.spi import RestoreError
+    with pytest.raises(RestoreError, match="is no TypeSerializer class"):
+        SerializerSnapshot(identity, 1, {"command": "touch /tmp/owned"}).restore_serializer()
+    assert Launcher.launched == []
+
+
 class FieldsSerializer(TypeSerializer[list]):
     """A serializer whose config holds a tuple (JSON gives it back as a list)."""
 

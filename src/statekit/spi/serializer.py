@@ -62,6 +62,10 @@ class SerializerSnapshot:
             raise RestoreError(
                 f"the checkpoint's state was written with serializer {self.identity!r}, which cannot "
                 f"be imported now ({exc}); install the package that provides it") from exc
+        if not (isinstance(target, type) and issubclass(target, TypeSerializer)):
+            # a checkpoint names the class; only a serializer's from_config is ever called
+            raise RestoreError(f"the checkpoint names {self.identity!r} as a state's serializer, which is no "
+                               f"TypeSerializer class: the checkpoint is corrupt or was edited")
         try:
             return target.from_config(self.config)
         except Exception as exc:  # noqa: BLE001 - whatever the class's constructor raises
