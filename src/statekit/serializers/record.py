@@ -51,21 +51,24 @@ Codec = Callable[[Any], Any]
 
 
 def _wrong(path: str, expected: str, value: Any) -> SerializationError:
+    if value is None:
+        return SerializationError(f"field {path or '(the record)'} is NOT NULL in the schema, and got None")
     shown = repr(value)
     return SerializationError(f"field {path or '(the record)'}: expected {expected}, got {type(value).__name__} "
                               f"{shown[:80]}{'...' if len(shown) > 80 else ''}")
 
 
 def _encoder(data_type: DataType, nullable: bool, path: str) -> Codec:
+    """The field's encoder; a NOT NULL field's refuses None as a value of the wrong type."""
     encode = _value_encoder(data_type, path)
+    if not nullable:
+        return encode
+    return lambda value: None if value is None else encode(value)
 
-    def encode_nullable(value: Any) -> Any:
-        if value is None:
-            if nullable:
-                return None
-            raise SerializationError(f"field {path or '(the record)'} is NOT NULL in the schema, and got None")
-        return encode(value)
-    return encode_nullable
+
+#: Spark types whose values msgpack writes as they are when they have exactly this Python class
+_EXACT_CLASS = {LongType: int, IntegerType: int, ShortType: int, ByteType: int, DoubleType: float,
+                FloatType: float, StringType: str, BooleanType: bool}
 
 
 def _value_encoder(data_type: DataType, path: str) -> Codec:  # noqa: C901 - one branch per Spark type
@@ -134,11 +137,18 @@ def _value_encoder(data_type: DataType, path: str) -> Codec:  # noqa: C901 - one
         return _decimal_encoder(data_type, path)
     if kind is ArrayType:
         element = _encoder(data_type.elementType, data_type.containsNull, f"{path}[]")
+        exact = _EXACT_CLASS.get(type(data_type.elementType))
+        bits = _INTEGER_BITS.get(type(data_type.elementType))
+        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if bits else (0, 0)
 
         def array(value: Any) -> list:
-            if isinstance(value, (list, tuple)):
-                return [element(e) for e in value]
-            raise _wrong(path, "a list", value)
+            if not isinstance(value, (list, tuple)):
+                raise _wrong(path, "a list", value)
+            # the common case at one check per element: elements of the exact class (in range)
+            if exact is not None and (all(e.__class__ is exact and low <= e <= high for e in value) if bits
+                                      else all(e.__class__ is exact for e in value)):
+                return value if value.__class__ is list else list(value)
+            return [element(e) for e in value]
         return array
     if kind is MapType:
         key = _encoder(data_type.keyType, False, f"{path}{{key}}")
