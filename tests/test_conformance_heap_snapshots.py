@@ -3,6 +3,7 @@ import pytest
 
 from statekit.backends.heap import HeapStateBackend, snapshot_columns
 from statekit.conformance_tests.incremental import IncrementalSnapshotTests
+from statekit.conformance_tests.migration import MigrationTests
 from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.snapshots import OnFilesystemStorage, SavepointConversionTests, SnapshotRestoreTests
 from statekit.conformance_tests.timers import TimerTests
@@ -10,7 +11,7 @@ from statekit.conformance_tests.ttl import TtlTests
 
 
 class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests,
-                        SavepointConversionTests, TimerTests):
+                        SavepointConversionTests, TimerTests, MigrationTests):
     @pytest.fixture
     def state_backend(self):
         return HeapStateBackend()

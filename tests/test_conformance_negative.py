@@ -269,3 +269,13 @@ def test_a_storage_that_renames_by_copying_fails_the_crash_test(tmp_path):
         "left checkpoint 7 looking complete with 0 bytes of metadata")}, "storage")
     assert "TestStorage::test_files_are_on_the_disk_before_a_handle_or_the_commit_names_them" in run.passed, \
         "it syncs every file and directory"
+
+
+def test_a_backend_that_does_not_migrate_fails_the_migration_level(tmp_path):
+    """It keeps a migrated state's values as the old schema read them: every round trip of the
+    level fails (there is no capability to declare instead), the refusals still pass."""
+    run = run_suite(tmp_path, "--backend", "broken_backends.no_migration:NoMigrationBackend", "--level", "migration")
+    migrations = {name for name in [*run.failures, *run.passed]
+                  if "test_every_kind_of_state_is_migrated_on_restore" in name}
+    assert len(migrations) == 3, run.output[-3000:]  # full, incremental and native snapshots
+    assert_fails_exactly(run, {name: ("the migrated state is",) for name in migrations}, "migration")

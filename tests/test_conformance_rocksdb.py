@@ -4,6 +4,7 @@ import pytest
 
 from statekit.backends.rocksdb import RocksDBStateBackend
 from statekit.conformance_tests.incremental import IncrementalSnapshotTests
+from statekit.conformance_tests.migration import MigrationTests
 from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.semantics import StateSemantics
 from statekit.conformance_tests.snapshots import (
@@ -15,7 +16,7 @@ from statekit.conformance_tests.ttl import TtlTests
 
 
 class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
-                  TtlTests, SavepointConversionTests, TimerTests):
+                  TtlTests, SavepointConversionTests, TimerTests, MigrationTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return RocksDBStateBackend(**{"local-dir": str(tmp_path / "rocksdb"), "block-cache-size": "16m",

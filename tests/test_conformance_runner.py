@@ -44,6 +44,7 @@ def test_the_suite_runs_by_name_and_reports_every_level(tmp_path, module, option
              "snapshots          2       0        2",
              "incremental        0       0        1",
              "rescale            2       0        0",
+             "migration                     not run",
              "ttl                           not run",
              "timers                        not run",
              "storage            1       0        1",

@@ -18,7 +18,7 @@ from pyspark.sql.types import (
     ArrayType, DecimalType, IntegerType, LongType, MapType, StringType, StructField, StructType, TimestampNTZType,
 )
 
-from statekit import KeyedProcessFunction, ValueStateDescriptor
+from statekit import KeyedProcessFunction, ListStateDescriptor, ValueStateDescriptor
 from statekit.registry import backend_class
 from statekit.runtime import LocalRunner
 from statekit.spi import SnapshotFormat
@@ -229,3 +229,123 @@ def test_a_restored_heap_state_with_ttl_reads_as_its_dataclass():
     second = LocalRunner(LastPlace(), lambda row: row["key"], parallelism=1, max_parallelism=128)
     second.restore_from(first.latest_metadata(), first.streams)
     assert sorted(second.run_epoch(rows)) == [("a", Position(1.0, 2.0)), ("b", Position(1.0, 2.0))]
+
+
+@dataclasses.dataclass
+class ProfileV1:
+    user: str
+    visits: int
+    score: int
+    legacy: str
+
+
+@dataclasses.dataclass
+class ProfileV2:
+    """v1 with ``legacy`` removed, ``score`` widened to a float, ``tier`` added with a default,
+    and the fields reordered."""
+
+    score: float
+    user: str
+    visits: int
+    tier: str = "basic"
+    tags: list[str] = dataclasses.field(default_factory=list)
+
+
+class Profiles(KeyedProcessFunction):
+    """Keeps a profile per user with the record class it is given; emits the profile it found."""
+
+    def __init__(self, record_class, make):
+        self.record_class, self.make = record_class, make
+
+    def open(self, ctx):
+        self.profile = ctx.get_state(ValueStateDescriptor("profile", RecordSerializer(self.record_class)))
+        self.history = ctx.get_state(ListStateDescriptor("history", RecordSerializer(self.record_class)))
+
+    def process(self, row, ctx):
+        found = self.profile.value()
+        self.profile.update(self.make(ctx.current_key, found))
+        self.history.add(self.make(ctx.current_key, None))
+        yield ctx.current_key, found, list(self.history.get())
+
+
+USERS = ("ann", "bob", "cid", "dan", "eve")
+
+
+def v1(user, found):
+    return ProfileV1(user, (found.visits if found else 0) + 1, len(user), f"old-{user}")
+
+
+def v2(user, found):
+    return ProfileV2(float(len(user)) / 2, user, (found.visits if found else 0) + 1)
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb", "lmdb"])
+@pytest.mark.parametrize("checkpoint_format,incremental", [(SnapshotFormat.CANONICAL, False),
+                                                           (SnapshotFormat.NATIVE, False),
+                                                           (SnapshotFormat.CANONICAL, True),
+                                                           (SnapshotFormat.NATIVE, True)])
+def test_a_changed_record_schema_is_migrated_on_restore(backend, checkpoint_format, incremental, tmp_path):
+    """Two epochs with ProfileV1 state, then the code changes to ProfileV2: the job restores (at
+    another parallelism) and reads every value migrated, value and list state alike."""
+    rows = [{"user": user} for user in USERS]
+
+    def runner(function, parallelism, name):
+        return LocalRunner(function, lambda row: row["user"], parallelism=parallelism, max_parallelism=128,
+                           state_backend=backend_class(backend)(), local_dir=str(tmp_path / name),
+                           checkpoint_format=checkpoint_format, incremental=incremental)
+
+    first = runner(Profiles(ProfileV1, v1), 2, "v1")
+    first.run_epoch(rows)
+    first.run_epoch(rows)
+    second = runner(Profiles(ProfileV2, v2), 3, "v2")
+    second.restore_from(first.latest_metadata(), first.streams)
+    found = {user: (profile, history) for user, profile, history in second.run_epoch(rows)}
+    for user in USERS:
+        profile, history = found[user]
+        assert profile == ProfileV2(float(len(user)), user, 2, "basic", []), user
+        assert history == [ProfileV2(float(len(user)), user, 1)] * 2 + [ProfileV2(len(user) / 2, user, 1)], user
+    third = runner(Profiles(ProfileV2, v2), 3, "v2-again")
+    third.restore_from(second.latest_metadata(), second.streams)
+    assert {user: profile.visits for user, profile, _ in third.run_epoch(rows)} == {user: 3 for user in USERS}
+
+
+@dataclasses.dataclass
+class ProfileWithTextScore:
+    user: str
+    visits: int
+    score: str
+    legacy: str
+
+
+@dataclasses.dataclass
+class ProfileWithRequiredField:
+    user: str
+    visits: int
+    score: int
+    legacy: str
+    region: str
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+@pytest.mark.parametrize("record_class, message", [
+    (ProfileWithTextScore, "field score was bigint and is string"),
+    (ProfileWithRequiredField, "field region (string NOT NULL) was added without a default"),
+])
+def test_an_incompatible_record_schema_is_refused_naming_the_field(backend, record_class, message, tmp_path):
+    from statekit.spi.errors import IncompatibleSerializerError
+
+    rows = [{"user": user} for user in USERS]
+    first = LocalRunner(Profiles(ProfileV1, v1), lambda row: row["user"], parallelism=1, max_parallelism=128,
+                        state_backend=backend_class(backend)(), local_dir=str(tmp_path / "v1"))
+    first.run_epoch(rows)
+    second = LocalRunner(Profiles(record_class, v1), lambda row: row["user"], parallelism=1, max_parallelism=128,
+                         state_backend=backend_class(backend)(), local_dir=str(tmp_path / "v2"))
+    second.restore_from(first.latest_metadata(), first.streams)
+    with pytest.raises(IncompatibleSerializerError, match=re.escape(message)) as refused:
+        second.run_epoch(rows)
+    assert "state 'profile'" in str(refused.value)
+
+
+def test_widening_back_is_refused():
+    assert RecordSerializer(ProfileV1).incompatibility(RecordSerializer(ProfileV2).snapshot()) == \
+        "field score was double and is bigint, which holds not every value it held"

@@ -6,7 +6,7 @@ from typing import Any
 
 PACKAGE = "statekit.conformance_tests"
 #: in report order; a mixin class sets ``conformance_level`` where its module holds several levels
-LEVELS = ("semantics", "snapshots", "incremental", "rescale", "ttl", "timers", "storage", "spark")
+LEVELS = ("semantics", "snapshots", "incremental", "rescale", "migration", "ttl", "timers", "storage", "spark")
 OTHER = "other"
 
 

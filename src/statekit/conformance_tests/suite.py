@@ -13,6 +13,7 @@ from typing import Callable
 import pytest
 
 from statekit.conformance_tests.incremental import IncrementalSnapshotTests
+from statekit.conformance_tests.migration import MigrationTests
 from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.semantics import StateSemantics
 from statekit.conformance_tests.snapshots import LocalRecoveryTests, SavepointConversionTests, SnapshotRestoreTests
@@ -56,6 +57,10 @@ class TestSemantics(Configured, StateSemantics):
 
 class TestSnapshots(Configured, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
                     SavepointConversionTests):
+    pass
+
+
+class TestMigration(Configured, MigrationTests):
     pass
 
 

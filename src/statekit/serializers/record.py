@@ -12,8 +12,8 @@ Spark type says:
 - array, map: msgpack arrays and maps; a nested struct: an array of its fields;
 - null only where the schema allows it.
 
-``generation`` is the version of the schema that wrote the value (0 for now): schema evolution
-reads values of earlier generations. Nothing in a value names a Python class, so reading one runs
+``generation`` numbers the value format (0). A state whose record schema changed is migrated on
+restore (``record_evolution``: fields added with a default, removed, reordered, widened). Nothing in a value names a Python class, so reading one runs
 no code of the checkpoint's. Values come back as the dataclass given (nested dataclasses
 included), else as ``pyspark.sql.Row``; a value to write may be that dataclass, a Row, a dict or
 any object with the fields as attributes. Measured against pickle and msgpack in
@@ -34,9 +34,10 @@ from pyspark.sql.types import (
     LongType, MapType, Row, ShortType, StringType, StructType, TimestampNTZType, TimestampType, _create_row,
 )
 
+from statekit.serializers.record_evolution import Incompatible, converter
 from statekit.serializers.record_schema import record_classes, struct_of
 from statekit.spi.errors import SerializationError
-from statekit.spi.serializer import TypeSerializer
+from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer
 
 #: the schema generation this version writes (schema evolution numbers later ones)
 GENERATION = 0
@@ -296,6 +297,7 @@ class RecordSerializer(TypeSerializer[Any]):
         self._encode: Codec = lambda value: [GENERATION, *encode_fields(value)]
         self._decode_fields = _struct_decoder(self.schema, "", self._classes)
         self._packer = msgpack.Packer(use_bin_type=True)
+        self._converters: dict[str, Callable[[Any], Any]] = {}  # from older schemas, by their JSON
 
     def spark_type(self) -> StructType:
         """The Spark type of the values: the schema (the state reader's column type)."""
@@ -324,6 +326,49 @@ class RecordSerializer(TypeSerializer[Any]):
                 f"generation {GENERATION} is an array of {len(self.schema.fields) + 1} items, got "
                 f"{str(encoded)[:80]}")
         return self._decode_fields(encoded[1:])
+
+    def resolve_compatibility(self, previous: SerializerSnapshot) -> Compatibility:
+        """As is for the same schema; after migration for one that evolves into this one
+        (``record_evolution``); else incompatible."""
+        old = self._schema_of(previous)
+        if old is None:
+            return Compatibility.INCOMPATIBLE
+        if old == self.schema:
+            return Compatibility.COMPATIBLE_AS_IS
+        try:
+            self._converter(old)
+        except Incompatible:
+            return Compatibility.INCOMPATIBLE
+        return Compatibility.COMPATIBLE_AFTER_MIGRATION
+
+    def incompatibility(self, previous: SerializerSnapshot) -> str | None:
+        old = self._schema_of(previous)
+        if old is None:
+            return None
+        try:
+            self._converter(old)
+        except Incompatible as exc:
+            return str(exc)
+        return None
+
+    def migrate(self, value: Any, previous: TypeSerializer) -> Any:
+        if not isinstance(previous, RecordSerializer):
+            raise SerializationError(f"a record of {self.schema.simpleString()} cannot be migrated from a value "
+                                     f"of {type(previous).__name__}")
+        return self._converter(previous.schema)(value)
+
+    def _schema_of(self, previous: SerializerSnapshot) -> StructType | None:
+        """The schema of a record serializer's snapshot (None: no record serializer's this one reads)."""
+        if previous.identity != self.snapshot().identity or previous.version > self.VERSION:
+            return None
+        return StructType.fromJson(previous.config["schema"])
+
+    def _converter(self, old: StructType) -> Callable[[Any], Any]:
+        key = old.json()
+        found = self._converters.get(key)
+        if found is None:
+            found = self._converters[key] = converter(old, self.schema, self._classes)
+        return found
 
     def decodes_like(self, other: TypeSerializer) -> bool:
         return self == other and getattr(other, "record_type", None) is self.record_type

@@ -23,7 +23,13 @@ if TYPE_CHECKING:
 
 
 class Compatibility(enum.Enum):
+    """What a serializer can do with state another one wrote (Flink's ``TypeSerializerSchemaCompatibility``)."""
+
+    #: it reads the bytes as they are
     COMPATIBLE_AS_IS = "compatible-as-is"
+    #: it reads them once migrated: each value read by the previous serializer, ``migrate``d and
+    #: written again (a state's values only; keys, namespaces and map keys are never migrated)
+    COMPATIBLE_AFTER_MIGRATION = "compatible-after-migration"
     INCOMPATIBLE = "incompatible"
 
 
@@ -154,6 +160,17 @@ class TypeSerializer(ABC, Generic[T]):
         version and config. Override to accept older versions this class still reads."""
         return Compatibility.COMPATIBLE_AS_IS if previous == self.snapshot() else Compatibility.INCOMPATIBLE
 
+    def migrate(self, value: Any, previous: "TypeSerializer") -> T:
+        """``value``, as ``previous`` read it, as a value of this serializer, for a serializer whose
+        ``resolve_compatibility`` answers ``COMPATIBLE_AFTER_MIGRATION`` to ``previous``'s snapshot."""
+        raise IncompatibleSerializerError(f"{type(self).__name__} does not migrate state written by "
+                                          f"{type(previous).__name__}")
+
+    def incompatibility(self, previous: SerializerSnapshot) -> str | None:
+        """Why this serializer can neither read nor migrate what ``previous`` wrote, for the error
+        that refuses the restore (e.g. the field and both its types); None: no more to say."""
+        return None
+
     def decodes_like(self, other: "TypeSerializer") -> bool:
         """Whether the values this serializer reads are the Python objects ``other`` reads from the
         same bytes. A backend that holds restored values as objects (the heap) decodes them again
@@ -184,14 +201,24 @@ def reads_older_versions(serializer: TypeSerializer, previous: SerializerSnapsho
     return Compatibility.COMPATIBLE_AS_IS if same else Compatibility.INCOMPATIBLE
 
 
-def check_compatibility(state_name: str, role: str, new: TypeSerializer,
-                        previous: SerializerSnapshot) -> None:
-    """Raise a clear error unless ``new`` can read what ``previous`` wrote."""
-    if new.resolve_compatibility(previous) is Compatibility.COMPATIBLE_AS_IS:
-        return
+def check_compatibility(state_name: str, role: str, new: TypeSerializer, previous: SerializerSnapshot,
+                        may_migrate: bool = False) -> Compatibility:
+    """Raise a clear error unless ``new`` can read what ``previous`` wrote (or, with
+    ``may_migrate``, migrate it); returns which of the two."""
+    compatibility = new.resolve_compatibility(previous)
+    if compatibility is Compatibility.COMPATIBLE_AS_IS or \
+            compatibility is Compatibility.COMPATIBLE_AFTER_MIGRATION and may_migrate:
+        return compatibility
+    written = (f"written by {previous.identity} (version {previous.version}, config {previous.config})"
+               if len(str(previous.config)) < 300 else f"written by {previous.identity} (version {previous.version})")
+    if compatibility is Compatibility.COMPATIBLE_AFTER_MIGRATION:
+        raise IncompatibleSerializerError(
+            f"state {state_name!r}: the {role} serializer {new.snapshot().identity} reads the restored state, "
+            f"{written}, only after migrating it, and a state's {role}s are never migrated (only its values "
+            f"are): keep the {role} serializer as it was")
+    reason = new.incompatibility(previous)
     raise IncompatibleSerializerError(
         f"state {state_name!r}: the {role} serializer {new.snapshot().identity} "
-        f"(version {new.VERSION}, config {new.config()}) cannot read the restored state, which was "
-        f"written by {previous.identity} (version {previous.version}, config {previous.config}). "
-        f"Register the state with the original serializer, or migrate the state offline "
-        f"(read the savepoint with the old serializer and write a new one).")
+        f"(version {new.VERSION}) cannot read the restored state, {written}"
+        + (f": {reason}" if reason else "") + ". Register the state with a serializer that reads it, or "
+        f"migrate the state offline (read the savepoint with the old serializer and write a new one).")

@@ -29,7 +29,7 @@ from statekit.backends.common.ttl import expiry_deadlines, ttl_state
 from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType
 from statekit.spi.bulk_state import BulkState, per_key_bulk_state
 from statekit.spi.descriptors import StateDescriptor, TimerStateDescriptor
-from statekit.spi.errors import RestoreError, StateAccessError
+from statekit.spi.errors import IncompatibleSerializerError, RestoreError, StateAccessError
 from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo
 from statekit.spi.key_format import read_key_serializer
 from statekit.spi.serializer import TypeSerializer, check_compatibility
@@ -111,9 +111,20 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
     def _register(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> RegisteredState:
         registration = register(self._registrations.get(descriptor.name), descriptor, namespace_serializer,
                                 self.supports_ttl, self.backend_name)
+        if registration.migrated_from is not None:
+            self._migrate(registration, registration.migrated_from)
+            self._changelog.rebase()
+            registration.migrated_from = None
         self._registrations[descriptor.name] = registration
         self._state_known(registration)
         return registration
+
+    def _migrate(self, registration: RegisteredState, previous: TypeSerializer) -> None:
+        """Rewrite every value of a restored state, read by ``previous``, as the registered value
+        serializer's (``TypeSerializer.migrate``), before the state is used."""
+        raise IncompatibleSerializerError(
+            f"state {registration.name!r} must be migrated to its new value serializer, which the "
+            f"{self.backend_name} backend cannot do: keep the serializer as it was")
 
     def create_timer_queue(self, name: str, namespace_serializer: TypeSerializer | None = None) -> TimerQueue:
         queue = self._timer_queues.get(name)

@@ -164,6 +164,11 @@ class ChangelogTracker:
         # its cells stay captured: the next delta must still contain them
         self._written.pop(checkpoint_id, None)
 
+    def rebase(self) -> None:
+        """The next incremental snapshot writes a new base: a state was rewritten in place (its
+        values migrated), so a delta would build on a chain of the old format."""
+        self.chain = None
+
     def adopt(self, handle: KeyedStateHandle, exact_range: bool) -> None:
         """After restoring ``handle`` as the whole state of this range, later deltas may build on it."""
         if exact_range and isinstance(handle, ChangelogStateHandle):

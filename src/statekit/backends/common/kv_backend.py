@@ -42,6 +42,7 @@ from statekit.spi.errors import RestoreError, StateAccessError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle, StateMetaInfo
 from statekit.spi.key_format import PLAIN_KEY_CLASSES, KeyBytes
 from statekit.spi.key_groups import KeyGroupRange
+from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
 
@@ -263,6 +264,24 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
                 queue = self._timer_queues.get(name)
                 if isinstance(queue, KVTimerQueue):
                     queue.heads_changed()
+
+    # --- migration: every stored value of the state read by the old serializer and written by the new
+    def _migrate(self, registration: RegisteredState, previous: TypeSerializer) -> None:
+        table, new = self._table(registration.name), registration.value_serializer
+
+        def convert(data: bytes) -> bytes:
+            return new.serialize(new.migrate(previous.deserialize(data), previous))
+
+        for index in range(len(self.key_group_range)):
+            key_group = self.key_group_range.start + index
+            lower, upper = key_group_bounds(KeyGroupRange(key_group, key_group))
+            if registration.kind is StateKind.LIST:
+                rewritten = [(stored, encode_list([convert(e) for e in decode_list(data)]))
+                             for stored, data in table.items(lower, upper)]
+            else:  # a value, an accumulator, or one map entry per stored cell
+                rewritten = [(stored, convert(data)) for stored, data in table.items(lower, upper)]
+            if rewritten:
+                table.put_many(rewritten)
 
     # --- TTL sweep: a range scan of the key group's cells, timestamps read from the stored bytes
     def _sweep_key_group(self, registration: RegisteredState, index: int, deadline: int) -> int:

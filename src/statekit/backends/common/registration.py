@@ -12,7 +12,7 @@ from statekit.serializers import DEFAULT_SERIALIZER, resolve
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import CapabilityError, IncompatibleSerializerError, StateAccessError
 from statekit.spi.handles import StateMetaInfo
-from statekit.spi.serializer import SerializerSnapshot, TypeSerializer, check_compatibility
+from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer, check_compatibility
 
 
 @dataclass
@@ -24,6 +24,8 @@ class RegisteredState:
     serializers: dict[str, TypeSerializer]
     descriptor: StateDescriptor | None = None  # None while only restored, not yet registered
     ttl_seconds: float | None = None
+    #: the value serializer of the restored state, when its values must be migrated to this one's
+    migrated_from: TypeSerializer | None = None
 
     @classmethod
     def from_meta(cls, meta: StateMetaInfo) -> "RegisteredState":
@@ -89,11 +91,14 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
             f"and is registered {'with' if ttl_seconds is not None else 'without'} TTL now; as in Flink, state does "
             f"not migrate between the two: keep the descriptor's TTL setting as it was, or start the state under "
             f"a new name (or migrate offline: read the savepoint and write a new one)")
+    migrated_from = None
     for role, new in serializers.items():
         previous = existing.serializers.get(role)
-        if previous is not None:
-            check_compatibility(descriptor.name, role.replace("_", " "), new, previous.snapshot())
-    return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds)
+        if previous is not None and check_compatibility(descriptor.name, role.replace("_", " "), new,
+                                                        previous.snapshot(), may_migrate=role == "value") \
+                is Compatibility.COMPATIBLE_AFTER_MIGRATION:
+            migrated_from = previous
+    return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds, migrated_from)
 
 
 def serializers_differ(a: dict[str, TypeSerializer], b: dict[str, TypeSerializer]) -> bool:

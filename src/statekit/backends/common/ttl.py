@@ -62,6 +62,15 @@ class TtlSerializer(TypeSerializer[tuple[int, Any]]):
     def decodes_like(self, other: TypeSerializer) -> bool:
         return isinstance(other, TtlSerializer) and self.inner.decodes_like(other.inner)
 
+    def migrate(self, value: tuple[int, Any], previous: TypeSerializer) -> tuple[int, Any]:
+        timestamp, held = value
+        return timestamp, self.inner.migrate(held, previous.inner if isinstance(previous, TtlSerializer) else previous)
+
+    def incompatibility(self, previous: SerializerSnapshot) -> str | None:
+        if previous.identity != self.snapshot().identity or "inner" not in previous.config:
+            return None
+        return self.inner.incompatibility(SerializerSnapshot.from_json(previous.config["inner"]))
+
     def config(self) -> dict[str, Any]:
         return {"inner": self.inner.snapshot().to_json()}
 

@@ -35,6 +35,7 @@ from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle
 from statekit.spi.key_groups import canonical_key
+from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams, StateScope
 
@@ -100,7 +101,15 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         restored, table.registration = table.registration, registration
         if registration.kind is not StateKind.TIMERS and \
                 not registration.value_serializer.decodes_like(restored.value_serializer):
-            table.decode_values_again(restored.value_serializer, registration.value_serializer)
+            # the same bytes, read as the objects the registered serializer reads
+            old, new = restored.value_serializer, registration.value_serializer
+            table.map_values(lambda value: new.deserialize(old.serialize(value)))
+
+    def _migrate(self, registration: RegisteredState, previous: TypeSerializer) -> None:
+        table = self._tables[registration.name]
+        new = registration.value_serializer
+        table.map_values(lambda value: new.migrate(value, previous))
+        table.registration = registration
 
     def _create_state(self, descriptor: StateDescriptor, registration: RegisteredState) -> HeapState:
         table = self._tables[descriptor.name]

@@ -13,7 +13,7 @@ out, so the only writes to a key group are the state methods', and those go thro
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from statekit.backends.common.registration import RegisteredState
 from statekit.backends.heap.copies import Namespaces, UserKeys
@@ -21,7 +21,6 @@ from statekit.spi.backend import PendingSnapshot, released_snapshot
 from statekit.spi.descriptors import StateKind
 from statekit.spi.errors import StateAccessError
 from statekit.spi.key_groups import KeyGroupRange
-from statekit.spi.serializer import TypeSerializer
 
 #: held namespace (``copies.Namespaces``) -> key -> value (timers: the set of timestamps)
 KeyGroupMap = dict[Any, dict[Any, Any]]
@@ -81,11 +80,9 @@ class StateTable:
         self.owned[index] = True
         return copy
 
-    def decode_values_again(self, restored: TypeSerializer, registered: TypeSerializer) -> None:
-        """The values read as the registered serializer reads them, where it reads the same bytes
-        as other objects than the serializer they were restored with (``decodes_like``)."""
-        def again(value: Any) -> Any:
-            return registered.deserialize(restored.serialize(value))
+    def map_values(self, convert: Callable[[Any], Any]) -> None:
+        """Every value (list element, map value) replaced by ``convert`` of it, key groups that a
+        pending snapshot shares copied first."""
         kind = self.registration.kind
         for index in range(self.size):
             if not self.groups[index]:
@@ -93,11 +90,11 @@ class StateTable:
             for entries in self.writable(index).values():
                 for key, held in entries.items():
                     if kind is StateKind.LIST:
-                        entries[key] = [again(v) for v in held]
+                        entries[key] = [convert(v) for v in held]
                     elif kind is StateKind.MAP:
-                        entries[key] = {user_key: again(v) for user_key, v in held.items()}
+                        entries[key] = {user_key: convert(v) for user_key, v in held.items()}
                     else:
-                        entries[key] = again(held)
+                        entries[key] = convert(held)
 
     def share(self) -> tuple[list[KeyGroupMap], list[bool]]:
         """Synchronous snapshot part: the current key-group maps, now shared with the caller."""
