@@ -115,8 +115,14 @@ def _defaults(record_type: type | None) -> dict[str, Callable[[], Any]]:
         return {}
     found: dict[str, Callable[[], Any]] = {}
     for field in dataclasses.fields(record_type):
-        if field.default is not dataclasses.MISSING:
+        if not _missing(field.default):
             found[field.name] = lambda value=field.default: value
-        elif field.default_factory is not dataclasses.MISSING:
+        elif not _missing(field.default_factory):
             found[field.name] = field.default_factory
     return found
+
+
+def _missing(value: Any) -> bool:
+    """``dataclasses.MISSING``, or a copy of it: a dataclass pickled by value (cloudpickle, as
+    Spark ships a driver's classes to executors) brings its fields' MISSING as a new object."""
+    return isinstance(value, type(dataclasses.MISSING))
