@@ -19,7 +19,7 @@ from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend,
 from statekit.conformance_tests.expect import expect_error
 from statekit.conformance_tests.semantics.common import Average
 from statekit.spi import (
-    AggregatingStateDescriptor, IncompatibleSerializerError, KeyedStateBackend, ListStateDescriptor,
+    AggregatingStateDescriptor, KeyedStateBackend, ListStateDescriptor,
     MapStateDescriptor, ReducingStateDescriptor, StateAccessError, StateBackend, StateDescriptor, StateTtlConfig,
     TtlStateVisibility, TtlUpdateType, ValueStateDescriptor,
 )
@@ -315,27 +315,70 @@ class TtlTests(BackendTestBase):
         finally:
             restored.dispose()
 
-    # --- turning TTL on or off
-    @pytest.mark.parametrize("before, after", [(None, _config()), (_config(), None)], ids=["enable", "disable"])
-    def test_changing_whether_a_state_has_ttl_is_refused(self, state_backend, keyed_backend, snapshot_streams,
-                                                         tmp_path, before, after):
-        state = keyed_backend.get_state(ValueStateDescriptor("switched", ttl=before))
-        at(keyed_backend, T0)
-        state.update(1)
+    # --- turning TTL on or off: the restored state is migrated
+    def _switched(self, state_backend: StateBackend, keyed_backend: KeyedStateBackend,
+                  snapshot_streams: CheckpointStreams, tmp_path: Any, before: StateTtlConfig | None,
+                  after: StateTtlConfig | None, restore_at: int) -> KeyedStateBackend:
+        """Keys ``old`` (written at T0) and ``young`` (at T0 + TTL - 1) in a value, a list and a map
+        state with TTL ``before``, restored at ``restore_at`` and registered with TTL ``after``."""
+        for key, written in (("old", T0), ("young", T0 + TTL - 1)):
+            at(keyed_backend, written, key)
+            keyed_backend.get_state(ValueStateDescriptor("value", ttl=before)).update(key)
+            keyed_backend.get_state(ListStateDescriptor("list", ttl=before)).add_all([key, key])
+            keyed_backend.get_state(MapStateDescriptor("map", ttl=before)).put("entry", key)
         handle = keyed_backend.snapshot(1).write(snapshot_streams)
-        restored = open_keyed_backend(state_backend, str(tmp_path / "restored"), restore_handles=[handle],
+        restored = open_keyed_backend(state_backend, str(tmp_path / "switched"), restore_handles=[handle],
                                       restore_streams=snapshot_streams)
+        restored.set_processing_time(restore_at)
+        for descriptor in (ValueStateDescriptor("value", ttl=after), ListStateDescriptor("list", ttl=after),
+                           MapStateDescriptor("map", ttl=after)):
+            restored.get_state(descriptor)
+        return restored
+
+    def _held(self, backend: KeyedStateBackend, after: StateTtlConfig | None) -> dict[str, Any]:
+        found = {}
+        for key in ("old", "young"):
+            set_key(backend, key)
+            found[key] = (backend.get_state(ValueStateDescriptor("value", ttl=after)).value(),
+                          list(backend.get_state(ListStateDescriptor("list", ttl=after)).get() or []),
+                          dict(backend.get_state(MapStateDescriptor("map", ttl=after)).items()))
+        return found
+
+    def test_turning_ttl_on_migrates_entries_to_live_a_full_ttl_from_the_restore(
+            self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        restore_at = T0 + 5 * TTL
+        restored = self._switched(state_backend, keyed_backend, snapshot_streams, tmp_path, None, _config(),
+                                  restore_at)
         try:
-            with expect_error(IncompatibleSerializerError, "registering a checkpointed state with TTL turned "
-                              f"{'on' if after else 'off'} must be refused") as caught:
-                restored.get_state(ValueStateDescriptor("switched", ttl=after))
-            assert "TTL" in str(caught.value), f"the error does not say that TTL changed: {caught.value}"
-            longer = StateTtlConfig(2 * TTL_SECONDS) if before else None
-            if longer is not None:  # another duration is fine: entries keep their write time
-                restored.set_processing_time(T0 + TTL + 1)
-                assert restored.get_state(ValueStateDescriptor("switched", ttl=longer)) is not None
+            alive = {key: (key, [key, key], {"entry": key}) for key in ("old", "young")}
+            restored.set_processing_time(restore_at + TTL - 1)
+            assert self._held(restored, _config()) == alive, \
+                "entries of a state that gets TTL are written at the restore, and live a full TTL from then"
+            restored.set_processing_time(restore_at + TTL)
+            assert self._held(restored, _config()) == {key: (None, [], {}) for key in ("old", "young")}, \
+                "entries of a state that got TTL expire a full TTL after the restore"
         finally:
             restored.dispose()
+
+    def test_turning_ttl_off_drops_expired_entries_and_keeps_the_others_for_good(
+            self, state_backend, keyed_backend, snapshot_streams, tmp_path):
+        restored = self._switched(state_backend, keyed_backend, snapshot_streams, tmp_path, _config(), None,
+                                  T0 + TTL)
+        try:
+            expected = {"old": (None, [], {}), "young": ("young", ["young", "young"], {"entry": "young"})}
+            assert self._held(restored, None) == expected, \
+                "turning TTL off drops the entries expired at the restore and keeps the others"
+            restored.set_processing_time(T0 + 100 * TTL)
+            assert self._held(restored, None) == expected, "entries of a state without TTL never expire"
+            again = restored.snapshot(2).write(snapshot_streams)
+        finally:
+            restored.dispose()
+        reopened = open_keyed_backend(state_backend, str(tmp_path / "reopened"), restore_handles=[again],
+                                      restore_streams=snapshot_streams)
+        try:
+            assert self._held(reopened, None) == expected, "the migrated state's snapshot holds it without TTL"
+        finally:
+            reopened.dispose()
 
     @pytest.mark.parametrize("before, after", [(None, _config()), (_config(), None)], ids=["enable", "disable"])
     def test_registering_a_state_again_with_ttl_turned_on_or_off_names_ttl(self, keyed_backend, before, after):

@@ -24,6 +24,7 @@ from statekit.backends.common.canonical import DEFAULT_COMPRESSION, KeyGroupsOf,
 from statekit.backends.common.changelog import (
     ChangelogConfig, ChangelogStateHandle, ChangelogTracker, restore_chain, split_ops,
 )
+from statekit.backends.common.migration import Migration, value_migration
 from statekit.backends.common.registration import RegisteredState, register
 from statekit.backends.common.ttl import expiry_deadlines, ttl_state
 from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType
@@ -112,16 +113,19 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
         registration = register(self._registrations.get(descriptor.name), descriptor, namespace_serializer,
                                 self.supports_ttl, self.backend_name)
         if registration.migrated_from is not None:
-            self._migrate(registration, registration.migrated_from)
+            previous = registration.migrated_from
+            self._migrate(registration, previous, value_migration(
+                previous, registration.value_serializer, registration.migrated_ttl_seconds, self.processing_time_ms))
             self._changelog.rebase()
-            registration.migrated_from = None
+            registration.migrated_from = registration.migrated_ttl_seconds = None
         self._registrations[descriptor.name] = registration
         self._state_known(registration)
         return registration
 
-    def _migrate(self, registration: RegisteredState, previous: TypeSerializer) -> None:
-        """Rewrite every value of a restored state, read by ``previous``, as the registered value
-        serializer's (``TypeSerializer.migrate``), before the state is used."""
+    def _migrate(self, registration: RegisteredState, previous: TypeSerializer, migration: Migration) -> None:
+        """Rewrite every value of a restored state (each list element, each map value) as
+        ``migration`` of it, read by ``previous`` and written by the registered value serializer,
+        before the state is used; remove those it gives as ``DROPPED`` (``migration.py``)."""
         raise IncompatibleSerializerError(
             f"state {registration.name!r} must be migrated to its new value serializer, which the "
             f"{self.backend_name} backend cannot do: keep the serializer as it was")

@@ -33,6 +33,7 @@ from statekit.backends.common.kv_states import (
 )
 from statekit.backends.common.kv_store import KVTable, KVView
 from statekit.backends.common.kv_timers import KVTimerQueue, delete_timer_cell, index_entries, index_table_name
+from statekit.backends.common.migration import DROPPED, Migration
 from statekit.backends.common.namespaces import encode_namespace
 from statekit.backends.common.registration import RegisteredState, default_value
 from statekit.backends.common.ttl import timestamp_of
@@ -265,23 +266,30 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
                 if isinstance(queue, KVTimerQueue):
                     queue.heads_changed()
 
-    # --- migration: every stored value of the state read by the old serializer and written by the new
-    def _migrate(self, registration: RegisteredState, previous: TypeSerializer) -> None:
+    # --- migration: every stored value read by the old serializer, migrated and written by the new
+    def _migrate(self, registration: RegisteredState, previous: TypeSerializer, migration: Migration) -> None:
         table, new = self._table(registration.name), registration.value_serializer
 
-        def convert(data: bytes) -> bytes:
-            return new.serialize(new.migrate(previous.deserialize(data), previous))
+        def convert(data: bytes) -> bytes | None:
+            value = migration(previous.deserialize(data))
+            return None if value is DROPPED else new.serialize(value)
 
         for index in range(len(self.key_group_range)):
             key_group = self.key_group_range.start + index
             lower, upper = key_group_bounds(KeyGroupRange(key_group, key_group))
-            if registration.kind is StateKind.LIST:
-                rewritten = [(stored, encode_list([convert(e) for e in decode_list(data)]))
-                             for stored, data in table.items(lower, upper)]
-            else:  # a value, an accumulator, or one map entry per stored cell
-                rewritten = [(stored, convert(data)) for stored, data in table.items(lower, upper)]
-            if rewritten:
-                table.put_many(rewritten)
+            rewritten: list[tuple[bytes, bytes | None]] = []
+            for stored, data in table.items(lower, upper):
+                if registration.kind is StateKind.LIST:
+                    elements = [e for e in map(convert, decode_list(data)) if e is not None]
+                    rewritten.append((stored, encode_list(elements) if elements else None))
+                else:  # a value, an accumulator, or one map entry per stored cell
+                    rewritten.append((stored, convert(data)))
+            for stored, data in rewritten:
+                if data is None:
+                    table.delete(stored)
+            kept = [(stored, data) for stored, data in rewritten if data is not None]
+            if kept:
+                table.put_many(kept)
 
     # --- TTL sweep: a range scan of the key group's cells, timestamps read from the stored bytes
     def _sweep_key_group(self, registration: RegisteredState, index: int, deadline: int) -> int:

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from statekit.serializers import DEFAULT_SERIALIZER, resolve
 from statekit.spi.descriptors import StateDescriptor, StateKind
-from statekit.spi.errors import CapabilityError, IncompatibleSerializerError, StateAccessError
+from statekit.spi.errors import CapabilityError, StateAccessError
 from statekit.spi.handles import StateMetaInfo
 from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer, check_compatibility
 
@@ -25,7 +25,10 @@ class RegisteredState:
     descriptor: StateDescriptor | None = None  # None while only restored, not yet registered
     ttl_seconds: float | None = None
     #: the value serializer of the restored state, when its values must be migrated to this one's
+    #: (another serializer, or TTL turned on or off: ``migration.value_migration``)
     migrated_from: TypeSerializer | None = None
+    #: the restored state's TTL while it is migrated (its expired entries are dropped)
+    migrated_ttl_seconds: float | None = None
 
     @classmethod
     def from_meta(cls, meta: StateMetaInfo) -> "RegisteredState":
@@ -85,20 +88,20 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
                 f"state {descriptor.name!r} is already registered with other serializers "
                 f"({existing.serializers}); register it once per name")
         return existing
-    if (existing.ttl_seconds is None) != (ttl_seconds is None):
-        raise IncompatibleSerializerError(
-            f"state {descriptor.name!r} was checkpointed {'without' if existing.ttl_seconds is None else 'with'} TTL "
-            f"and is registered {'with' if ttl_seconds is not None else 'without'} TTL now; as in Flink, state does "
-            f"not migrate between the two: keep the descriptor's TTL setting as it was, or start the state under "
-            f"a new name (or migrate offline: read the savepoint and write a new one)")
-    migrated_from = None
+    ttl_switched = (existing.ttl_seconds is None) != (ttl_seconds is None)
+    migrated_from = existing.value_serializer if ttl_switched else None
     for role, new in serializers.items():
         previous = existing.serializers.get(role)
-        if previous is not None and check_compatibility(descriptor.name, role.replace("_", " "), new,
-                                                        previous.snapshot(), may_migrate=role == "value") \
-                is Compatibility.COMPATIBLE_AFTER_MIGRATION:
-            migrated_from = previous
-    return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds, migrated_from)
+        if previous is None:
+            continue
+        if role == "value" and ttl_switched:  # the values' own serializers, without TTL's timestamp around them
+            new = new.inner if ttl_seconds is not None else new  # type: ignore[attr-defined]
+            previous = previous.inner if existing.ttl_seconds is not None else previous  # type: ignore[attr-defined]
+        if check_compatibility(descriptor.name, role.replace("_", " "), new, previous.snapshot(),
+                               may_migrate=role == "value") is Compatibility.COMPATIBLE_AFTER_MIGRATION:
+            migrated_from = existing.serializers[role]
+    return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds, migrated_from,
+                           existing.ttl_seconds)
 
 
 def serializers_differ(a: dict[str, TypeSerializer], b: dict[str, TypeSerializer]) -> bool:

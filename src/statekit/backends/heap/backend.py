@@ -14,6 +14,7 @@ from statekit.backends.common.canonical import (
 from statekit.backends.common.key_layout import timestamp_of_bytes
 from statekit.backends.common.changelog import OP_DELETE, OP_PUT, ChangelogConfig, ChangelogStateHandle
 from statekit.backends.common.operator_state import DefaultOperatorStateBackend
+from statekit.backends.common.migration import DROPPED, Migration
 from statekit.backends.common.registration import RegisteredState, default_value
 from statekit.backends.heap.bulk import (
     HeapBulkAppendingState, HeapBulkListState, HeapBulkState, HeapBulkValueState,
@@ -105,10 +106,9 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
             old, new = restored.value_serializer, registration.value_serializer
             table.map_values(lambda value: new.deserialize(old.serialize(value)))
 
-    def _migrate(self, registration: RegisteredState, previous: TypeSerializer) -> None:
+    def _migrate(self, registration: RegisteredState, previous: TypeSerializer, migration: Migration) -> None:
         table = self._tables[registration.name]
-        new = registration.value_serializer
-        table.map_values(lambda value: new.migrate(value, previous))
+        table.map_values(migration, dropped=DROPPED)
         table.registration = registration
 
     def _create_state(self, descriptor: StateDescriptor, registration: RegisteredState) -> HeapState:

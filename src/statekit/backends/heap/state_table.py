@@ -80,21 +80,30 @@ class StateTable:
         self.owned[index] = True
         return copy
 
-    def map_values(self, convert: Callable[[Any], Any]) -> None:
-        """Every value (list element, map value) replaced by ``convert`` of it, key groups that a
-        pending snapshot shares copied first."""
+    def map_values(self, convert: Callable[[Any], Any], dropped: object = None) -> None:
+        """Every value (list element, map value) replaced by ``convert`` of it, or removed where
+        that is ``dropped`` (when given); key groups that a pending snapshot shares copied first."""
         kind = self.registration.kind
         for index in range(self.size):
             if not self.groups[index]:
                 continue
-            for entries in self.writable(index).values():
-                for key, held in entries.items():
+            group = self.writable(index)
+            for namespace, entries in list(group.items()):
+                for key, held in list(entries.items()):
                     if kind is StateKind.LIST:
-                        entries[key] = [convert(v) for v in held]
+                        kept = [v for v in map(convert, held) if dropped is None or v is not dropped]
                     elif kind is StateKind.MAP:
-                        entries[key] = {user_key: convert(v) for user_key, v in held.items()}
+                        kept = {user_key: v for user_key, v in ((u, convert(v)) for u, v in held.items())
+                                if dropped is None or v is not dropped}
                     else:
-                        entries[key] = convert(held)
+                        kept = convert(held)
+                    if dropped is not None and (kept is dropped or kind in (StateKind.LIST, StateKind.MAP)
+                                                and not kept):
+                        del entries[key]
+                    else:
+                        entries[key] = kept
+                if not entries:
+                    del group[namespace]
 
     def share(self) -> tuple[list[KeyGroupMap], list[bool]]:
         """Synchronous snapshot part: the current key-group maps, now shared with the caller."""
