@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from benchmarks import (
-    checkpointing, memory, operations, rescale, serializers, sinks, spark_keyed, state_reading, timers, ttl,
+    checkpointing, memory, migration, operations, rescale, serializers, sinks, spark_keyed, state_reading, timers,
+    ttl,
 )
 from benchmarks.chart import save_chart
 from benchmarks.report import SCHEMA_VERSION, report
@@ -50,8 +51,8 @@ SIZES = {
                    (5_000_000, 1_000_000, 10)), 200_000, 1_000_000, 5, 5_000_000, 4_000_000, 64, 1_000_000, 20_000,
                   200_000, 1_000_000, 1_000_000, (5_000_000, 1_000_000, 5), 1_000_000),
 }
-SECTIONS = ("operations", "serializers", "ttl", "checkpoint", "memory", "spark", "timers", "reading", "sinks",
-            "rescale")
+SECTIONS = ("operations", "serializers", "ttl", "checkpoint", "migration", "memory", "spark", "timers", "reading",
+            "sinks", "rescale")
 
 
 def _spark(sizes: Sizes) -> list[dict]:
@@ -70,6 +71,7 @@ def run_sections(sizes: Sizes, sections: tuple[str, ...]) -> list[dict]:
         "serializers": lambda: serializers.run(n_values=sizes.operation_keys),
         "ttl": lambda: ttl.run(n_ops=sizes.ttl_ops, epoch_keys=sizes.ttl_epoch_keys),
         "checkpoint": lambda: checkpointing.run(n_keys=sizes.checkpoint_keys),
+        "migration": lambda: migration.run(keys=sizes.checkpoint_keys),
         "memory": lambda: memory.run(n_keys=sizes.memory_keys, cache_mb=sizes.memory_cache_mb),
         "spark": lambda: _spark(sizes),
         "timers": lambda: timers.run(n_timers=sizes.timers, session_rows=sizes.session_rows),

@@ -19,7 +19,7 @@ RECORD_FIELDS = {"name": str, "group": str, "ours": (int, float), "peer": (int, 
 def results(tmp_path_factory) -> dict:
     path = tmp_path_factory.mktemp("bench") / "results.json"
     subprocess.run([sys.executable, "-m", "benchmarks", "--size", "tiny", "--sections",
-                    "operations,serializers,ttl,checkpoint,memory", "--json", str(path)], cwd=ROOT, check=True,
+                    "operations,serializers,ttl,checkpoint,migration,memory", "--json", str(path)], cwd=ROOT, check=True,
                    capture_output=True, text=True, timeout=120)
     return json.loads(path.read_text())
 
@@ -27,8 +27,9 @@ def results(tmp_path_factory) -> dict:
 def test_top_level(results: dict) -> None:
     assert results["schema_version"] == 1
     assert results["run"]["size"] == "tiny"
-    assert results["run"]["sections"] == ["operations", "serializers", "ttl", "checkpoint", "memory"]
-    assert {r["group"] for r in results["records"]} == {"operations", "serializers", "ttl", "checkpoint", "memory"}
+    assert results["run"]["sections"] == ["operations", "serializers", "ttl", "checkpoint", "migration", "memory"]
+    assert {r["group"] for r in results["records"]} == {"operations", "serializers", "ttl", "checkpoint", "migration",
+                                                        "memory"}
 
 
 def test_records(results: dict) -> None:
@@ -49,6 +50,7 @@ def test_every_comparison_is_there(results: dict) -> None:
                                                               "lmdb": "py-lmdb"}[backend] in names
         assert f"{backend} checkpoint bytes at 10% churn: incremental vs full" in names
         assert f"{backend} rescale 4->8 vs restore 4->4 seconds" in names
+        assert f"{backend} restore of 5,000 record keys: migrated to a new schema vs as is" in names
         for native in (f"{backend} native full checkpoint throughput vs disk write+fsync",
                        f"{backend} full checkpoint seconds: native vs canonical",
                        f"{backend} full checkpoint bytes: native vs canonical"):

@@ -297,7 +297,8 @@ class RecordSerializer(TypeSerializer[Any]):
         self._encode: Codec = lambda value: [GENERATION, *encode_fields(value)]
         self._decode_fields = _struct_decoder(self.schema, "", self._classes)
         self._packer = msgpack.Packer(use_bin_type=True)
-        self._converters: dict[str, Callable[[Any], Any]] = {}  # from older schemas, by their JSON
+        #: from older schemas, by the id of their StructType (held, so that the id stays its own)
+        self._converters: dict[int, tuple[StructType, Callable[[Any], Any]]] = {}
 
     def spark_type(self) -> StructType:
         """The Spark type of the values: the schema (the state reader's column type)."""
@@ -364,11 +365,12 @@ class RecordSerializer(TypeSerializer[Any]):
         return StructType.fromJson(previous.config["schema"])
 
     def _converter(self, old: StructType) -> Callable[[Any], Any]:
-        key = old.json()
-        found = self._converters.get(key)
-        if found is None:
-            found = self._converters[key] = converter(old, self.schema, self._classes)
-        return found
+        """From records of ``old``, built once per schema object (a migration passes the same one
+        for every value)."""
+        held = self._converters.get(id(old))
+        if held is None or held[0] is not old:
+            held = self._converters[id(old)] = (old, converter(old, self.schema, self._classes))
+        return held[1]
 
     def decodes_like(self, other: TypeSerializer) -> bool:
         return self == other and getattr(other, "record_type", None) is self.record_type
