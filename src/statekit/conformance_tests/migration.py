@@ -23,6 +23,7 @@ from statekit.spi.descriptors import (
     ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, StateDescriptor, ValueStateDescriptor,
 )
 from statekit.spi.errors import IncompatibleSerializerError
+from statekit.spi.key_groups import key_group_for_key
 
 KEYS = range(300)
 
@@ -75,8 +76,11 @@ def v1_as_v2(key: int, n: int) -> ReadingV2:
 
 class MigrationTests(SnapshotTestBase):
     def _write_v1(self, backend: Any) -> None:
+        """Every key of ``KEYS`` in the backend's key groups."""
         states = {kind: backend.get_state(d) for kind, d in descriptors(ReadingV1).items()}
         for key in KEYS:
+            if key_group_for_key(key, backend.max_parallelism) not in backend.key_group_range:
+                continue
             set_key(backend, key)
             states["value"].update(v1(key, 1))
             states["list"].add_all([v1(key, 1), v1(key, 2)])
@@ -137,3 +141,32 @@ class MigrationTests(SnapshotTestBase):
                 restored.get_state(MapStateDescriptor("keyed-by-record", RecordSerializer(ReadingV2), StringSerializer()))
         finally:
             restored.dispose()
+
+    def test_snapshots_that_disagree_on_a_migrated_state_are_refused_together(self, state_backend, snapshot_options,
+                                                                             snapshot_streams, tmp_path):
+        """Subtask 0 registers the state (and migrates it), subtask 1 never does: restoring both
+        into one subtask (a scale-down) finds values of two schemas under one state, and refuses
+        instead of reading one with the other's serializer."""
+        from statekit.spi.errors import RestoreError
+
+        written = []
+        for index in (0, 1):
+            backend = self._restore(state_backend, tmp_path, [], snapshot_streams, f"v1-{index}",
+                                    subtask_index=index, parallelism=2)
+            try:
+                self._write_v1(backend)
+                written.append(backend.snapshot(1, snapshot_options).write(snapshot_streams))
+            finally:
+                backend.dispose()
+        handles = []
+        for index, handle in enumerate(written):
+            restored = self._restore(state_backend, tmp_path, [handle], snapshot_streams, f"v2-{index}",
+                                     subtask_index=index, parallelism=2)
+            try:
+                if index == 0:
+                    restored.get_state(descriptors(ReadingV2)["value"])  # subtask 1 does not register it
+                handles.append(restored.snapshot(2, snapshot_options).write(snapshot_streams))
+            finally:
+                restored.dispose()
+        with pytest.raises(RestoreError, match="'latest' was written by other serializers"):
+            self._restore(state_backend, tmp_path, handles, snapshot_streams, "merged").dispose()

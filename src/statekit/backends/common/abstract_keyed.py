@@ -61,6 +61,8 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
         #: changelog incremental snapshots (unused by backends with native incremental snapshots)
         self._changelog = ChangelogTracker(self.key_group_range, changelog)
         self._registrations: dict[str, RegisteredState] = {}
+        #: the restored states' metas as their snapshots gave them: every snapshot restored together must agree
+        self._adopted_metas: dict[str, StateMetaInfo] = {}
         self._states: dict[str, tuple[StateDescriptor, State]] = {}  # by name: the descriptor it was made for
         self._timer_queues: dict[str, TimerQueue] = {}
         self._num_key_groups = len(self.key_group_range)
@@ -231,9 +233,17 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
             check_compatibility("<keys>", "key", self.key_serializer, previous)
             self.key_bytes = self.key_bytes.restored(key_format)
         for meta in metas:
+            adopted = self._adopted_metas.get(meta.name)
             if meta.name not in self._registrations:
                 registration = self._registrations[meta.name] = RegisteredState.from_meta(meta)
+                self._adopted_metas[meta.name] = meta
                 self._state_known(registration)
+            elif adopted is not None and adopted != meta:
+                raise RestoreError(
+                    f"state {meta.name!r} was written by other serializers in the snapshots this subtask restores "
+                    f"together ({adopted.serializers} and {meta.serializers}): its subtasks migrated it "
+                    f"where they registered it, and some did not register it. Restore at the parallelism that "
+                    f"wrote it, and register every state in open(), so that every subtask migrates it")
 
     def _adopt_chain(self, handles: Sequence[StateHandle]) -> None:
         if len(handles) == 1 and self.params.share_restored_files and isinstance(handles[0], KeyedStateHandle):
