@@ -1,7 +1,7 @@
 """End-to-end keyed job under Spark (local[2]): count + last value per key over a stream of one
 or more micro-batches, on the same data in the same run, through statekit (each backend,
-incremental checkpoints; the per-key ``KeyedBatchFunction`` and the vectorized
-``KeyedVectorFunction`` with bulk state, also on rows pre-aggregated per key) and through Spark's own ``transformWithStateInPandas``,
+incremental checkpoints; the per-row ``KeyedProcessFunction``, the per-key ``KeyedBatchFunction`` and
+the vectorized ``KeyedVectorFunction`` with bulk state, also on rows pre-aggregated per key) and through Spark's own ``transformWithStateInPandas``,
 the row-based ``transformWithState``, ``applyInPandasWithState`` and built-in streaming
 aggregation (RocksDB state store). Every side drops its output in the stage that computes it:
 Spark's sides write to the ``noop`` format, statekit's to ``DiscardingSink``. Reports rows/s and
@@ -31,7 +31,7 @@ import pandas as pd
 
 from benchmarks.fixtures import BACKENDS
 from benchmarks.report import record, report
-from statekit.runtime import KeyedBatchFunction, KeyedVectorFunction
+from statekit.runtime import KeyedBatchFunction, KeyedProcessFunction, KeyedVectorFunction
 from statekit.serializers import Int64Serializer
 from statekit.sinks import DiscardingSink
 from statekit.spi import ValueStateDescriptor
@@ -50,8 +50,8 @@ AIMS = {"transformWithStateInPandas": 100.0, BUILT_IN: 1.0}
 WARM_UP_ROWS = 10_000
 #: statekit's function APIs measured: the record names of the per-key batch API stay as they were
 API_NAMES = {"batch": "KeyedBatchFunction", "vector": "KeyedVectorFunction",
-             "pre-aggregated": "KeyedVectorFunction with pre_aggregate"}
-API_LABELS = {"batch": "", "vector": " vector", "pre-aggregated": " vector pre-aggregated"}
+             "pre-aggregated": "KeyedVectorFunction with pre_aggregate", "row": "KeyedProcessFunction"}
+API_LABELS = {"batch": "", "vector": " vector", "pre-aggregated": " vector pre-aggregated", "row": " per-row"}
 
 
 class CountAndLast(KeyedBatchFunction):
@@ -67,6 +67,21 @@ class CountAndLast(KeyedBatchFunction):
         self.count.update(count)
         self.last.update(last)
         return ((key, count, last),)
+
+
+class RowCountAndLast(KeyedProcessFunction):
+    """The same through Flink's everyday API: one call per row, state read and written per row,
+    and (knowing no end of a key's rows) one output row per row."""
+
+    def open(self, ctx: Any) -> None:
+        self.count, self.last = ctx.get_state(COUNT), ctx.get_state(LAST)
+
+    def process(self, row: Any, ctx: Any) -> Iterator[tuple[int, int, int]]:
+        count = self.count.value() + 1
+        value = row["v"]
+        self.count.update(count)
+        self.last.update(value)
+        yield ctx.current_key, count, value
 
 
 class VectorCountAndLast(KeyedVectorFunction):
@@ -117,7 +132,8 @@ def session(connect: bool = False) -> Any:
     return spark
 
 
-FUNCTIONS = {"batch": CountAndLast, "vector": VectorCountAndLast, "pre-aggregated": PreAggregatedCountAndLast}
+FUNCTIONS = {"batch": CountAndLast, "vector": VectorCountAndLast, "pre-aggregated": PreAggregatedCountAndLast,
+             "row": RowCountAndLast}
 
 
 def write_source(spark: Any, path: str, n_rows: int, keys: int, files: int, first_id: int = 0) -> str:
