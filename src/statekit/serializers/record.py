@@ -12,9 +12,10 @@ Spark type says:
 - array, map: msgpack arrays and maps; a nested struct: an array of its fields;
 - null only where the schema allows it.
 
-``generation`` numbers the value format (0). A state whose record schema changed is migrated on
-restore (``record_evolution``: fields added with a default, removed, reordered, widened). Nothing in a value names a Python class, so reading one runs
-no code of the checkpoint's. Values come back as the dataclass given (nested dataclasses
+``generation`` numbers the format of the value itself (0): a later format gets another number,
+so readers tell the two apart. A state whose record schema changed is migrated on restore
+(``record_evolution``: fields added with a default, removed, reordered, widened). Nothing in a
+value names a Python class, so reading one runs no code of the checkpoint's. Values come back as the dataclass given (nested dataclasses
 included), else as ``pyspark.sql.Row``; a value to write may be that dataclass, a Row, a dict or
 any object with the fields as attributes. Measured against pickle and msgpack in
 ``benchmarks/serializers.py``.
@@ -39,7 +40,7 @@ from statekit.serializers.record_schema import record_classes, struct_of
 from statekit.spi.errors import SerializationError
 from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer
 
-#: the schema generation this version writes (schema evolution numbers later ones)
+#: the value format this version writes (the first item of every value)
 GENERATION = 0
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 _EPOCH_NTZ = datetime.datetime(1970, 1, 1)
