@@ -144,7 +144,11 @@ def test_a_backend_that_declares_ttl_but_ignores_it_fails_the_whole_ttl_level(tm
     run = run_suite(tmp_path, "--backend", f"broken_backends.false_ttl:{backend}", "--level", "ttl")
     ttl_tests = {name for name in [*run.failures, *run.passed] if name.startswith("TestTtl::")}
     assert len(ttl_tests) >= 30, run.output[-3000:]
-    assert_fails_exactly(run, {name: () for name in ttl_tests}, "ttl")
+    # a heap snapshot with TTL restored into it is registered without TTL: migrated, which drops the
+    # entries expired at the restore (what that test checks), so it alone passes
+    migrated = "TestTtl::test_heap_snapshots_restore_with_their_write_times"
+    assert migrated in run.passed, run.output[-3000:]
+    assert_fails_exactly(run, {name: () for name in ttl_tests - {migrated}}, "ttl")
     assert "an entry written at t is still visible at t + ttl" in \
         run.failures["TestTtl::test_an_entry_is_visible_until_its_ttl_has_passed[value]"]
     assert "expired entries must be left out" in \
@@ -278,4 +282,9 @@ def test_a_backend_that_does_not_migrate_fails_the_migration_level(tmp_path):
     migrations = {name for name in [*run.failures, *run.passed]
                   if "test_every_kind_of_state_is_migrated_on_restore" in name}
     assert len(migrations) == 3, run.output[-3000:]  # full, incremental and native snapshots
-    assert_fails_exactly(run, {name: ("the migrated state is",) for name in migrations}, "migration")
+    # its canonical snapshots after the registration write values of the old schema with the new
+    # serializer (its native snapshot pickles them as they are, and the merge is refused as it should)
+    disagreeing = {f"TestMigration::test_snapshots_that_disagree_on_a_migrated_state_are_refused_together[{mode}]"
+                   for mode in ("full", "incremental")}
+    assert_fails_exactly(run, {**{name: ("the migrated state is",) for name in migrations},
+                               **{name: ("field source is missing",) for name in disagreeing}}, "migration")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from statekit.backends.heap import HeapStateBackend
 from statekit.backends.heap.backend import HeapKeyedStateBackend
+from statekit.backends.common.migration import Migration
 from statekit.spi import KeyedBackendParams, TypeSerializer
 
 
 class UnmigratedKeyedBackend(HeapKeyedStateBackend):
-    def _migrate(self, registration, previous: TypeSerializer) -> None:
+    def _migrate(self, registration, previous: TypeSerializer, migration: Migration) -> None:
         self._tables[registration.name].registration = registration  # the values stay as they were
 
 

@@ -6,6 +6,7 @@ a real local SparkSession."""
 import pytest
 
 from statekit.conformance_tests.incremental import IncrementalSnapshotTests
+from statekit.conformance_tests.migration import MigrationTests
 from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.semantics import StateSemantics
 from statekit.conformance_tests.snapshots import OnFilesystemStorage, SavepointConversionTests, SnapshotRestoreTests
@@ -16,7 +17,7 @@ from statekit_sqlite import SQLiteStateBackend
 
 
 class TestSQLite(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests,
-                 SavepointConversionTests, TimerTests):
+                 SavepointConversionTests, TimerTests, MigrationTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         # options as Spark conf passes them: strings, named as after spark.statekit.backend.sqlite.
