@@ -62,10 +62,6 @@ class TtlSerializer(TypeSerializer[tuple[int, Any]]):
     def decodes_like(self, other: TypeSerializer) -> bool:
         return isinstance(other, TtlSerializer) and self.inner.decodes_like(other.inner)
 
-    def migrate(self, value: tuple[int, Any], previous: TypeSerializer) -> tuple[int, Any]:
-        timestamp, held = value
-        return timestamp, self.inner.migrate(held, previous.inner if isinstance(previous, TtlSerializer) else previous)
-
     def incompatibility(self, previous: SerializerSnapshot) -> str | None:
         if previous.identity != self.snapshot().identity or "inner" not in previous.config:
             return None
