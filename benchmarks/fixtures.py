@@ -13,7 +13,7 @@ from benchmarks.report import report
 from statekit.registry import backend_class
 from statekit.serializers import StringSerializer
 from statekit.spi import KeyedBackendParams, KeyedStateBackend, SubtaskInfo, key_group_for_key
-from statekit.spi.serializer import TypeSerializer
+from statekit.spi.serializer import TypeSerializer, trusting
 from statekit.spi.storage import CheckpointStreams
 
 MAX_P = 128
@@ -30,9 +30,10 @@ def keyed_backend(name: str, local_dir: str, *, subtask: int = 0, parallelism: i
     if name != "heap":
         options = {"local-dir": local_dir, **options}
     factory = backend_class(name)(**options)
-    return factory.create_keyed_backend(KeyedBackendParams(
-        SubtaskInfo("bench", "op", subtask, parallelism, max_parallelism), key_serializer or StringSerializer(),
-        restore_handles=tuple(restore), restore_streams=streams, local_dir=local_dir))
+    with trusting(factory.native_snapshots_run_code):  # as a job that writes that native format
+        return factory.create_keyed_backend(KeyedBackendParams(
+            SubtaskInfo("bench", "op", subtask, parallelism, max_parallelism), key_serializer or StringSerializer(),
+            restore_handles=tuple(restore), restore_streams=streams, local_dir=local_dir))
 
 
 def commit_writes(backend: KeyedStateBackend) -> None:

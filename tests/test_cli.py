@@ -315,7 +315,7 @@ def test_describe_human_output(capsys, heap_job):
     assert "checkpoint, full" in out and "backend:" in out and "heap" in out
     assert f"{expected['state_size']} B" in out
     assert "operator keyed-process: parallelism 3, max parallelism 128" in out
-    assert "key serializer: PickleSerializer v1" in out
+    assert "key serializer: MsgpackSerializer v3" in out
     for name, kind in (("count", "value"), ("last", "list"), ("sums", "map"), ("max", "reducing"),
                        ("mean", "aggregating")):
         assert any(line.split()[:2] == [name, kind] for line in out.splitlines()), name
@@ -349,7 +349,7 @@ def test_describe_json(capsys, heap_job):
     sums = next(s for s in op["states"] if s["name"] == "sums")
     assert sums["kind"] == "map"
     assert {role: (s["class"], s["version"]) for role, s in sums["serializers"].items()} == {
-        "namespace": ("PickleSerializer", 1), "user_key": ("StringSerializer", 1), "value": ("Int64Serializer", 1)}
+        "namespace": ("MsgpackSerializer", 3), "user_key": ("StringSerializer", 1), "value": ("Int64Serializer", 1)}
     assert {s["name"]: s["mode"] for s in op["operator_states"]} == {
         "rows-seen": "split", "epochs": "union", "config": "broadcast"}
     assert [s["key_group_range"] for s in op["subtasks"]] == [

@@ -13,7 +13,7 @@ from statekit.backends.lmdb.table import MATERIALIZE_LIMIT
 from statekit.backends.rocksdb import IncrementalRocksDBStateHandle
 from statekit.conformance_tests.base import open_keyed_backend, set_key
 from statekit.registry import backend_class
-from statekit.serializers import BytesSerializer, StringSerializer
+from statekit.serializers import BytesSerializer, MsgpackSerializer, StringSerializer
 from statekit.spi import (
     ConfigurationError, KeyGroupRange, MapStateDescriptor, RestoreError, SnapshotError, SnapshotFormat,
     SnapshotOptions, StateAccessError, StatekitError, ValueStateDescriptor,
@@ -464,7 +464,8 @@ def test_options_are_applied(tmp_path):
 
 
 def test_other_handle_types_are_rejected(tmp_path):
-    handle = IncrementalRocksDBStateHandle(KeyGroupRange(0, 127), 1, "x", {}, {}, {}, ())
+    handle = IncrementalRocksDBStateHandle(KeyGroupRange(0, 127), 1, "x", {}, {}, MsgpackSerializer().snapshot().to_json(),
+                                           ())
     with pytest.raises(RestoreError, match="lmdb backend cannot restore a IncrementalRocksDBStateHandle.*savepoint"):
         open_keyed_backend(LMDBStateBackend(), str(tmp_path / "local"), restore_handles=[handle],
                            restore_streams=InlineStreams())

@@ -30,6 +30,7 @@ from statekit.runtime.local_runner import LocalRunner
 from statekit.spi import (
     CorruptStateError, InlineStateHandle, SnapshotFormat, StateHandle, StatekitError, register_handle,
 )
+from statekit.spi.errors import UntrustedCheckpointError
 from statekit.spi.handles import KeyedStateHandle
 from statekit.spi.key_groups import KeyGroupRange
 from statekit.storage.filesystem import FileSystemCheckpointStorage
@@ -452,10 +453,15 @@ def test_a_version_1_checkpoint_still_restores(tmp_path):
     metadata = CheckpointMetadata.from_bytes(data, str(LEGACY_V1))
     rows = make_rows(12, 5, seed=18)
     assert dump_state(metadata, InlineStreams(), str(tmp_path)) == expected_state(rows)
-    # and a job continues from it, rescaled
+    # and a job continues from it, rescaled; its keys and values were pickled, so only a job that trusts it
     more = make_rows(12, 5, seed=19)
+    untrusting = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=3, max_parallelism=8,
+                             job_id="legacy-v1-untrusted")
+    untrusting.restore_from(metadata, InlineStreams())
+    with pytest.raises(UntrustedCheckpointError, match="PickleSerializer.*trust-pickle"):
+        untrusting.run_epoch(more)
     runner = LocalRunner(WorkloadFunction(), lambda row: row[0], parallelism=3, max_parallelism=8,
-                         job_id="legacy-v1")
+                         job_id="legacy-v1", trust_pickle=True)
     runner.restore_from(metadata, InlineStreams())
     runner.run_epoch(more)
     assert dump_state(runner.latest_metadata(), runner.streams, str(tmp_path / "after")) == expected_state(rows + more)

@@ -1,4 +1,6 @@
 """Serializers: round trips, bulk paths, snapshots, compatibility and clear errors."""
+import datetime
+import decimal
 import math
 import pickle
 import threading
@@ -16,8 +18,8 @@ from statekit.serializers import (
 from statekit.spi import (
     Compatibility, ConfigurationError, SerializationError, SerializerSnapshot, ValueStateDescriptor,
 )
-from statekit.spi.errors import IncompatibleSerializerError
-from statekit.spi.serializer import TypeSerializer, byte_equality_types, check_compatibility
+from statekit.spi.errors import IncompatibleSerializerError, UntrustedCheckpointError
+from statekit.spi.serializer import TypeSerializer, byte_equality_types, check_compatibility, compatibility, trusting
 from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
 
 ALL = [PickleSerializer(), MsgpackSerializer(), Int64Serializer(), Float64Serializer(), StringSerializer(),
@@ -133,7 +135,8 @@ def test_undecodable_bytes_are_a_clear_error(serializer, data):
 def test_snapshot_restores_an_equal_serializer(serializer):
     snapshot = serializer.snapshot()
     assert SerializerSnapshot.from_json(snapshot.to_json()) == snapshot
-    restored = snapshot.restore_serializer()
+    with trusting(True):  # pickle's: recreated only for a trusted checkpoint
+        restored = snapshot.restore_serializer()
     assert restored == serializer
     assert serializer.resolve_compatibility(snapshot) is Compatibility.COMPATIBLE_AS_IS
     assert pickle.loads(pickle.dumps(serializer)) == serializer
@@ -226,7 +229,7 @@ def test_serializer_that_cannot_be_recreated_from_its_checkpointed_config_is_a_r
 
 
 def test_resolve_and_names():
-    assert resolve(None) == PickleSerializer()
+    assert resolve(None) == MsgpackSerializer()
     assert serializer_by_name("int64") == Int64Serializer()
     with pytest.raises(ConfigurationError, match="accepted"):
         serializer_by_name("avro")
@@ -478,3 +481,50 @@ def test_byte_equality_types_are_not_inherited():
     assert byte_equality_types(PickleSerializer()) == {int, str, bytes}
     assert byte_equality_types(Subclass()) == frozenset()
     assert byte_equality_types(Float64Serializer()) == frozenset()  # 0.0 == -0.0 in Python, not in bytes
+
+
+SPARK_ATOMS = [datetime.date(2026, 11, 28), datetime.date(1, 1, 1), datetime.datetime(2026, 11, 28, 13, 5, 1, 7),
+               datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=datetime.timezone.utc),
+               decimal.Decimal("1.50"), decimal.Decimal("-0E-18"), decimal.Decimal("12345678901234567890.1234")]
+
+
+@pytest.mark.parametrize("value", SPARK_ATOMS, ids=repr)
+def test_msgpack_holds_spark_atomic_values_by_type(value):
+    """Dates, datetimes and decimals round-trip with their type (a decimal with its exponent), also
+    nested; an aware datetime comes back as the same instant, in UTC."""
+    s = MsgpackSerializer()
+    for held in (value, (value, [value]), {"at": value}):
+        back = s.deserialize(s.serialize(held))
+        assert back == held and repr(back) == repr(held)
+    offset = datetime.datetime(2026, 1, 1, 12, tzinfo=datetime.timezone(datetime.timedelta(hours=2)))
+    assert s.deserialize(s.serialize(offset)) == offset
+    assert s.deserialize(s.serialize(offset)).tzinfo == datetime.timezone.utc
+
+
+def test_msgpack_version_3_reads_what_version_2_wrote():
+    written = SerializerSnapshot("statekit.serializers.msgpack:MsgpackSerializer", 2)
+    assert MsgpackSerializer().resolve_compatibility(written) is Compatibility.COMPATIBLE_AS_IS
+
+
+def test_a_schemaless_serializers_state_migrates_to_any_other():
+    """A state pickle or msgpack wrote is migrated (each value read and written again) by a serializer of
+    another class, and the values come back as the new one reads them; a schema'd one's is refused."""
+    assert compatibility(MsgpackSerializer(), PickleSerializer().snapshot()) is Compatibility.COMPATIBLE_AFTER_MIGRATION
+    assert compatibility(Int64Serializer(), MsgpackSerializer().snapshot()) is Compatibility.COMPATIBLE_AFTER_MIGRATION
+    assert compatibility(MsgpackSerializer(), Int64Serializer().snapshot()) is Compatibility.INCOMPATIBLE
+    assert MsgpackSerializer().migrate((1, [2]), PickleSerializer()) == (1, [2])
+    with pytest.raises(SerializationError, match="set"):
+        MsgpackSerializer().migrate({1}, PickleSerializer())
+
+
+def test_pickle_is_recreated_from_a_checkpoint_only_where_trusted():
+    """Restoring PickleSerializer from a snapshot (so as to read what it wrote) needs a trusting scope;
+    the error names the setting. Scopes nest: an untrusting one inside a trusting one still trusts."""
+    snapshot = PickleSerializer().snapshot()
+    with pytest.raises(UntrustedCheckpointError, match="spark.statekit.restore.trust-pickle"):
+        snapshot.restore_serializer()
+    with trusting(True), trusting(False):
+        assert snapshot.restore_serializer() == PickleSerializer()
+    with pytest.raises(UntrustedCheckpointError):
+        snapshot.restore_serializer()
+    assert MsgpackSerializer().snapshot().restore_serializer() == MsgpackSerializer()

@@ -6,7 +6,7 @@ import pytest
 
 from statekit.backends.common.canonical import COMPRESSIONS, CanonicalSnapshotWriter, read_key_groups
 from statekit.registry import backend_class
-from statekit.serializers import PickleSerializer, StringSerializer
+from statekit.serializers import MsgpackSerializer, StringSerializer
 from statekit.spi import (
     ConfigurationError, KeyedBackendParams, KeyGroupRange, ListStateDescriptor, MapStateDescriptor, SnapshotOptions,
     StateMetaInfo, SubtaskInfo, ValueStateDescriptor, key_group_for_key,
@@ -16,9 +16,9 @@ from statekit.storage.inline import InlineStreams
 
 BACKENDS = ("heap", "rocksdb", "lmdb")
 MAX_P = 128
-VALUE = ValueStateDescriptor("value", PickleSerializer())
-LIST = ListStateDescriptor("list", PickleSerializer())
-MAP = MapStateDescriptor("map", StringSerializer(), PickleSerializer())
+VALUE = ValueStateDescriptor("value", MsgpackSerializer())
+LIST = ListStateDescriptor("list", MsgpackSerializer())
+MAP = MapStateDescriptor("map", StringSerializer(), MsgpackSerializer())
 KEYS = [f"key-{i}" for i in range(300)]
 
 
@@ -93,7 +93,7 @@ def _written(compression):
     for kg in range(4):
         keys = [b"key-%05d" % i for i in range(2000)]
         writer.add_rows(kg, "s", keys, [b""] * len(keys), None, [b"value " * 10] * len(keys))
-    meta = StateMetaInfo("s", "value", {"value": PickleSerializer().snapshot().to_json()})
+    meta = StateMetaInfo("s", "value", {"value": MsgpackSerializer().snapshot().to_json()})
     return writer.finish(KeyGroupRange(0, 3), StringSerializer().snapshot(), [meta])
 
 

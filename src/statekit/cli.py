@@ -306,7 +306,8 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
-    _emit(args, create_savepoint(args.source, args.target, args.backend, _storage_options(args)), _print_created)
+    _emit(args, create_savepoint(args.source, args.target, args.backend, _storage_options(args), args.trust_pickle),
+          _print_created)
     return EXIT_OK
 
 
@@ -358,7 +359,8 @@ def _cmd_state_get(args: argparse.Namespace) -> int:
     from statekit.query import QueryableState
     from statekit.reading.cells import readable
 
-    state = QueryableState(args.path, operator=args.operator, storage_options=_storage_options(args))
+    state = QueryableState(args.path, operator=args.operator, storage_options=_storage_options(args),
+                           trust_pickle=args.trust_pickle)
     key = _key_of(args.key, state.key_columns)
     value = state.get(args.state, key)
     doc = {"path": state.url, "checkpoint_id": state.checkpoint_id, "state": args.state, "kind": state.kind(args.state),
@@ -423,6 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--backend", default=None, metavar="NAME",
                         help="the state backend able to read the checkpoint (default: the one recorded in its "
                              "metadata, else heap); a built-in name, an entry point or module:Class")
+    create.add_argument("--trust-pickle", action="store_true",
+                        help="restore state that runs code when read (pickle) from this checkpoint, whose writers "
+                             "you trust")
     create.set_defaults(handler=_cmd_create)
 
     state = groups.add_parser("state", help="read keyed state from a checkpoint or savepoint")
@@ -437,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("--key", required=True, metavar="KEY",
                      help="the key, typed as the job's key column; several key columns as a JSON array")
     get.add_argument("--operator", default=None, metavar="ID", help="the operator (when the snapshot holds several)")
+    get.add_argument("--trust-pickle", action="store_true",
+                     help="decode state that runs code when read (pickle); without it, such values print as bytes")
     get.set_defaults(handler=_cmd_state_get)
     return parser
 

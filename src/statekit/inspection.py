@@ -16,7 +16,7 @@ from statekit.spi.errors import CorruptStateError, StatekitError
 from statekit.spi.handles import OperatorStateHandle, StreamStateHandle
 from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.names import check_job_id
-from statekit.spi.serializer import SerializerSnapshot
+from statekit.spi.serializer import SerializerSnapshot, trusting
 from statekit.spi.storage import CheckpointStorage, CompletedCheckpointPointer, ResolvedCheckpoint
 from statekit.storage.layout import CHECKPOINT_DIR_PATTERN, METADATA_FILE, SAVEPOINT_PREFIX, SHARED_DIR
 from statekit.storage.urls import open_url
@@ -246,8 +246,9 @@ def describe(url: str, storage_options: dict[str, Any] | None = None) -> dict[st
 
 
 def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | None = None,
-                     storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Convert a completed checkpoint to a canonical savepoint; the document ``--json`` prints."""
+                     storage_options: dict[str, Any] | None = None, trust_pickle: bool = False) -> dict[str, Any]:
+    """Convert a completed checkpoint to a canonical savepoint; the document ``--json`` prints.
+    ``trust_pickle``: restore state that runs code when read (pickle) from it."""
     from statekit.registry import backend_class
     from statekit.runtime.savepoints import write_savepoint
 
@@ -265,7 +266,7 @@ def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | No
     savepoint_id = f"{metadata.job_id}-{metadata.checkpoint_id}"
     # refuses an existing savepoint before writing anything
     location = _files(savepoint_dir, storage_options).savepoint_location(savepoint_dir, savepoint_id)
-    with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir:
+    with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir, trusting(trust_pickle):
         savepoint, pointer = write_savepoint(location, metadata, resolved.streams, state_backend, local_dir)
     summary = StreamSummary.of(stream_handles(savepoint))
     return {"path": pointer.external_pointer, "job_id": savepoint.job_id, "checkpoint_id": savepoint.checkpoint_id,

@@ -36,15 +36,17 @@ class QueryableState:
 
     def __init__(self, path: str | None = None, *, checkpoint_dir: str | None = None, job_id: str | None = None,
                  checkpoint_id: int | None = None, operator: str | None = None,
-                 storage_options: dict[str, Any] | None = None) -> None:
+                 storage_options: dict[str, Any] | None = None, trust_pickle: bool = False) -> None:
+        """``trust_pickle``: decode state that runs code when read (pickle); else it keeps its bytes."""
         self._url = snapshot_url(path, checkpoint_dir, job_id, checkpoint_id)
         self._operator_id = operator
         self._storage_options = storage_options
+        self._trust_pickle = trust_pickle
         self.refresh()
 
     def refresh(self) -> None:
         """Read the snapshot again: a job directory moves to its newest completed checkpoint."""
-        self._reader = SnapshotReader.open(self._url, self._storage_options)
+        self._reader = SnapshotReader.open(self._url, self._storage_options, trust_pickle=self._trust_pickle)
         self._operator: OperatorState = self._reader.operator(self._operator_id)
 
     @property

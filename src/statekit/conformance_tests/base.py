@@ -10,11 +10,13 @@ from typing import Any, Iterator, Sequence
 
 import pytest
 
-from statekit.serializers import PickleSerializer
+from statekit.serializers import DEFAULT_SERIALIZER
 from statekit.spi import (
     Capabilities, KeyedBackendParams, KeyedStateBackend, KeyedStateHandle, StateBackend, SubtaskInfo, TypeSerializer,
     key_group_for_key,
 )
+from statekit.spi.key_format import restored_key_serializer
+from statekit.spi.serializer import trusting
 from statekit.spi.storage import CheckpointStreams
 
 MAX_PARALLELISM = 128
@@ -57,13 +59,15 @@ def open_keyed_backend(state_backend: StateBackend, local_dir: str, *, subtask_i
                        job_id: str = "conformance-job", operator_id: str = "op",
                        working_dir: str | None = None, resume_local_state: bool = False,
                        key_serializer: TypeSerializer | None = None) -> KeyedStateBackend:
-    """A keyed backend of ``state_backend`` for one subtask (keys pickled unless ``key_serializer``
-    says otherwise)."""
+    """A keyed backend of ``state_backend`` for one subtask (keys written by ``key_serializer``, else
+    as the restored state wrote them, else by the default serializer, as a job's are)."""
     subtask = SubtaskInfo(job_id, operator_id, subtask_index, parallelism, max_parallelism)
-    return state_backend.create_keyed_backend(KeyedBackendParams(
-        subtask=subtask, key_serializer=key_serializer or PickleSerializer(), restore_handles=tuple(restore_handles),
-        restore_streams=restore_streams, local_dir=local_dir, working_dir=working_dir,
-        resume_local_state=resume_local_state))
+    with trusting(state_backend.native_snapshots_run_code):  # as a job that writes that native format
+        key_serializer = key_serializer or restored_key_serializer(restore_handles) or DEFAULT_SERIALIZER
+        return state_backend.create_keyed_backend(KeyedBackendParams(
+            subtask=subtask, key_serializer=key_serializer, restore_handles=tuple(restore_handles),
+            restore_streams=restore_streams, local_dir=local_dir, working_dir=working_dir,
+            resume_local_state=resume_local_state))
 
 
 def set_key(backend: KeyedStateBackend, key: Any) -> None:

@@ -23,7 +23,7 @@ from statekit.conformance_tests.timer_workload import (
 )
 from statekit.runtime.event_time import WATERMARK
 from statekit.runtime.local_runner import LocalRunner
-from statekit.serializers import Int64Serializer, PickleSerializer
+from statekit.serializers import DEFAULT_SERIALIZER, Int64Serializer
 from statekit.spi import KeyedStateBackend, StateBackend, key_group_for_key
 from statekit.spi.backend import SnapshotOptions, SnapshotType
 from statekit.spi.state import VOID_NAMESPACE
@@ -40,7 +40,7 @@ Planned = tuple[int, str, Any]  # (timestamp, key, namespace)
 
 def firing_order(timers: set[Planned] | list[Planned], max_parallelism: int = MAX_P) -> list[Planned]:
     """The order every backend fires timers in: timestamp, key group, serialized key and namespace."""
-    keys = PickleSerializer()
+    keys = DEFAULT_SERIALIZER
 
     def order(timer: Planned) -> tuple[int, int, bytes]:
         timestamp, key, namespace = timer

@@ -30,6 +30,7 @@ from statekit.spi.errors import ConfigurationError
 from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateMetaInfo
 from statekit.spi.key_groups import KeyGroupRange, key_group_for_key
 from statekit.spi.names import check_job_id
+from statekit.spi.serializer import trusting
 from statekit.spi.storage import CheckpointStreams, ResolvedCheckpoint
 from statekit.storage.inline import InlineStreams
 from statekit.storage.layout import METADATA_FILE
@@ -65,16 +66,19 @@ class KeyColumn:
 
 
 class SnapshotReader:
-    """A completed checkpoint or savepoint, opened for reading its keyed state."""
+    """A completed checkpoint or savepoint, opened for reading its keyed state. State that runs
+    code when read (pickle) is decoded only with ``trust_pickle``; else its cells keep their bytes."""
 
-    def __init__(self, resolved: ResolvedCheckpoint) -> None:
+    def __init__(self, resolved: ResolvedCheckpoint, trust_pickle: bool = False) -> None:
         self.url = resolved.pointer.external_pointer
         self.metadata = read_metadata(resolved.metadata, resolved.pointer)
         self.streams: CheckpointStreams = resolved.streams
+        self.trust_pickle = trust_pickle
 
     @classmethod
-    def open(cls, url: str, storage_options: dict[str, Any] | None = None, setting: str = "path") -> "SnapshotReader":
-        return cls(resolve(url, storage_options, setting))
+    def open(cls, url: str, storage_options: dict[str, Any] | None = None, setting: str = "path",
+             trust_pickle: bool = False) -> "SnapshotReader":
+        return cls(resolve(url, storage_options, setting), trust_pickle)
 
     def operator(self, operator_id: str | None = None) -> OperatorState:
         """The operator ``operator_id``, or the only one when not given."""
@@ -127,7 +131,8 @@ class SnapshotReader:
             assert isinstance(handle, KeyGroupsStateHandle)
             metas = handle.state_meta_infos()
             deadlines = expiry_deadlines(metas, recorded) if isinstance(recorded, int) else {}
-            decoder = CellDecoder(handle.key_serializer_snapshot(), metas)
+            with trusting(self.trust_pickle):
+                decoder = CellDecoder(handle.key_serializer_snapshot(), metas)
             for key_group, batch in read_key_groups(handle, streams, target):
                 if wanted is not None:
                     batch = batch.filter(pc.is_in(batch.column("state"), wanted))
@@ -154,7 +159,7 @@ class SnapshotReader:
                    local_dir: str | None) -> tuple[KeyGroupsStateHandle, ...]:
         name = self.metadata.properties.get("backend") or "heap"
         state_backend = backend_class(str(name), setting=f"the backend recorded in {self.url}/{METADATA_FILE}")()
-        with tempfile.TemporaryDirectory(prefix="statekit-read-", dir=local_dir) as work:
+        with tempfile.TemporaryDirectory(prefix="statekit-read-", dir=local_dir) as work, trusting(self.trust_pickle):
             state = convert_subtask(self.metadata, operator, index, parallelism, self.streams, state_backend,
                                     lambda subtask: InlineStreams(), work)
         return tuple(h for h in state.keyed if isinstance(h, KeyGroupsStateHandle))

@@ -21,7 +21,8 @@ from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.savepoints import snapshot_as_savepoint, write_savepoint
 from statekit.checkpoint.snapshot_format import format_property
 from statekit.runtime.task import (
-    DEFAULT_TTL_SWEEP_SECONDS, PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms,
+    DEFAULT_TTL_SWEEP_SECONDS, PROCESSING_TIME, KeyedTask, TaskRestore, job_key_serializer, restore_trusted,
+    wall_clock_ms,
 )
 from statekit.spi.backend import SnapshotFormat, SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.key_groups import (
@@ -30,6 +31,7 @@ from statekit.spi.key_groups import (
 )
 from statekit.spi.errors import ConfigurationError, RestoreError
 from statekit.spi.names import check_job_id, check_operator_id
+from statekit.spi.serializer import TypeSerializer, trusting
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP
 from statekit.storage.inline import InlineStreams
@@ -46,11 +48,17 @@ class LocalRunner:
                  local_dir: str | None = None, incremental: bool = False,
                  clock: Callable[[], int] | None = None, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS,
                  event_time: Callable[[Any], Any] | str | None = None, watermark_delay: Any = None,
-                 late_rows: str = "drop", checkpoint_format: SnapshotFormat = SnapshotFormat.CANONICAL) -> None:
+                 late_rows: str = "drop", checkpoint_format: SnapshotFormat = SnapshotFormat.CANONICAL,
+                 key_serializer: TypeSerializer | None = None, trust_pickle: bool = False) -> None:
         """``event_time``: a record's event time (epoch ms or a datetime; None, as a null under Spark,
         is processed and moves no watermark), as a function of the record
         or the name of a dict record's field; with ``watermark_delay`` (e.g. ``"10 minutes"``) each
-        epoch gets a watermark (``runtime.event_time``) and event-time timers fire."""
+        epoch gets a watermark (``runtime.event_time``) and event-time timers fire.
+
+        Keys are written by ``key_serializer``, else as the restored state wrote them, else by the
+        ``key_types`` (``KeyColumnsSerializer``), else by msgpack. ``trust_pickle``: restore state
+        that runs code when read (pickle), as ``spark.statekit.restore.trust-pickle`` does (a native
+        checkpoint format of pickles, the heap's, implies it)."""
         from statekit.backends.heap import HeapStateBackend
         from statekit.registry import storage_class
 
@@ -76,6 +84,8 @@ class LocalRunner:
         self.local_dir = local_dir
         self.incremental = incremental and self.state_backend.capabilities.incremental_snapshots
         self.checkpoint_format = checkpoint_format
+        self.key_serializer = key_serializer
+        self.trust_pickle = trust_pickle
         self._restore_override: tuple[CheckpointMetadata, CheckpointStreams] | None = None
         #: each epoch's processing time in epoch milliseconds, read once when the epoch starts
         self.clock = clock or wall_clock_ms
@@ -121,10 +131,13 @@ class LocalRunner:
         outputs: list[Any] = []
         subtasks: list[SubtaskState] = []
         try:
-            for i in range(self.parallelism):
-                subtasks.append(self._run_subtask(i, epoch, restored, partitions[i], outputs,
-                                                  SnapshotOptions(SnapshotType.CHECKPOINT, self.incremental,
-                                                                  self.checkpoint_format)))
+            with trusting(restore_trusted(self.trust_pickle, self.state_backend, self.checkpoint_format)):
+                key_serializer = self.key_serializer or job_key_serializer(
+                    restored[0].operators.get(self.operator_id) if restored else None, self.key_types)
+                for i in range(self.parallelism):
+                    subtasks.append(self._run_subtask(i, epoch, restored, partitions[i], outputs, key_serializer,
+                                                      SnapshotOptions(SnapshotType.CHECKPOINT, self.incremental,
+                                                                      self.checkpoint_format)))
         except BaseException:
             self.store.abort(epoch, subtasks)
             raise
@@ -138,11 +151,13 @@ class LocalRunner:
         latest = self.store.latest()
         if latest is None:
             raise RestoreError(f"job {self.job_id!r} has no completed checkpoint to take a savepoint of")
-        if savepoint_dir is None:
-            return snapshot_as_savepoint(latest.metadata, self.streams, self.state_backend,
-                                         lambda subtask: InlineStreams(), local_dir=self.local_dir)
-        location = self.checkpoint_storage.savepoint_location(savepoint_dir, f"{self.job_id}-{latest.checkpoint_id}")
-        return write_savepoint(location, latest.metadata, self.streams, self.state_backend, self.local_dir)[0]
+        with trusting(restore_trusted(self.trust_pickle, self.state_backend, self.checkpoint_format)):
+            if savepoint_dir is None:
+                return snapshot_as_savepoint(latest.metadata, self.streams, self.state_backend,
+                                             lambda subtask: InlineStreams(), local_dir=self.local_dir)
+            location = self.checkpoint_storage.savepoint_location(savepoint_dir,
+                                                                  f"{self.job_id}-{latest.checkpoint_id}")
+            return write_savepoint(location, latest.metadata, self.streams, self.state_backend, self.local_dir)[0]
 
     def latest_metadata(self) -> CheckpointMetadata | None:
         latest = self.store.latest()
@@ -199,7 +214,7 @@ class LocalRunner:
         return earlier.metadata, self.storage.restore_streams()
 
     def _run_subtask(self, index: int, epoch: int, restored: tuple[CheckpointMetadata, CheckpointStreams] | None,
-                     records: list[tuple[Any, int, Any]], outputs: list[Any],
+                     records: list[tuple[Any, int, Any]], outputs: list[Any], key_serializer: TypeSerializer,
                      options: SnapshotOptions) -> SubtaskState:
         subtask = SubtaskInfo(self.job_id, self.operator_id, index, self.parallelism, self.max_parallelism)
         restore = None
@@ -212,7 +227,7 @@ class LocalRunner:
             restore = TaskRestore(metadata.checkpoint_id, assigned.keyed, assigned.operator, streams, share,
                                   self._key_groups_of)
         task = KeyedTask.create(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
-                                restore=restore, local_dir=self.local_dir)
+                                key_serializer=key_serializer, restore=restore, local_dir=self.local_dir)
         try:
             task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds, self._watermark_ms)
             task.open()

@@ -20,7 +20,6 @@ from statekit.runtime.sink_coordinator import SINK_PROPERTY
 from statekit.runtime.sink_writer import with_logs_copied
 from statekit.runtime.task import PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms
 from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
-from statekit.spi.key_format import read_key_serializer
 from statekit.spi.storage import CheckpointStreams, CompletedCheckpointPointer, SavepointTarget
 
 SAVEPOINT = SnapshotOptions(SnapshotType.SAVEPOINT)
@@ -73,15 +72,13 @@ def convert_subtask(source: CheckpointMetadata, operator: OperatorState, index: 
     canonical format."""
     subtask = SubtaskInfo(source.job_id, operator.operator_id, index, parallelism, operator.max_parallelism)
     keyed = assign(operator, index, parallelism).keyed
-    key_serializer = next((read_key_serializer(snapshot)[0].restore_serializer()
-                           for h in keyed if (snapshot := h.key_serializer_snapshot()) is not None), None)
     # only this subtask's own operator state: the others' count as empty, so nothing is redistributed
     own_operator_state = tuple(s.operator if i == index and parallelism == operator.parallelism else None
                                for i, s in enumerate(operator.subtasks))
     restore = TaskRestore(source.checkpoint_id, keyed, own_operator_state, source_streams, share_files=False)
     # KeyedTask.create disposes the keyed backend if the operator backend cannot be created
     task = KeyedTask.create(_NoFunction(), state_backend, subtask, source.checkpoint_id,
-                            key_serializer=key_serializer, restore=restore, local_dir=local_dir)
+                            restore=restore, local_dir=local_dir)
     # TTL: entries expired at the checkpoint's own processing time are left out, no others
     recorded = source.properties.get(PROCESSING_TIME)
     task.begin_epoch(recorded if isinstance(recorded, int) else wall_clock_ms(), ttl_sweep_seconds=0.0)

@@ -11,7 +11,7 @@ import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from statekit.checkpoint.metadata import SubtaskState
+from statekit.checkpoint.metadata import OperatorState, SubtaskState
 from statekit.runtime.function import (
     CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext, KeyedProcessFunction,
     ProcessFunction,
@@ -21,10 +21,11 @@ from statekit.runtime.timers import domain_of
 from statekit.serializers import resolve
 from statekit.spi.backend import (
     KeyedBackendParams, KeyedStateBackend, OperatorBackendParams, OperatorStateBackend, PendingSnapshot,
-    SnapshotOptions, StateBackend, SubtaskInfo,
+    SnapshotFormat, SnapshotOptions, StateBackend, SubtaskInfo,
 )
 from statekit.spi.errors import FunctionResultError
 from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle
+from statekit.spi.key_format import restored_key_serializer
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.storage import CheckpointStreams
 from statekit.spi.timers import MIN_TIMESTAMP, TimeDomain, Timer, TimerQueue
@@ -104,6 +105,28 @@ class TaskRestore:
     key_groups_of: Callable[[Sequence[Any]], Sequence[int]] | None = None
 
 
+def restore_trusted(trust_pickle: bool, state_backend: StateBackend, checkpoint_format: SnapshotFormat) -> bool:
+    """Whether a job restores state that runs code when read (``spi.serializer.trusting``): it
+    trusts its checkpoints' writers, or it writes them in a native format of pickles itself."""
+    return trust_pickle or checkpoint_format is SnapshotFormat.NATIVE and state_backend.native_snapshots_run_code
+
+
+def job_key_serializer(restored: OperatorState | None, key_types: Sequence[str] | None) -> TypeSerializer:
+    """The key serializer of a job's epoch, the same for every subtask: as its restored state wrote
+    its keys (keys are never migrated), else by the key columns' types, else the default."""
+    if restored is not None:
+        found = restored_key_serializer([h for subtask in restored.subtasks for h in subtask.keyed])
+        if found is not None:
+            return found
+    if key_types:
+        from statekit.serializers.key_columns import KeyColumnsSerializer  # noqa: PLC0415 - loads pyspark's types
+
+        return KeyColumnsSerializer(key_types)
+    return resolve(None)
+
+
+
+
 class PendingTaskSnapshot:
     """The synchronous part of a task snapshot; ``write`` is the asynchronous part."""
 
@@ -145,7 +168,11 @@ class KeyedTask:
                resume_local_state: bool = False, keyed_backend: KeyedStateBackend | None = None) -> "KeyedTask":
         """Create the backends, restoring them from ``restore`` (or, with ``resume_local_state``,
         reopening ``working_dir``, which holds the same state). An open ``keyed_backend`` that
-        already holds the restore point is used as it is; operator state is always restored."""
+        already holds the restore point is used as it is; operator state is always restored. Keys
+        are written by ``key_serializer``, else as the restored state wrote them, else by default.
+        State that runs code when read is restored only within the caller's ``trusting(True)``."""
+        if key_serializer is None and restore is not None:
+            key_serializer = restored_key_serializer(restore.keyed)
         keyed = keyed_backend or state_backend.create_keyed_backend(KeyedBackendParams(
             subtask=subtask, key_serializer=resolve(key_serializer),
             restore_handles=tuple(restore.keyed) if restore else (),

@@ -1,6 +1,9 @@
-"""Serializer implementations. ``resolve`` maps a descriptor's ``None`` to the default (pickle)."""
+"""Serializer implementations. ``resolve`` maps an undeclared serializer to the default, msgpack:
+language-neutral, and reading it runs no code. Pickle is used only where asked for by name.
+``declared_serializers`` gives a descriptor's serializers with its declared types resolved."""
 from __future__ import annotations
 
+from statekit.serializers.declared import declared_serializers, serializer_for_type
 from statekit.serializers.msgpack import MsgpackSerializer
 from statekit.serializers.pickle import PickleSerializer
 from statekit.serializers.primitives import (
@@ -9,7 +12,7 @@ from statekit.serializers.primitives import (
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.serializer import TypeSerializer
 
-DEFAULT_SERIALIZER: TypeSerializer = PickleSerializer()
+DEFAULT_SERIALIZER: TypeSerializer = MsgpackSerializer()
 
 #: short names accepted wherever a serializer is chosen by configuration
 BY_NAME: dict[str, type[TypeSerializer]] = {
@@ -19,7 +22,7 @@ BY_NAME: dict[str, type[TypeSerializer]] = {
 
 
 def resolve(serializer: TypeSerializer | None) -> TypeSerializer:
-    """The serializer to use for a declared one; ``None`` means the default (pickle)."""
+    """The serializer to use for a declared one; ``None`` means the default (msgpack)."""
     if serializer is None:
         return DEFAULT_SERIALIZER
     if not isinstance(serializer, TypeSerializer):
@@ -38,4 +41,4 @@ def serializer_by_name(name: str) -> TypeSerializer:
 
 __all__ = ["BY_NAME", "DEFAULT_SERIALIZER", "BytesSerializer", "Float64Serializer",
            "Int64Serializer", "MsgpackSerializer", "PickleSerializer", "StringSerializer",
-           "resolve", "serializer_by_name"]
+           "declared_serializers", "resolve", "serializer_by_name", "serializer_for_type"]

@@ -1,4 +1,9 @@
-"""The default serializer: any picklable Python object."""
+"""Any picklable Python object, asked for by name (``PickleSerializer()``, ``"pickle"``).
+
+Reading a pickle runs whatever code its bytes name: a state written with it is restored only from
+a trusted or signed checkpoint (``spi.serializer.trusting``). Types that msgpack or a schema cover
+need neither (the defaults: ``statekit.serializers``).
+"""
 from __future__ import annotations
 
 import pickle
@@ -10,6 +15,8 @@ from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSeria
 
 class PickleSerializer(TypeSerializer[Any]):
     BYTE_EQUALITY_TYPES = frozenset({int, str, bytes})
+    SCHEMALESS = True
+    RUNS_CODE_ON_READ = True
 
     def __init__(self, protocol: int = 5) -> None:
         if not 2 <= protocol <= pickle.HIGHEST_PROTOCOL:

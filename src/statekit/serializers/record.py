@@ -112,8 +112,7 @@ class RecordSerializer(TypeSerializer[Any]):
 
     def migrate(self, value: Any, previous: TypeSerializer) -> Any:
         if not isinstance(previous, RecordSerializer):
-            raise SerializationError(f"a record of {self.schema.simpleString()} cannot be migrated from a value "
-                                     f"of {type(previous).__name__}")
+            return super().migrate(value, previous)
         return self._converter(previous.schema)(value)
 
     def _schema_of(self, previous: SerializerSnapshot) -> StructType | None:

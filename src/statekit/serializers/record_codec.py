@@ -41,7 +41,7 @@ def _wrong(path: str, expected: str, value: Any) -> SerializationError:
                               f"{shown[:80]}{'...' if len(shown) > 80 else ''}")
 
 
-def _encoder(data_type: DataType, nullable: bool, path: str) -> Codec:
+def field_encoder(data_type: DataType, nullable: bool, path: str) -> Codec:
     """The field's encoder; a NOT NULL field's refuses None as a value of the wrong type."""
     encode = _value_encoder(data_type, path)
     if not nullable:
@@ -119,7 +119,7 @@ def _value_encoder(data_type: DataType, path: str) -> Codec:  # noqa: C901 - one
     if kind is DecimalType:
         return _decimal_encoder(data_type, path)
     if kind is ArrayType:
-        element = _encoder(data_type.elementType, data_type.containsNull, f"{path}[]")
+        element = field_encoder(data_type.elementType, data_type.containsNull, f"{path}[]")
         exact = _EXACT_CLASS.get(type(data_type.elementType))
         bits = _INTEGER_BITS.get(type(data_type.elementType))
         low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if bits else (0, 0)
@@ -134,8 +134,8 @@ def _value_encoder(data_type: DataType, path: str) -> Codec:  # noqa: C901 - one
             return [element(e) for e in value]
         return array
     if kind is MapType:
-        key = _encoder(data_type.keyType, False, f"{path}{{key}}")
-        item = _encoder(data_type.valueType, data_type.valueContainsNull, f"{path}{{value}}")
+        key = field_encoder(data_type.keyType, False, f"{path}{{key}}")
+        item = field_encoder(data_type.valueType, data_type.valueContainsNull, f"{path}{{value}}")
 
         def mapping(value: Any) -> dict:
             if isinstance(value, Mapping):
@@ -170,7 +170,7 @@ def _decimal_encoder(data_type: DecimalType, path: str) -> Codec:
 def struct_encoder(struct: StructType, path: str) -> Codec:
     names = list(struct.names)
     prefix = f"{path}." if path else ""
-    encoders = [_encoder(f.dataType, f.nullable, prefix + f.name) for f in struct.fields]
+    encoders = [field_encoder(f.dataType, f.nullable, prefix + f.name) for f in struct.fields]
 
     def fields_of(value: Any) -> Iterable[Any]:
         if isinstance(value, Row):
@@ -198,7 +198,7 @@ def struct_encoder(struct: StructType, path: str) -> Codec:
     return encode
 
 
-def _decoder(data_type: DataType, nullable: bool, path: str, classes: dict[str, type]) -> Codec | None:
+def field_decoder(data_type: DataType, nullable: bool, path: str, classes: dict[str, type]) -> Codec | None:
     """None where msgpack's value is already the Python value; ``classes``: the dataclass a struct
     at a path decodes into (``record_classes``), else it decodes into a Row."""
     decode = _value_decoder(data_type, path, classes)
@@ -224,11 +224,11 @@ def _value_decoder(data_type: DataType, path: str, classes: dict[str, type]) -> 
             return decimal.Decimal(unscaled).scaleb(-scale, _DECIMAL_CONTEXT)
         return decimal_value
     if kind is ArrayType:
-        element = _decoder(data_type.elementType, data_type.containsNull, f"{path}[]", classes)
+        element = field_decoder(data_type.elementType, data_type.containsNull, f"{path}[]", classes)
         return None if element is None else (lambda values: [element(e) for e in values])
     if kind is MapType:
-        key = _decoder(data_type.keyType, False, f"{path}{{key}}", classes)
-        item = _decoder(data_type.valueType, data_type.valueContainsNull, f"{path}{{value}}", classes)
+        key = field_decoder(data_type.keyType, False, f"{path}{{key}}", classes)
+        item = field_decoder(data_type.valueType, data_type.valueContainsNull, f"{path}{{value}}", classes)
         if key is None and item is None:
             return None
         key, item = key or (lambda k: k), item or (lambda v: v)
@@ -240,7 +240,7 @@ def _value_decoder(data_type: DataType, path: str, classes: dict[str, type]) -> 
 
 def struct_decoder(struct: StructType, path: str, classes: dict[str, type]) -> Codec:
     prefix = f"{path}." if path else ""
-    decoders = [_decoder(f.dataType, f.nullable, prefix + f.name, classes) for f in struct.fields]
+    decoders = [field_decoder(f.dataType, f.nullable, prefix + f.name, classes) for f in struct.fields]
     steps = [(i, d) for i, d in enumerate(decoders) if d is not None]
     names = list(struct.names)
     record_type = classes.get(path)

@@ -35,6 +35,7 @@ from pyspark.sql.types import StructType
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction, ProcessFunction, check_function
+from statekit.runtime.task import job_key_serializer
 from statekit.spark.conf import PREFIX, StatekitConf
 from statekit.spark.key_columns import check_column_names, key_columns_of
 from statekit.spark.keyed import SubtaskRun
@@ -123,9 +124,11 @@ def write_savepoint(df: DataFrame, keys: str | Sequence[str], states: Mapping[st
     backend = conf.create_backend()
     location = storage.savepoint_location(directory, savepoint_id)
     try:
+        key_types = [df.schema[c].dataType.simpleString() for c in key_columns]
         spec = SubtaskSpec(bootstrap, backend, storage, job_id, operator_id, 0, parallelism, max_parallelism,
                            key_columns, to_arrow_schema(_NO_OUTPUT), False, None, None, conf.local_dir,
-                           savepoint=location, local_retention_seconds=conf.local_retention_seconds)
+                           savepoint=location, local_retention_seconds=conf.local_retention_seconds,
+                           key_serializer=job_key_serializer(None, key_types))
         run = SubtaskRun(spec)
         run.run(df, _NO_OUTPUT, keep_output=False)
         written = run.states()
@@ -134,7 +137,6 @@ def write_savepoint(df: DataFrame, keys: str | Sequence[str], states: Mapping[st
                                 f"wrote their state")
         operator = OperatorState(operator_id, parallelism, max_parallelism,
                                  tuple(written[i][0] for i in range(parallelism)))
-        key_types = [df.schema[c].dataType.simpleString() for c in key_columns]
         properties = {"backend": backend.name, "incremental": False, "bootstrap": True,
                       KEY_SCHEMA: {operator_id: [list(c) for c in zip(key_columns, key_types)]}}
         metadata = CheckpointMetadata(0, job_id, {operator_id: operator}, is_savepoint=True, properties=properties)

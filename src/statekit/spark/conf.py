@@ -24,6 +24,7 @@ from statekit.spi.errors import ConfigurationError
 from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, check_parallelism
 from statekit.spi.names import check_job_id
 from statekit.spi.options import Option, OptionSet, boolean, choice, integer, local_directory, number, size, text
+from statekit.spi.serializer import TRUST_SETTING
 from statekit.spi.storage import CheckpointStorage
 
 PREFIX = "spark.statekit."
@@ -61,6 +62,9 @@ SETTINGS = OptionSet(
     Option("restore.path", text, None, "a checkpoint or savepoint to start from"),
     Option("restore.mode", choice(*(m.value for m in RestoreMode)), RestoreMode.NO_CLAIM.value,
            "no-claim: never delete the restored snapshot's files; claim: the job owns them"),
+    Option(TRUST_SETTING[len(PREFIX):], boolean, False,
+           "restore state that runs code when it is read (pickle: PickleSerializer, the heap's native format) "
+           "from checkpoints you trust the writers of"),
     Option("local.dir", local_directory, None, "executor-local directory of working state"),
     Option("local.retention", _seconds, DEFAULT_RETENTION_SECONDS,
            "how long working state no task used stays on an executor's disk (e.g. '7 days')"),
@@ -103,6 +107,7 @@ class StatekitConf:
     ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS
     sink_commit_attempts: int = RetryPolicy.attempts
     sink_ignore_lost: bool = False
+    trust_pickle: bool = False
 
     @classmethod
     def from_spark(cls, conf: Any) -> "StatekitConf":
@@ -136,7 +141,7 @@ class StatekitConf:
             local_dir=values["local.dir"], local_retention_seconds=values["local.retention"], job_id=values["job-id"],
             take_over=values[TAKE_OVER_SETTING[len(PREFIX):]], batch_max_bytes=values["batch.max-bytes"],
             ttl_sweep_seconds=values["ttl.sweep-seconds"], sink_commit_attempts=values["sink.commit-attempts"],
-            sink_ignore_lost=values[IGNORE_LOST_SETTING[len(PREFIX):]])
+            sink_ignore_lost=values[IGNORE_LOST_SETTING[len(PREFIX):]], trust_pickle=values[TRUST_SETTING[len(PREFIX):]])
         conf.create_backend()  # resolves the names and parses every option now, before a job runs
         conf.create_storage()
         if conf.parallelism is not None and conf.max_parallelism is not None:

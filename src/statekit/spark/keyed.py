@@ -40,7 +40,7 @@ from statekit.runtime.function import ProcessFunction, check_function
 from statekit.runtime.local_recovery import job_scope
 from statekit.runtime.sink_coordinator import SINK_PROPERTY, RetryPolicy, SinkCoordinator
 from statekit.runtime.sink_writer import check_sink
-from statekit.runtime.task import PROCESSING_TIME
+from statekit.runtime.task import PROCESSING_TIME, job_key_serializer, restore_trusted
 from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import PREFIX, StatekitConf
 from statekit.spark.data_sources import register_data_sources
@@ -54,6 +54,7 @@ from statekit.spark.task import KEY_GROUP_COLUMN, SubtaskSpec, rows_mask, run_su
 from statekit.spi.errors import ConfigurationError, SnapshotError, StatekitError
 from statekit.spi.key_groups import KeyGroupRange, check_parallelism, default_max_parallelism
 from statekit.spi.names import check_job_id, check_operator_id
+from statekit.spi.serializer import trusting
 from statekit.spi.sinks import Sink
 from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess
 
@@ -203,7 +204,11 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
     processing_time = processing_time_ms if processing_time_ms is not None else \
         epoch_processing_time(store, epoch, progress)
     restored_properties = chosen.checkpoint.metadata.properties if chosen.checkpoint else None
-    spec = SubtaskSpec(function, conf.create_backend(), storage, job_id, operator_id, epoch, parallelism,
+    backend = conf.create_backend()
+    trusted = restore_trusted(conf.trust_pickle, backend, conf.checkpoint_format)
+    with trusting(trusted):  # an untrusted restore point of pickled keys is refused here, on the driver
+        key_serializer = job_key_serializer(previous, job.key_types)
+    spec = SubtaskSpec(function, backend, storage, job_id, operator_id, epoch, parallelism,
                        max_parallelism, key_columns, to_arrow_schema(output, timezone="UTC"), conf.incremental,
                        chosen.checkpoint.metadata.to_bytes() if chosen.checkpoint else None, restore_url,
                        conf.local_dir, conf.batch_max_bytes, processing_time, conf.ttl_sweep_seconds,
@@ -212,7 +217,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                        sink_run=job.sink.run if job.sink is not None else "0",
                        checkpoint_format=conf.checkpoint_format,
                        local_retention_seconds=conf.local_retention_seconds, key_types=job.key_types,
-                       local_scope=job_scope(conf.storage, conf.checkpoint_dir, conf.storage_options, storage.durable))
+                       local_scope=job_scope(conf.storage, conf.checkpoint_dir, conf.storage_options, storage.durable),
+                       key_serializer=key_serializer, trust_pickle=trusted)
 
     run = SubtaskRun(spec)
     if job.pre_aggregation is not None:

@@ -93,17 +93,19 @@ class SnapshotLocation:
 
     url: str
     storage_options: dict[str, Any]
+    #: decode state that runs code when read (pickle): option ``trust-pickle``
+    trust_pickle: bool = False
 
     def open(self, url: str | None = None) -> SnapshotReader:
         """The snapshot (or another one, ``url``, on the same file system)."""
-        return SnapshotReader.open(url or self.url, self.storage_options)
+        return SnapshotReader.open(url or self.url, self.storage_options, trust_pickle=self.trust_pickle)
 
 
 def snapshot_location_of(options: dict[str, str], source: str, more: tuple[str, ...] = ()) -> SnapshotLocation:
     """The snapshot a data source's options name (``path``, or ``checkpoint-dir`` + ``job`` [+
     ``checkpoint-id``]), with ``storage-options`` (JSON) for fsspec; ``more`` are the source's
     other options."""
-    known = {"path", "checkpoint-dir", "job", "checkpoint-id", "storage-options", *more}
+    known = {"path", "checkpoint-dir", "job", "checkpoint-id", "storage-options", "trust-pickle", *more}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ConfigurationError(f"format('{source}') has no option(s) {unknown}; it takes {sorted(known)}")
@@ -119,7 +121,10 @@ def snapshot_location_of(options: dict[str, str], source: str, more: tuple[str, 
                                  f"'{{\"anon\": false}}': {exc}") from None
     if not isinstance(storage_options, dict):
         raise ConfigurationError(f"option storage-options must be a JSON object, got {storage_options!r}")
-    return SnapshotLocation(url, storage_options)
+    trust = (options.get("trust-pickle") or "false").strip().lower()
+    if trust not in ("true", "false"):
+        raise ConfigurationError(f"option trust-pickle must be true or false, got {options['trust-pickle']!r}")
+    return SnapshotLocation(url, storage_options, trust == "true")
 
 
 @dataclass(frozen=True)
@@ -149,7 +154,8 @@ class ReadOptions:
             raise ConfigurationError(f"changes-from={start} must be an earlier checkpoint than changes-to={end}: the "
                                      f"feed holds what changed from the first to the second")
         first, last = (posixpath.join(location.url.rstrip("/"), f"chk-{n}") for n in (start, end))
-        return cls(SnapshotLocation(last, location.storage_options), options.get("operator"), states, first)
+        return cls(SnapshotLocation(last, location.storage_options, location.trust_pickle), options.get("operator"),
+                   states, first)
 
 
 class StateLayout:

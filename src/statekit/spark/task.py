@@ -36,6 +36,7 @@ from statekit.spi.errors import FunctionResultError, StatekitError
 from statekit.spi.key_groups import canonical_key, key_groups_of_types
 from statekit.spi.backend import SnapshotFormat, SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.sinks import DISCARDING_KIND, Sink, SinkContext
+from statekit.spi.serializer import TypeSerializer, trusting
 from statekit.spi.storage import CheckpointStorage, SavepointTarget
 from statekit.spi.timers import MIN_TIMESTAMP
 
@@ -93,6 +94,10 @@ class SubtaskSpec:
     key_types: tuple[str, ...] = ()
     #: where the job's checkpoints are (``runtime.local_recovery.job_scope``): names its slots of working state
     local_scope: str = ""
+    #: what writes the keys, the same for every subtask (``runtime.task.job_key_serializer``)
+    key_serializer: TypeSerializer | None = None
+    #: restore state that runs code when read (``spark.statekit.restore.trust-pickle``)
+    trust_pickle: bool = False
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
@@ -238,9 +243,11 @@ def _open_task(spec: SubtaskSpec, subtask: SubtaskInfo, restore: TaskRestore | N
     else:
         recovery = RECOVERY_LOCAL if lease.reusable else RECOVERY_STORAGE
     on_disk = spec.state_backend.capabilities.local_recovery
-    task = KeyedTask.create(spec.function, spec.state_backend, subtask, spec.checkpoint_id, restore=restore,
-                            local_dir=spec.local_dir, working_dir=lease.working_dir if on_disk else None,
-                            resume_local_state=on_disk and lease.reusable, keyed_backend=parked)
+    with trusting(spec.trust_pickle):
+        task = KeyedTask.create(spec.function, spec.state_backend, subtask, spec.checkpoint_id,
+                                key_serializer=spec.key_serializer, restore=restore, local_dir=spec.local_dir,
+                                working_dir=lease.working_dir if on_disk else None,
+                                resume_local_state=on_disk and lease.reusable, keyed_backend=parked)
     return task, recovery
 
 

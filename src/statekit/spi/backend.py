@@ -286,6 +286,9 @@ class StateBackend(ABC):
     #: the backend's option for its working directory, set from ``spark.statekit.local.dir``
     #: unless ``spark.statekit.backend.<name>.<option>`` is given (None: it has none)
     local_dir_option: ClassVar[str | None] = None
+    #: its native snapshots hold pickles (the heap's): a job that chooses that format
+    #: (``spark.statekit.checkpoint.format=native``) trusts its checkpoints as pickle's users do
+    native_snapshots_run_code: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         self.options = dict(options)

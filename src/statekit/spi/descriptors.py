@@ -1,14 +1,17 @@
 """State descriptors: the name, kind, serializers, default and TTL of a state.
 
-A ``None`` serializer means "the default serializer" (pickle); backends resolve it with
-``statekit.serializers.resolve``. Descriptors are plain, picklable data.
+A state's values are written by the serializer its descriptor names, else by the schema'd one of
+the type it declares (keyword ``type=``; a map state's ``key_type=`` and ``value_type=``: ``int``,
+``float``, ``str``, ``bytes``, a dataclass, a ``StructType`` or a DDL string), else by the default,
+msgpack (``statekit.serializers``), or, restored, by the serializer that wrote them. Descriptors
+are plain, picklable data.
 """
 from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.serializer import TypeSerializer
@@ -110,38 +113,71 @@ class StateDescriptor:
         """The serializers by role ("value", "user_key"), as declared (None = default)."""
         return {"value": getattr(self, "serializer", None)}
 
+    def declared_types(self) -> dict[str, Any]:
+        """The types declared by role, for the roles without a serializer (``statekit.serializers.
+        declared_serializers`` turns them into serializers)."""
+        return {"value": getattr(self, "type", None)}
+
+    def _check_declared(self) -> None:
+        for role, declared in self.declared_types().items():
+            if declared is not None and self.serializers().get(role) is not None:
+                raise ConfigurationError(
+                    f"state {self.name!r} declares both a {role.replace('_', ' ')} serializer and a type: the "
+                    f"serializer decides the format, so pass one of the two")
+
 
 @dataclass(frozen=True)
 class ValueStateDescriptor(StateDescriptor, Generic[V]):
     serializer: TypeSerializer[V] | None = None
     default: V | None = None
+    type: Any = field(default=None, kw_only=True)
     kind = StateKind.VALUE
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_declared()
 
 
 @dataclass(frozen=True)
 class ListStateDescriptor(StateDescriptor, Generic[V]):
     serializer: TypeSerializer[V] | None = None  # of one element
+    type: Any = field(default=None, kw_only=True)  # of one element
     kind = StateKind.LIST
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_declared()
 
 
 @dataclass(frozen=True)
 class MapStateDescriptor(StateDescriptor, Generic[K, V]):
     key_serializer: TypeSerializer[K] | None = None
     value_serializer: TypeSerializer[V] | None = None
+    key_type: Any = field(default=None, kw_only=True)
+    value_type: Any = field(default=None, kw_only=True)
     kind = StateKind.MAP
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_declared()
 
     def serializers(self) -> dict[str, TypeSerializer | None]:
         return {"user_key": self.key_serializer, "value": self.value_serializer}
+
+    def declared_types(self) -> dict[str, Any]:
+        return {"user_key": self.key_type, "value": self.value_type}
 
 
 @dataclass(frozen=True)
 class ReducingStateDescriptor(StateDescriptor, Generic[V]):
     reduce_function: Callable[[V, V], V] = None  # type: ignore[assignment]
     serializer: TypeSerializer[V] | None = None
+    type: Any = field(default=None, kw_only=True)
     kind = StateKind.REDUCING
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._check_declared()
         if not callable(self.reduce_function):
             raise ConfigurationError(f"reducing state {self.name!r} needs a reduce_function(a, b)")
 
@@ -150,10 +186,12 @@ class ReducingStateDescriptor(StateDescriptor, Generic[V]):
 class AggregatingStateDescriptor(StateDescriptor, Generic[IN, ACC, OUT]):
     aggregate_function: AggregateFunction[IN, ACC, OUT] = None  # type: ignore[assignment]
     serializer: TypeSerializer[ACC] | None = None  # of the accumulator
+    type: Any = field(default=None, kw_only=True)  # of the accumulator
     kind = StateKind.AGGREGATING
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._check_declared()
         if not isinstance(self.aggregate_function, AggregateFunction):
             raise ConfigurationError(
                 f"aggregating state {self.name!r} needs an AggregateFunction instance")
@@ -175,4 +213,7 @@ class TimerStateDescriptor(StateDescriptor):
             raise ConfigurationError(f"timer state {self.name!r} cannot have a TTL: timers are removed when they fire")
 
     def serializers(self) -> dict[str, TypeSerializer | None]:
+        return {}
+
+    def declared_types(self) -> dict[str, Any]:
         return {}

@@ -37,6 +37,12 @@ class CorruptStateError(RestoreError):
     """A checkpoint file is truncated or its checksum does not match its handle."""
 
 
+class UntrustedCheckpointError(RestoreError):
+    """A checkpoint holds state that runs code when it is read (pickle), and the reader was not told
+    to trust the checkpoint (``spark.statekit.restore.trust-pickle``) nor could verify its signature;
+    nothing of it was deserialized."""
+
+
 class WorkingStateError(StatekitError):
     """A disk-backed backend could not write its working state on executor-local disk (the disk is
     full or failing, or an LMDB map reached its size): names the directory, the setting that chooses

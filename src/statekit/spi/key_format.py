@@ -31,6 +31,8 @@ from statekit.spi.serializer import SerializerSnapshot, TypeSerializer
 if TYPE_CHECKING:
     import pyarrow as pa  # imported where used: the contracts load no pyarrow
 
+    from statekit.spi.handles import KeyedStateHandle
+
 KEY_FORMAT_FIELD = "key_format"
 #: the key as given (state whose key serializer snapshot has no ``key_format``)
 KEYS_AS_GIVEN = 1
@@ -141,3 +143,10 @@ def read_key_serializer(data: Mapping[str, Any]) -> tuple[SerializerSnapshot, in
         raise RestoreError(f"the state's keys are in key format {key_format}, written by a newer statekit; this one "
                            f"reads formats up to {KEY_FORMAT}: upgrade statekit to restore or read it")
     return SerializerSnapshot(snapshot.identity, snapshot.version, config), key_format
+
+
+def restored_key_serializer(keyed: Sequence[KeyedStateHandle]) -> TypeSerializer | None:
+    """The serializer restored keyed state wrote its keys with (None: no handle says): a job that
+    declares none keeps it, since keys are never migrated."""
+    return next((read_key_serializer(snapshot)[0].restore_serializer()
+                 for h in keyed if (snapshot := h.key_serializer_snapshot()) is not None), None)

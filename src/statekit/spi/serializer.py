@@ -2,24 +2,61 @@
 
 A serializer's *snapshot* (identity, version, config) is stored in checkpoint metadata. On
 restore, the serializer registered by the job is asked whether it can read what the snapshot's
-serializer wrote (Flink's ``TypeSerializerSnapshot`` model, reduced to the two outcomes that
-statekit supports: compatible as is, or incompatible).
+serializer wrote, or migrate it (Flink's ``TypeSerializerSnapshot`` model: compatible as is,
+after migration, or incompatible).
+
+A serializer whose reading can run code (``RUNS_CODE_ON_READ``: pickle) is recreated from a
+checkpoint only inside ``trusting(True)``: whoever can write a checkpoint could otherwise run
+code wherever it is restored. The restore paths open that scope from the job's trust setting or
+a verified signature; everything else refuses such a checkpoint before reading a byte of its state.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterable, Mapping, Sequence, TypeVar
+from typing import (
+    TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterable, Iterator, Mapping, Sequence, TypeVar,
+)
 
 T = TypeVar("T")
 
-from statekit.spi.errors import IncompatibleSerializerError, RestoreError
+from statekit.spi.errors import IncompatibleSerializerError, RestoreError, UntrustedCheckpointError
 from statekit.spi.json_fields import as_object, malformed, plain
 
 if TYPE_CHECKING:
     import pyarrow as pa  # imported where used: the contracts load no pyarrow
+
+
+#: the setting that tells a job to trust its checkpoints' code-running state (``trusting``)
+TRUST_SETTING = "spark.statekit.restore.trust-pickle"
+_trusted: contextvars.ContextVar[bool] = contextvars.ContextVar("statekit_trusted_checkpoint", default=False)
+
+
+@contextlib.contextmanager
+def trusting(trusted: bool) -> Iterator[None]:
+    """With ``trusted``, checkpoints read within this scope (of this thread or task) are trusted
+    with state that runs code when read; without, the scope trusts as the enclosing one does.
+    Outside every trusting scope nothing is trusted."""
+    token = _trusted.set(trusted or _trusted.get())
+    try:
+        yield
+    finally:
+        _trusted.reset(token)
+
+
+def require_trust(what: str) -> None:
+    """Raise ``UntrustedCheckpointError`` unless inside ``trusting(True)``; ``what`` names the
+    payload (e.g. "state 'counts', written by PickleSerializer")."""
+    if not _trusted.get():
+        raise UntrustedCheckpointError(
+            f"the checkpoint holds {what}, which runs code when it is read: whoever could write the checkpoint "
+            f"directory could run code here, so nothing of it was read. If only your jobs write there, set "
+            f"{TRUST_SETTING}=true (or --trust-pickle); to leave pickle, register the state with a type or "
+            f"no serializer (msgpack) and restore it once, trusted: its values migrate")
 
 
 class Compatibility(enum.Enum):
@@ -58,7 +95,21 @@ class SerializerSnapshot:
         return self.identity.rpartition(":")[2]
 
     def restore_serializer(self) -> "TypeSerializer":
-        """Recreate the serializer that wrote the snapshot (it must still be importable)."""
+        """Recreate the serializer that wrote the snapshot (it must still be importable); one that
+        runs code on read only where the checkpoint is trusted (``trusting``)."""
+        target = self.serializer_class()
+        if target.RUNS_CODE_ON_READ:
+            require_trust(f"state written by {self.short_name}")
+        try:
+            return target.from_config(self.config)
+        except Exception as exc:  # noqa: BLE001 - whatever the class's constructor raises
+            raise RestoreError(
+                f"the checkpoint's state was written with serializer {self.identity!r} (version {self.version}, "
+                f"config {self.config}), which {target.__qualname__}.from_config cannot recreate now "
+                f"({type(exc).__name__}: {exc}); let from_config accept the config of every earlier version") from exc
+
+    def serializer_class(self) -> "type[TypeSerializer]":
+        """The class the snapshot names, imported (no instance made)."""
         module_name, _, qualname = self.identity.partition(":")
         try:
             target: Any = importlib.import_module(module_name)
@@ -72,13 +123,7 @@ class SerializerSnapshot:
             # a checkpoint names the class; only a serializer's from_config is ever called
             raise RestoreError(f"the checkpoint names {self.identity!r} as a state's serializer, which is no "
                                f"TypeSerializer class: the checkpoint is corrupt or was edited")
-        try:
-            return target.from_config(self.config)
-        except Exception as exc:  # noqa: BLE001 - whatever the class's constructor raises
-            raise RestoreError(
-                f"the checkpoint's state was written with serializer {self.identity!r} (version {self.version}, "
-                f"config {self.config}), which {qualname}.from_config cannot recreate now ({type(exc).__name__}: "
-                f"{exc}); let from_config accept the config of every earlier version") from exc
+        return target
 
     def __hash__(self) -> int:
         return hash((self.identity, self.version, repr(sorted(self.config.items()))))
@@ -103,6 +148,12 @@ class TypeSerializer(ABC, Generic[T]):
     #: Read from the class itself (``byte_equality_types``), never inherited: a subclass may write
     #: other bytes.
     BYTE_EQUALITY_TYPES: ClassVar[frozenset[type]] = frozenset()
+    #: reading bytes may run code they name (pickle): such a serializer is recreated from a
+    #: checkpoint only where the checkpoint is trusted (``trusting``)
+    RUNS_CODE_ON_READ: ClassVar[bool] = False
+    #: writes any value of the types it takes, with no schema (pickle, msgpack): every serializer
+    #: may migrate a state it wrote by writing each value it reads (``compatibility``)
+    SCHEMALESS: ClassVar[bool] = False
 
     @abstractmethod
     def serialize(self, value: T) -> bytes: ...
@@ -162,7 +213,10 @@ class TypeSerializer(ABC, Generic[T]):
 
     def migrate(self, value: Any, previous: "TypeSerializer") -> T:
         """``value``, as ``previous`` read it, as a value of this serializer, for a serializer whose
-        ``resolve_compatibility`` answers ``COMPATIBLE_AFTER_MIGRATION`` to ``previous``'s snapshot."""
+        ``resolve_compatibility`` answers ``COMPATIBLE_AFTER_MIGRATION`` to ``previous``'s snapshot.
+        Default: from a ``SCHEMALESS`` serializer, the value as this one writes and reads it back."""
+        if previous.SCHEMALESS:
+            return self.deserialize(self.serialize(value))
         raise IncompatibleSerializerError(f"{type(self).__name__} does not migrate state written by "
                                           f"{type(previous).__name__}")
 
@@ -201,17 +255,30 @@ def reads_older_versions(serializer: TypeSerializer, previous: SerializerSnapsho
     return Compatibility.COMPATIBLE_AS_IS if same else Compatibility.INCOMPATIBLE
 
 
+def compatibility(new: TypeSerializer, previous: SerializerSnapshot) -> Compatibility:
+    """``new.resolve_compatibility(previous)``, except that state a ``SCHEMALESS`` serializer of
+    another class wrote is migrated (each value read and written again) rather than refused."""
+    answer = new.resolve_compatibility(previous)
+    if answer is Compatibility.INCOMPATIBLE and previous.identity != new.snapshot().identity:
+        try:
+            schemaless = previous.serializer_class().SCHEMALESS
+        except RestoreError:
+            return answer
+        if schemaless:
+            return Compatibility.COMPATIBLE_AFTER_MIGRATION
+    return answer
+
+
 def check_compatibility(state_name: str, role: str, new: TypeSerializer, previous: SerializerSnapshot,
                         may_migrate: bool = False) -> Compatibility:
     """Raise a clear error unless ``new`` can read what ``previous`` wrote (or, with
     ``may_migrate``, migrate it); returns which of the two."""
-    compatibility = new.resolve_compatibility(previous)
-    if compatibility is Compatibility.COMPATIBLE_AS_IS or \
-            compatibility is Compatibility.COMPATIBLE_AFTER_MIGRATION and may_migrate:
-        return compatibility
+    answer = compatibility(new, previous)
+    if answer is Compatibility.COMPATIBLE_AS_IS or answer is Compatibility.COMPATIBLE_AFTER_MIGRATION and may_migrate:
+        return answer
     written = (f"written by {previous.identity} (version {previous.version}, config {previous.config})"
                if len(str(previous.config)) < 300 else f"written by {previous.identity} (version {previous.version})")
-    if compatibility is Compatibility.COMPATIBLE_AFTER_MIGRATION:
+    if answer is Compatibility.COMPATIBLE_AFTER_MIGRATION:
         raise IncompatibleSerializerError(
             f"state {state_name!r}: the {role} serializer {new.snapshot().identity} reads the restored state, "
             f"{written}, only after migrating it, and a state's {role}s are never migrated (only its values "

@@ -30,7 +30,7 @@ from statekit.backends.common.ttl import expiry_deadlines, ttl_state
 from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType
 from statekit.spi.bulk_state import BulkState, per_key_bulk_state
 from statekit.spi.descriptors import StateDescriptor, TimerStateDescriptor
-from statekit.spi.errors import IncompatibleSerializerError, RestoreError, StateAccessError
+from statekit.spi.errors import IncompatibleSerializerError, RestoreError, SerializationError, StateAccessError
 from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo
 from statekit.spi.key_format import read_key_serializer
 from statekit.spi.serializer import TypeSerializer, check_compatibility
@@ -116,8 +116,15 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
                                 self.supports_ttl, self.backend_name)
         if registration.migrated_from is not None:
             previous = registration.migrated_from
-            self._migrate(registration, previous, value_migration(
-                previous, registration.value_serializer, registration.migrated_ttl_seconds, self.processing_time_ms))
+            try:
+                self._migrate(registration, previous, value_migration(
+                    previous, registration.value_serializer, registration.migrated_ttl_seconds,
+                    self.processing_time_ms))
+            except SerializationError as exc:
+                raise IncompatibleSerializerError(
+                    f"state {descriptor.name!r} cannot be migrated from {type(previous).__name__} to "
+                    f"{type(registration.value_serializer).__name__}: {exc}. Declare the state's type (type=...) "
+                    f"or a serializer that writes its values (serializer=PickleSerializer() keeps pickle)") from exc
             self._changelog.rebase()
             registration.migrated_from = registration.migrated_ttl_seconds = None
         self._registrations[descriptor.name] = registration

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from statekit.backends.common.ttl import TtlSerializer
-from statekit.spi.serializer import Compatibility, TypeSerializer
+from statekit.spi.serializer import Compatibility, TypeSerializer, compatibility
 
 #: what ``value_migration`` gives for an entry that is not kept
 DROPPED = object()
@@ -27,7 +27,7 @@ def value_migration(previous: TypeSerializer, new: TypeSerializer, previous_ttl_
     had_ttl, has_ttl = isinstance(previous, TtlSerializer), isinstance(new, TtlSerializer)
     old_inner = previous.inner if isinstance(previous, TtlSerializer) else previous
     new_inner = new.inner if isinstance(new, TtlSerializer) else new
-    if new_inner.resolve_compatibility(old_inner.snapshot()) is Compatibility.COMPATIBLE_AS_IS:
+    if compatibility(new_inner, old_inner.snapshot()) is Compatibility.COMPATIBLE_AS_IS:
         inner: Migration = _same
     else:
         def inner(value: Any) -> Any:

@@ -103,21 +103,24 @@ class DefaultOperatorStateBackend(OperatorStateBackend):
         return self._restored
 
     def get_list_state(self, name: str, serializer: TypeSerializer | None = None) -> ListState:
-        return _OperatorList(self._register(name, OperatorStateMode.SPLIT_DISTRIBUTE,
-                                            {"value": resolve(serializer)}).data)
+        return _OperatorList(self._register(name, OperatorStateMode.SPLIT_DISTRIBUTE, {"value": serializer}).data)
 
     def get_union_list_state(self, name: str, serializer: TypeSerializer | None = None) -> ListState:
-        return _OperatorList(self._register(name, OperatorStateMode.UNION, {"value": resolve(serializer)}).data)
+        return _OperatorList(self._register(name, OperatorStateMode.UNION, {"value": serializer}).data)
 
     def get_broadcast_state(self, name: str, key_serializer: TypeSerializer | None = None,
                             value_serializer: TypeSerializer | None = None) -> BroadcastState:
-        serializers = {"user_key": resolve(key_serializer), "value": resolve(value_serializer)}
+        serializers = {"user_key": key_serializer, "value": value_serializer}
         return _Broadcast(self._register(name, OperatorStateMode.BROADCAST, serializers).data)
 
-    def _register(self, name: str, mode: str, serializers: dict[str, TypeSerializer]) -> _Registered:
+    def _register(self, name: str, mode: str, declared: dict[str, TypeSerializer | None]) -> _Registered:
+        """A role left undeclared keeps the serializer a restored state was written with (its values
+        were read by it on restore), else the default."""
         if not isinstance(name, str) or not name:  # checkpoints key states by name in JSON: 5 would come back "5"
             raise ConfigurationError(f"an operator state name must be a non-empty string, got {name!r}")
         state = self._states.get(name)
+        serializers = {role: resolve(s if s is not None or state is None else state.serializers.get(role))
+                       for role, s in declared.items()}
         if state is None:
             state = self._states[name] = _Registered(mode, serializers,
                                                      {} if mode == OperatorStateMode.BROADCAST else [])

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from statekit.serializers import DEFAULT_SERIALIZER, resolve
+from statekit.serializers import declared_serializers, resolve
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import CapabilityError, StateAccessError
 from statekit.spi.handles import StateMetaInfo
@@ -68,8 +68,9 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
         raise CapabilityError(
             f"state {descriptor.name!r} asks for TTL, which the {backend_name} backend does not "
             f"support; remove the TTL config or choose a backend that declares the 'ttl' capability")
-    serializers = {role: resolve(s) for role, s in descriptor.serializers().items()}
-    serializers["namespace"] = resolve(namespace_serializer) if namespace_serializer else DEFAULT_SERIALIZER
+    declared = declared_serializers(descriptor)
+    declared["namespace"] = namespace_serializer
+    serializers = {role: resolve(s if s is not None else _undeclared(existing, role)) for role, s in declared.items()}
     ttl_seconds = descriptor.ttl.ttl_seconds if descriptor.ttl is not None else None
     if existing is None:
         return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds)
@@ -102,6 +103,15 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
             migrated_from = existing.serializers[role]
     return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds, migrated_from,
                            existing.ttl_seconds)
+
+
+def _undeclared(existing: RegisteredState | None, role: str) -> TypeSerializer | None:
+    """The serializer of a role the job does not declare: a restored state's namespaces and map
+    keys stay as they were written (they are never migrated); values get the default, to which a
+    schemaless serializer's values migrate."""
+    if role == "value" or existing is None:
+        return None
+    return existing.serializers.get(role)
 
 
 def serializers_differ(a: dict[str, TypeSerializer], b: dict[str, TypeSerializer]) -> bool:

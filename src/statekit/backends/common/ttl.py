@@ -26,7 +26,7 @@ import struct
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from statekit.backends.common.registration import checked_list_elements
-from statekit.serializers import resolve
+from statekit.serializers import declared_serializers, resolve
 from statekit.spi.descriptors import (
     AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
     ReducingStateDescriptor, StateDescriptor, StateKind, StateTtlConfig, TtlStateVisibility, TtlUpdateType,
@@ -34,7 +34,7 @@ from statekit.spi.descriptors import (
 )
 from statekit.spi.errors import CorruptStateError
 from statekit.spi.handles import StateMetaInfo
-from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer
+from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer, compatibility
 from statekit.spi.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
 
 TIMESTAMP = struct.Struct(">q")
@@ -77,7 +77,7 @@ class TtlSerializer(TypeSerializer[tuple[int, Any]]):
     def resolve_compatibility(self, previous: SerializerSnapshot) -> Compatibility:
         if previous.identity != self.snapshot().identity or "inner" not in previous.config:
             return Compatibility.INCOMPATIBLE
-        return self.inner.resolve_compatibility(SerializerSnapshot.from_json(previous.config["inner"]))
+        return compatibility(self.inner, SerializerSnapshot.from_json(previous.config["inner"]))
 
 
 def timestamp_of(data: bytes) -> int:
@@ -147,20 +147,21 @@ def inner_descriptor(descriptor: StateDescriptor, now: Clock) -> StateDescriptor
     config = descriptor.ttl
     assert config is not None
     ttl_ms = config.ttl_ms
+    declared = declared_serializers(descriptor)
+    values = TtlSerializer(resolve(declared["value"]))
     if isinstance(descriptor, ValueStateDescriptor):
-        return ValueStateDescriptor(descriptor.name, TtlSerializer(resolve(descriptor.serializer)), ttl=config)
+        return ValueStateDescriptor(descriptor.name, values, ttl=config)
     if isinstance(descriptor, ListStateDescriptor):
-        return ListStateDescriptor(descriptor.name, TtlSerializer(resolve(descriptor.serializer)), ttl=config)
+        return ListStateDescriptor(descriptor.name, values, ttl=config)
     if isinstance(descriptor, MapStateDescriptor):
-        return MapStateDescriptor(descriptor.name, descriptor.key_serializer,
-                                  TtlSerializer(resolve(descriptor.value_serializer)), ttl=config)
+        return MapStateDescriptor(descriptor.name, declared["user_key"], values, ttl=config)
     if isinstance(descriptor, ReducingStateDescriptor):
         return ReducingStateDescriptor(descriptor.name, TtlReduceFunction(descriptor.reduce_function, ttl_ms, now),
-                                       TtlSerializer(resolve(descriptor.serializer)), ttl=config)
+                                       values, ttl=config)
     if isinstance(descriptor, AggregatingStateDescriptor):
         return AggregatingStateDescriptor(
             descriptor.name, TtlAggregateFunction(descriptor.aggregate_function, ttl_ms, now),
-            TtlSerializer(resolve(descriptor.serializer)), ttl=config)
+            values, ttl=config)
     raise TypeError(f"no TTL form for {type(descriptor).__name__}")
 
 

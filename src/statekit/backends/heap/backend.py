@@ -50,6 +50,7 @@ class HeapStateBackend(StateBackend):
 
     name = "heap"
     capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, native_snapshots=True)
+    native_snapshots_run_code = True
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

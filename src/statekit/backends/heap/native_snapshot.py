@@ -6,8 +6,10 @@ Pickle walks the held objects in C: no serializer call and no Arrow cell per ent
 bound, as the canonical writer is, by reading the held objects from memory (0.82-0.85x the
 canonical seconds in ``benchmarks/checkpointing.py``); restoring builds the maps without a
 deserializer call per cell (0.18-0.19x the canonical restore's seconds). The price is the
-canonical format's guarantees: only the heap backend reads it back (at any parallelism: a restore
-reads only its key groups), savepoints stay canonical, and every held value must pickle (a value
+canonical format's guarantees: loading a pickle runs code it names, so a job restores these
+snapshots only where it trusts the checkpoint (``spark.statekit.restore.trust-pickle``, or a
+signature); only the heap backend reads it back (at any parallelism: a restore reads only its
+key groups), savepoints stay canonical, and every held value must pickle (a value
 that does not fails the checkpoint with the state's name; the canonical format writes it with the
 state's serializer) and unpickle where the job restores (its class importable there). Expired
 TTL entries are written as held and dropped on access or by the sweep after a restore, as in the
@@ -28,6 +30,7 @@ from statekit.spi.handles import (
 )
 from statekit.spi.json_fields import JsonObject, malformed
 from statekit.spi.key_groups import KeyGroupRange, canonical_key
+from statekit.spi.serializer import require_trust
 from statekit.spi.storage import CheckpointStreams, StateScope
 
 #: pickle protocol 5 (Python 3.8+): out-of-band buffers aside, the densest and fastest one
@@ -127,7 +130,10 @@ def _pickled(maps: dict[str, KeyGroupMap], key_group: int) -> bytes:
 def restore(handles: Sequence[NativeHeapStateHandle], streams: CheckpointStreams, target: KeyGroupRange,
             tables: dict[str, StateTable]) -> None:
     """Load the key groups of ``target`` from ``handles`` into ``tables`` (the restored states'
-    tables, known from the handles' state metas)."""
+    tables, known from the handles' state metas). Pickles run code as they load: only from a
+    trusted or signed checkpoint (``spi.serializer.trusting``)."""
+    if handles:
+        require_trust("a native heap snapshot (the held objects, pickled)")
     for handle in handles:
         for key_group, data in key_group_bytes(handle.stream, handle.key_groups, target, streams):
             try:

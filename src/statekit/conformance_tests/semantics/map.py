@@ -5,6 +5,7 @@ from typing import Any
 
 from statekit.conformance_tests.base import BackendTestBase, set_key
 from statekit.conformance_tests.semantics.common import NAMESPACES, mixed_keys, prefix_keys, assert_keys, map_state
+from statekit.serializers import PickleSerializer
 from statekit.spi import KeyedStateBackend, MapStateDescriptor
 
 # --------------------------------------------------------------------------------------------
@@ -95,10 +96,11 @@ class MapStateSemantics(BackendTestBase):
         assert_keys(keyed_backend, "m", [])
 
     def test_map_user_keys_of_several_types(self, keyed_backend: KeyedStateBackend) -> None:
-        """User keys that are equal-looking but distinct ("1", 1, (1,), b"1") stay distinct."""
+        """User keys that are equal-looking but distinct ("1", 1, (1,), b"1") stay distinct (under pickle,
+        which writes them all)."""
         entries = {"1": "str", 1: "int", (1,): "tuple", b"1": "bytes", 1.5: "float", "": "empty",
                    ("a", (2, "b")): "nested", -(2 ** 70): "bigint", 256: "int256", "a": "a", "ab": "ab"}
-        state = map_state(keyed_backend, MapStateDescriptor("m"))
+        state = map_state(keyed_backend, MapStateDescriptor("m", PickleSerializer()))
         set_key(keyed_backend, "k")
         for user_key, value in entries.items():
             state.put(user_key, value)

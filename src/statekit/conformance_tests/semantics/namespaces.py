@@ -1,8 +1,9 @@
 """State semantics: a namespace is its serialized bytes (by the state's namespace serializer).
 
-A byte store keys cells by those bytes, so every backend must: ``1``, ``numpy.int64(1)``, ``True``
-and ``1.0`` are four namespaces although equal in Python, and two NaNs, or two objects compared by
-identity, that serialize alike are one namespace although unequal in Python. Then a backend switch
+A byte store keys cells by those bytes, so every backend must: under a pickle namespace serializer,
+``1``, ``numpy.int64(1)``, ``True`` and ``1.0`` are four namespaces although equal in Python, and
+two NaNs, or two objects compared by identity, that serialize alike are one namespace although
+unequal in Python. Then a backend switch
 through a savepoint never merges or splits a namespace."""
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import numpy as np
 
 from statekit.conformance_tests.base import BackendTestBase, set_key
 from statekit.conformance_tests.semantics.bulk import batch
-from statekit.conformance_tests.semantics.common import assert_keys, value_state
-from statekit.serializers import MsgpackSerializer
+from statekit.conformance_tests.semantics.common import assert_keys
+from statekit.serializers import MsgpackSerializer, PickleSerializer
 from statekit.spi import KeyedStateBackend, ValueStateDescriptor
 from statekit.spi.timers import TimerQueue
 
-#: equal in Python, apart in bytes under the default namespace serializer (pickle)
+#: the namespace serializer of these tests: it writes every value below, each as its own bytes
+NAMESPACES = PickleSerializer()
+#: equal in Python, apart in bytes under ``NAMESPACES``
 EQUAL_IN_PYTHON: tuple[Any, ...] = (1, np.int64(1), True, 1.0, (1,), (1.0,), 0.0, -0.0)
 
 
@@ -52,7 +55,7 @@ class NamespaceEquality(BackendTestBase):
     """Namespaces are one exactly when their serialized bytes are (module docstring)."""
 
     def test_namespaces_equal_in_python_stay_apart(self, keyed_backend: KeyedStateBackend) -> None:
-        state = value_state(keyed_backend, ValueStateDescriptor("v"))
+        state = keyed_backend.get_state(ValueStateDescriptor("v"), NAMESPACES)
         for key in ("a", "b"):
             set_key(keyed_backend, key)
             for i, namespace in enumerate(EQUAL_IN_PYTHON):
@@ -73,7 +76,7 @@ class NamespaceEquality(BackendTestBase):
 
     def test_bulk_namespaces_equal_in_python_stay_apart(self, keyed_backend: KeyedStateBackend) -> None:
         descriptor = ValueStateDescriptor("v")
-        bulk, state = keyed_backend.get_bulk_state(descriptor), keyed_backend.get_state(descriptor)
+        bulk, state = keyed_backend.get_bulk_state(descriptor, NAMESPACES), keyed_backend.get_state(descriptor, NAMESPACES)
         keys = batch(keyed_backend, ["a", "b"])
         for i, namespace in enumerate(EQUAL_IN_PYTHON):
             bulk.set_current_namespace(namespace)
@@ -88,7 +91,7 @@ class NamespaceEquality(BackendTestBase):
                 f"per-key read in namespace {described(namespace)} after bulk writes is {state.value()!r}, not {i}"
 
     def test_namespaces_serialized_alike_are_one(self, keyed_backend: KeyedStateBackend) -> None:
-        state = value_state(keyed_backend, ValueStateDescriptor("v"))
+        state = keyed_backend.get_state(ValueStateDescriptor("v"), NAMESPACES)
         set_key(keyed_backend, "k")
         for first, second in serialized_alike():
             state.set_current_namespace(first)
@@ -117,7 +120,7 @@ class NamespaceEquality(BackendTestBase):
     def test_timer_namespaces_follow_their_bytes(self, keyed_backend: KeyedStateBackend) -> None:
         """Timers equal in Python but serialized apart are several timers, each firing with its own
         namespace; timers serialized alike are one (added once, removed by either)."""
-        queue = keyed_backend.create_timer_queue("_timers/namespaces")
+        queue = keyed_backend.create_timer_queue("_timers/namespaces", NAMESPACES)
         set_key(keyed_backend, "k")
         for namespace in EQUAL_IN_PYTHON:
             queue.add(5, namespace)
