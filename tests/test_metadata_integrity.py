@@ -279,7 +279,7 @@ def test_files_that_are_not_statekit_metadata_say_so(data, message):
 def test_a_newer_format_version_names_the_version(checkpoints):
     data = checkpoints["heap-full"].metadata_file.read_bytes().replace(b'"version":2', b'"version":7', 1)
     with pytest.raises(StatekitError, match=r"x/_metadata has metadata format version 7; this statekit reads "
-                                            r"versions 1 to 2"):
+                                            r"versions 1 to 3"):
         CheckpointMetadata.from_bytes(data, "x/_metadata")
 
 

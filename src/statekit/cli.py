@@ -4,8 +4,8 @@ Usage::
 
     statekit checkpoints list <dir>          checkpoints of every job under <dir> (or of one job directory)
     statekit checkpoints describe <path>     one checkpoint or savepoint in detail
-    statekit savepoint create --from <checkpoint> --to <savepoint-dir> [--backend NAME]
-    statekit state get <path> --state NAME --key KEY [--operator ID]
+    statekit savepoint create --from <checkpoint> --to <savepoint-dir> [--backend NAME] [--trust-pickle] [--sign]
+    statekit state get <path> --state NAME --key KEY [--operator ID] [--trust-pickle]
                                              one key's state, as of that checkpoint
 
 Every path is an fsspec URL: a local path, ``file://``, ``s3://``, ``memory://``, ... Options of
@@ -113,6 +113,7 @@ from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from statekit import __version__
+from statekit.checkpoint.signing import SIGNING_ENV, signing
 from statekit.inspection import InspectionError, create_savepoint, describe, error_text, list_checkpoints
 from statekit.spi.errors import StatekitError
 
@@ -425,6 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--backend", default=None, metavar="NAME",
                         help="the state backend able to read the checkpoint (default: the one recorded in its "
                              "metadata, else heap); a built-in name, an entry point or module:Class")
+    create.add_argument("--sign", action="store_true",
+                        help=f"sign the savepoint with the secret in {SIGNING_ENV} without requiring the checkpoint "
+                             f"to be signed: how a job's unsigned checkpoints become signed (check the source first)")
     create.add_argument("--trust-pickle", action="store_true",
                         help="restore state that runs code when read (pickle) from this checkpoint, whose writers "
                              "you trust")
@@ -461,7 +465,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error, already printed by argparse (2)
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     try:
-        return args.handler(args)
+        sign_only = getattr(args, "sign", False)
+        if sign_only and not os.environ.get(SIGNING_ENV):
+            raise InspectionError(f"--sign signs the savepoint with the secret in {SIGNING_ENV}, which is not set")
+        with signing(verify=not sign_only):  # the secret in the environment, if any
+            return args.handler(args)
     except BrokenPipeError:  # e.g. `statekit checkpoints list dir | head`
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)

@@ -15,10 +15,16 @@ then the body against the schema (field names, types and ranges; errors give the
 e.g. ``$.operators[0].subtasks[1].keyed[0].key_group_range[1]``), then the layout of every
 operator (``check_layout``). Every error names the file.
 
+Format version 3 is version 2 signed: ``"signature":"<HMAC-SHA256 hex of BODY>"`` follows the
+checksum, and every file's checksum in the body is SHA-256 (``checkpoint.signing``). A reader
+with the signing secret requires it and checks it before the body is parsed; one without reads
+version 3 as version 2.
+
 Format version 1 (the first format) is the bare document plus ``"magic"`` and ``"version": 1``
 at the top level, without a checksum. It is still read, so existing checkpoints and savepoints
 restore: such a file gets the same schema and layout checks, only the checksum is missing. The
-checksum detects damage, not tampering: whoever can write the file can recompute it.
+checksum detects damage, not tampering: whoever can write the file can recompute it; the
+signature cannot be recomputed without the secret.
 
 The document: ``checkpoint_id``, ``job_id``, ``is_savepoint``, ``timestamp``, ``properties``
 (free-form) and ``operators``, each with ``operator_id``, ``parallelism``, ``max_parallelism``,
@@ -36,7 +42,11 @@ from typing import Any, Mapping
 import xxhash
 
 from statekit.registry import load_handle_types  # noqa: F401 - installs the loader of plugins' handle types
-from statekit.spi.errors import CorruptStateError, RestoreError, StatekitError
+from statekit.checkpoint.signing import (
+    SIGNING_ENV, SIGNING_SETTING, signature, signature_matches, signing_key,
+    verifying_key,
+)
+from statekit.spi.errors import CorruptStateError, RestoreError, StatekitError, UntrustedCheckpointError
 from statekit.storage.layout import METADATA_FILE
 from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle, StateMetaInfo, nested_handle
 from statekit.spi.json_fields import JsonArray, JsonObject, as_object, malformed, plain
@@ -44,10 +54,11 @@ from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
 from statekit.spi.storage import CompletedCheckpointPointer
 
 FORMAT_VERSION = 2
+SIGNED_VERSION = 3  # version 2 with a signature (``checkpoint.signing``)
 LEGACY_VERSION = 1  # no checksum; still read
 MAGIC = "statekit-checkpoint"
 _PREFIX = re.compile(rb'\{"magic":"' + re.escape(MAGIC.encode("ascii"))
-                     + rb'","version":(\d{1,9}),"checksum":"([0-9a-f]{16})","body":')
+                     + rb'","version":(\d{1,9}),"checksum":"([0-9a-f]{16})",(?:"signature":"([0-9a-f]{64})",)?"body":')
 _FIX = "Restore from another checkpoint or savepoint; a _metadata file is never edited by hand"
 
 
@@ -168,8 +179,11 @@ class CheckpointMetadata:
                            "operators": [op.to_json() for _, op in sorted(self.operators.items())]},
                           separators=(",", ":"), sort_keys=True).encode("utf-8")
         checksum = xxhash.xxh3_64_hexdigest(body).encode("ascii")
-        return (b'{"magic":"' + MAGIC.encode("ascii") + b'","version":' + str(FORMAT_VERSION).encode("ascii")
-                + b',"checksum":"' + checksum + b'","body":' + body + b"}")
+        key = signing_key()
+        signed = b'"signature":"' + signature(key, body).encode("ascii") + b'",' if key else b""
+        version = SIGNED_VERSION if key else FORMAT_VERSION
+        return (b'{"magic":"' + MAGIC.encode("ascii") + b'","version":' + str(version).encode("ascii")
+                + b',"checksum":"' + checksum + b'",' + signed + b'"body":' + body + b"}")
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "checkpoint metadata") -> "CheckpointMetadata":
@@ -229,22 +243,27 @@ def read_metadata(data: bytes, pointer: CompletedCheckpointPointer) -> Checkpoin
 def _verified_document(data: bytes, source: str) -> JsonObject:
     """The metadata document, once the envelope and the checksum (version 2) or the magic
     (version 1) were checked; its fields are checked by the caller."""
+    key = verifying_key()
     match = _PREFIX.match(data)
     if match is not None and data.endswith(b"}"):
         version = int(match.group(1))
-        if version > FORMAT_VERSION:
+        if version > SIGNED_VERSION:
             raise RestoreError(f"{source} has metadata format version {version}; this statekit reads versions "
-                               f"{LEGACY_VERSION} to {FORMAT_VERSION}. Use the statekit version that wrote it "
+                               f"{LEGACY_VERSION} to {SIGNED_VERSION}. Use the statekit version that wrote it "
                                f"(if none did, the file is corrupt: {_FIX})")
-        if version != FORMAT_VERSION:
+        if version not in (FORMAT_VERSION, SIGNED_VERSION) or (version == SIGNED_VERSION) != bool(match.group(3)):
             raise CorruptStateError(f"{source} is corrupt: its envelope gives format version {version}, which has "
-                                    f"no envelope. {_FIX}")
+                                    f"{'a' if version == SIGNED_VERSION else 'no'} signature. {_FIX}")
         body, recorded = data[match.end():-1], match.group(2).decode("ascii")
+        if key is not None:
+            _check_signature(key, body, match.group(3), source)
         actual = xxhash.xxh3_64_hexdigest(body)
         if actual != recorded:
             raise CorruptStateError(f"{source} is corrupt: the checksum of its content is {actual}, the file "
                                     f"records {recorded} ({len(data)} bytes read). {_FIX}")
         return _as_document(_parse_json(body, source), source, "$.body")
+    if key is not None:
+        _check_signature(key, data, None, source)
     doc = _parse_json(data, source)
     if isinstance(doc, dict) and doc.get("magic") == MAGIC and doc.get("version") == LEGACY_VERSION \
             and "body" not in doc:
@@ -255,6 +274,21 @@ def _verified_document(data: bytes, source: str) -> JsonObject:
     raise CorruptStateError(f"{source} is valid JSON but not statekit checkpoint metadata (it has no "
                             f"\"magic\": \"{MAGIC}\"): point the restore path at the _metadata of a statekit "
                             f"checkpoint or savepoint, or at its directory")
+
+
+def _check_signature(key: bytes, body: bytes, recorded: bytes | None, source: str) -> None:
+    """Refuse metadata the secret in force did not sign (``checkpoint.signing``)."""
+    if recorded is None:
+        raise UntrustedCheckpointError(
+            f"{source} is not signed, and a signing secret is set ({SIGNING_SETTING} or {SIGNING_ENV}): it was "
+            f"written without the secret, by another job or by hand. Restore from a checkpoint or savepoint the job "
+            f"signed; to adopt this one, check it and take a signed savepoint of it (statekit savepoint create "
+            f"--sign, with the secret in {SIGNING_ENV})")
+    if not signature_matches(key, body, recorded.decode("ascii")):
+        raise UntrustedCheckpointError(
+            f"{source} does not carry this secret's signature: it was signed with another secret, or edited after "
+            f"it was signed. Nothing of it was read; restore from another checkpoint or savepoint, or set the "
+            f"secret that signed it")
 
 
 def _parse_json(data: bytes, source: str) -> Any:

@@ -26,6 +26,7 @@ from statekit.reading.cells import CellDecoder, StateCell
 from statekit.registry import backend_class
 from statekit.runtime.savepoints import convert_subtask
 from statekit.runtime.task import PROCESSING_TIME
+from statekit.checkpoint.signing import signing
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateMetaInfo
 from statekit.spi.key_groups import KeyGroupRange, key_group_for_key
@@ -71,7 +72,8 @@ class SnapshotReader:
 
     def __init__(self, resolved: ResolvedCheckpoint, trust_pickle: bool = False) -> None:
         self.url = resolved.pointer.external_pointer
-        self.metadata = read_metadata(resolved.metadata, resolved.pointer)
+        with signing():  # verified where a secret is in the environment
+            self.metadata = read_metadata(resolved.metadata, resolved.pointer)
         self.streams: CheckpointStreams = resolved.streams
         self.trust_pickle = trust_pickle
 

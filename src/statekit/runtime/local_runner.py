@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from statekit.checkpoint.assignment import assign, check_max_parallelism
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership
+from statekit.checkpoint.signing import signing
 from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.event_time import (
@@ -49,7 +50,8 @@ class LocalRunner:
                  clock: Callable[[], int] | None = None, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS,
                  event_time: Callable[[Any], Any] | str | None = None, watermark_delay: Any = None,
                  late_rows: str = "drop", checkpoint_format: SnapshotFormat = SnapshotFormat.CANONICAL,
-                 key_serializer: TypeSerializer | None = None, trust_pickle: bool = False) -> None:
+                 key_serializer: TypeSerializer | None = None, trust_pickle: bool = False,
+                 signing_secret: str | None = None) -> None:
         """``event_time``: a record's event time (epoch ms or a datetime; None, as a null under Spark,
         is processed and moves no watermark), as a function of the record
         or the name of a dict record's field; with ``watermark_delay`` (e.g. ``"10 minutes"``) each
@@ -58,7 +60,9 @@ class LocalRunner:
         Keys are written by ``key_serializer``, else as the restored state wrote them, else by the
         ``key_types`` (``KeyColumnsSerializer``), else by msgpack. ``trust_pickle``: restore state
         that runs code when read (pickle), as ``spark.statekit.restore.trust-pickle`` does (a native
-        checkpoint format of pickles, the heap's, implies it)."""
+        checkpoint format of pickles, the heap's, implies it). ``signing_secret`` (default: the
+        environment variable ``STATEKIT_CHECKPOINT_SIGNING_SECRET``) signs the checkpoints and
+        savepoints and must have signed what is restored (``checkpoint.signing``)."""
         from statekit.backends.heap import HeapStateBackend
         from statekit.registry import storage_class
 
@@ -76,8 +80,10 @@ class LocalRunner:
         self.checkpoint_storage = storage or storage_class("jobmanager", "storage")()
         self.storage = self.checkpoint_storage.create_access(job_id)
         self.ownership = JobOwnership(self.storage, job_id, BOUNDED)
-        self.store = CheckpointStore(self.storage, num_retained, ownership=self.ownership)
-        self.ownership.begin_epoch(self.store.latest())
+        self.signing_secret = signing_secret
+        with signing(signing_secret):  # the store reads the metadata of every retained checkpoint
+            self.store = CheckpointStore(self.storage, num_retained, ownership=self.ownership)
+            self.ownership.begin_epoch(self.store.latest())
         self.job_id = job_id
         self.operator_id = operator_id
         self.key_types = key_types
@@ -113,11 +119,16 @@ class LocalRunner:
         check_max_parallelism(metadata.operator(self.operator_id), self.max_parallelism)
         self._restore_override = (metadata, streams)
         restored = CompletedCheckpoint(pointer, metadata)
-        self.store = CheckpointStore(self.storage, self.store.num_retained, restored, mode, self.ownership)
+        with signing(self.signing_secret):
+            self.store = CheckpointStore(self.storage, self.store.num_retained, restored, mode, self.ownership)
 
     # --- epochs
     def run_epoch(self, records: Iterable[Any], checkpoint_id: int | None = None) -> list[Any]:
         """Process ``records`` as one epoch, commit its checkpoint, return the outputs."""
+        with signing(self.signing_secret):
+            return self._run_epoch(records, checkpoint_id)
+
+    def _run_epoch(self, records: Iterable[Any], checkpoint_id: int | None) -> list[Any]:
         epoch = checkpoint_id if checkpoint_id is not None else self._next_checkpoint_id()
         restored = self._restore_point(epoch)
         self._processing_time_ms = _processing_time(self.clock)
@@ -148,10 +159,11 @@ class LocalRunner:
     def savepoint(self, savepoint_dir: str | None = None) -> CheckpointMetadata:
         """A canonical, self-contained snapshot of the latest completed checkpoint's state, written
         to ``<savepoint_dir>/savepoint-<job>-<id>/`` (or kept inline when no directory is given)."""
-        latest = self.store.latest()
-        if latest is None:
-            raise RestoreError(f"job {self.job_id!r} has no completed checkpoint to take a savepoint of")
-        with trusting(restore_trusted(self.trust_pickle, self.state_backend, self.checkpoint_format)):
+        with signing(self.signing_secret), trusting(
+                restore_trusted(self.trust_pickle, self.state_backend, self.checkpoint_format)):
+            latest = self.store.latest()
+            if latest is None:
+                raise RestoreError(f"job {self.job_id!r} has no completed checkpoint to take a savepoint of")
             if savepoint_dir is None:
                 return snapshot_as_savepoint(latest.metadata, self.streams, self.state_backend,
                                              lambda subtask: InlineStreams(), local_dir=self.local_dir)
@@ -160,7 +172,8 @@ class LocalRunner:
             return write_savepoint(location, latest.metadata, self.streams, self.state_backend, self.local_dir)[0]
 
     def latest_metadata(self) -> CheckpointMetadata | None:
-        latest = self.store.latest()
+        with signing(self.signing_secret):
+            latest = self.store.latest()
         return latest.metadata if latest else None
 
     @property

@@ -10,6 +10,7 @@ this class).
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 
 from statekit.checkpoint.metadata import SubtaskState
@@ -25,7 +26,9 @@ class SnapshotUpload:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         if concurrent:
-            self._thread = threading.Thread(target=self._write, name="statekit-snapshot-upload", daemon=True)
+            # in the task's context: its checksum kind (``spi.handles.cryptographic_checksums``)
+            self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._write,),
+                                            name="statekit-snapshot-upload", daemon=True)
             self._thread.start()
 
     def _write(self) -> None:

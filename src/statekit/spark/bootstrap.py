@@ -33,6 +33,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState
+from statekit.checkpoint.signing import signing
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction, ProcessFunction, check_function
 from statekit.runtime.task import job_key_serializer
@@ -41,10 +42,12 @@ from statekit.spark.key_columns import check_column_names, key_columns_of
 from statekit.spark.keyed import SubtaskRun
 from statekit.spark.session import default_parallelism
 from statekit.spark.task import SubtaskSpec
+from statekit.spi.backend import StateBackend
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import ConfigurationError, SnapshotError
 from statekit.spi.key_groups import check_parallelism, default_max_parallelism
 from statekit.spi.names import check_job_id, check_operator_id
+from statekit.spi.storage import CheckpointStorage, SavepointTarget
 from statekit.storage.layout import SAVEPOINT_PREFIX
 from statekit.storage.urls import open_url
 
@@ -123,12 +126,21 @@ def write_savepoint(df: DataFrame, keys: str | Sequence[str], states: Mapping[st
     storage = conf.create_storage()
     backend = conf.create_backend()
     location = storage.savepoint_location(directory, savepoint_id)
+    with signing(conf.signing_secret) as signed:
+        return _bootstrap(df, bootstrap, conf, backend, storage, location, job_id, operator_id, key_columns,
+                          parallelism, max_parallelism, signed)
+
+
+def _bootstrap(df: DataFrame, bootstrap: ProcessFunction, conf: StatekitConf, backend: StateBackend,
+               storage: CheckpointStorage, location: SavepointTarget, job_id: str, operator_id: str,
+               key_columns: tuple[str, ...], parallelism: int, max_parallelism: int, signed: bool) -> str:
+    """Run the bootstrap's subtasks and commit the savepoint they wrote; discard it on any failure."""
     try:
         key_types = [df.schema[c].dataType.simpleString() for c in key_columns]
         spec = SubtaskSpec(bootstrap, backend, storage, job_id, operator_id, 0, parallelism, max_parallelism,
                            key_columns, to_arrow_schema(_NO_OUTPUT), False, None, None, conf.local_dir,
                            savepoint=location, local_retention_seconds=conf.local_retention_seconds,
-                           key_serializer=job_key_serializer(None, key_types))
+                           key_serializer=job_key_serializer(None, key_types), signed=signed)
         run = SubtaskRun(spec)
         run.run(df, _NO_OUTPUT, keep_output=False)
         written = run.states()

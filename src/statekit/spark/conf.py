@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from statekit.checkpoint.ownership import TAKE_OVER_SETTING
+from statekit.checkpoint.signing import SIGNING_ENV, SIGNING_SETTING
 from statekit.checkpoint.store import DEFAULT_NUM_RETAINED, RestoreMode
 from statekit.registry import backend_class, storage_class
 from statekit.runtime.event_time import duration_ms
@@ -62,6 +63,9 @@ SETTINGS = OptionSet(
     Option("restore.path", text, None, "a checkpoint or savepoint to start from"),
     Option("restore.mode", choice(*(m.value for m in RestoreMode)), RestoreMode.NO_CLAIM.value,
            "no-claim: never delete the restored snapshot's files; claim: the job owns them"),
+    Option(SIGNING_SETTING[len(PREFIX):], text, None,
+           f"a secret that signs the job's checkpoints and savepoints and must have signed what it restores "
+           f"(default: the environment variable {SIGNING_ENV}); redacted by Spark"),
     Option(TRUST_SETTING[len(PREFIX):], boolean, False,
            "restore state that runs code when it is read (pickle: PickleSerializer, the heap's native format) "
            "from checkpoints you trust the writers of"),
@@ -108,6 +112,7 @@ class StatekitConf:
     sink_commit_attempts: int = RetryPolicy.attempts
     sink_ignore_lost: bool = False
     trust_pickle: bool = False
+    signing_secret: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_spark(cls, conf: Any) -> "StatekitConf":
@@ -141,7 +146,8 @@ class StatekitConf:
             local_dir=values["local.dir"], local_retention_seconds=values["local.retention"], job_id=values["job-id"],
             take_over=values[TAKE_OVER_SETTING[len(PREFIX):]], batch_max_bytes=values["batch.max-bytes"],
             ttl_sweep_seconds=values["ttl.sweep-seconds"], sink_commit_attempts=values["sink.commit-attempts"],
-            sink_ignore_lost=values[IGNORE_LOST_SETTING[len(PREFIX):]], trust_pickle=values[TRUST_SETTING[len(PREFIX):]])
+            sink_ignore_lost=values[IGNORE_LOST_SETTING[len(PREFIX):]], trust_pickle=values[TRUST_SETTING[len(PREFIX):]],
+            signing_secret=values[SIGNING_SETTING[len(PREFIX):]])
         conf.create_backend()  # resolves the names and parses every option now, before a job runs
         conf.create_storage()
         if conf.parallelism is not None and conf.max_parallelism is not None:

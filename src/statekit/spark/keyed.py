@@ -33,6 +33,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership, RunIdentity, recorded_identity
+from statekit.checkpoint.signing import signing
 from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore
 from statekit.checkpoint.snapshot_format import format_property
 from statekit.reading.snapshot_reader import KEY_SCHEMA
@@ -157,11 +158,12 @@ class KeyedJob:
         Returns the output, or None when the job has a sink: then the output is committed to it
         once the checkpoint is complete, and a replayed epoch whose checkpoint completed is not
         computed again (its output is committed again instead, ``runtime.sink_coordinator``)."""
-        return _run_epoch(self, df, epoch, progress, processing_time_ms)
+        with signing(self.conf.signing_secret) as signed:
+            return _run_epoch(self, df, epoch, progress, processing_time_ms, signed)
 
 
 def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
-               progress: StreamProgress | None, processing_time_ms: int | None) -> DataFrame | None:
+               progress: StreamProgress | None, processing_time_ms: int | None, signed: bool) -> DataFrame | None:
     # the session of the epoch's rows: under Spark Connect, a streaming query's micro-batches are run
     # by a Python process of the server, in a session of its own
     spark, conf, key_columns, function = df.sparkSession, job.conf, job.key_columns, job.function
@@ -205,7 +207,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
         epoch_processing_time(store, epoch, progress)
     restored_properties = chosen.checkpoint.metadata.properties if chosen.checkpoint else None
     backend = conf.create_backend()
-    trusted = restore_trusted(conf.trust_pickle, backend, conf.checkpoint_format)
+    trusted = signed or restore_trusted(conf.trust_pickle, backend, conf.checkpoint_format)
     with trusting(trusted):  # an untrusted restore point of pickled keys is refused here, on the driver
         key_serializer = job_key_serializer(previous, job.key_types)
     spec = SubtaskSpec(function, backend, storage, job_id, operator_id, epoch, parallelism,
@@ -218,7 +220,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                        checkpoint_format=conf.checkpoint_format,
                        local_retention_seconds=conf.local_retention_seconds, key_types=job.key_types,
                        local_scope=job_scope(conf.storage, conf.checkpoint_dir, conf.storage_options, storage.durable),
-                       key_serializer=key_serializer, trust_pickle=trusted)
+                       key_serializer=key_serializer, trust_pickle=trusted, signed=signed)
 
     run = SubtaskRun(spec)
     if job.pre_aggregation is not None:

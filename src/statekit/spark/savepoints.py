@@ -7,6 +7,7 @@ import tempfile
 
 from pyspark.sql import SparkSession
 
+from statekit.checkpoint.signing import signing
 from statekit.runtime.savepoints import write_savepoint
 from statekit.runtime.task import restore_trusted
 from statekit.spark.checkpoints import latest_checkpoint
@@ -20,10 +21,11 @@ def savepoint(spark: SparkSession, job_id: str, conf: StatekitConf | None = None
     conf = conf or StatekitConf.from_spark(spark.conf)
     if not conf.savepoint_dir:
         raise ConfigurationError("a savepoint needs spark.statekit.savepoint.dir (a directory URL)")
-    latest, streams = latest_checkpoint(spark, job_id, conf)
-    backend = conf.create_backend()  # before the location: from there on, a failure discards it
-    location = conf.create_storage().savepoint_location(conf.savepoint_dir, f"{job_id}-{latest.checkpoint_id}")
-    with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir, trusting(
-            restore_trusted(conf.trust_pickle, backend, conf.checkpoint_format)):
-        _, pointer = write_savepoint(location, latest.metadata, streams, backend, local_dir)
-    return pointer.external_pointer
+    with signing(conf.signing_secret):
+        latest, streams = latest_checkpoint(spark, job_id, conf)
+        backend = conf.create_backend()  # before the location: from there on, a failure discards it
+        location = conf.create_storage().savepoint_location(conf.savepoint_dir, f"{job_id}-{latest.checkpoint_id}")
+        with tempfile.TemporaryDirectory(prefix="statekit-savepoint-") as local_dir, trusting(
+                restore_trusted(conf.trust_pickle, backend, conf.checkpoint_format)):
+            _, pointer = write_savepoint(location, latest.metadata, streams, backend, local_dir)
+        return pointer.external_pointer

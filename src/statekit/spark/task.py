@@ -35,6 +35,7 @@ from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
 from statekit.spi.errors import FunctionResultError, StatekitError
 from statekit.spi.key_groups import canonical_key, key_groups_of_types
 from statekit.spi.backend import SnapshotFormat, SnapshotOptions, StateBackend, SubtaskInfo
+from statekit.spi.handles import cryptographic_checksums
 from statekit.spi.sinks import DISCARDING_KIND, Sink, SinkContext
 from statekit.spi.serializer import TypeSerializer, trusting
 from statekit.spi.storage import CheckpointStorage, SavepointTarget
@@ -96,12 +97,22 @@ class SubtaskSpec:
     local_scope: str = ""
     #: what writes the keys, the same for every subtask (``runtime.task.job_key_serializer``)
     key_serializer: TypeSerializer | None = None
-    #: restore state that runs code when read (``spark.statekit.restore.trust-pickle``)
+    #: restore state that runs code when read (``spark.statekit.restore.trust-pickle``, or signed)
     trust_pickle: bool = False
+    #: the job signs its checkpoints: files get SHA-256 checksums, and those read must have them
+    #: (``checkpoint.signing``; the driver verified the restore point's signature)
+    signed: bool = False
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
                 acknowledge: Callable[[tuple], None]) -> Iterator[pa.RecordBatch]:
+    """One subtask's epoch on an executor: its output batches, then its acknowledgement."""
+    with cryptographic_checksums(spec.signed):
+        yield from _run_subtask(spec, subtask_index, batches, acknowledge)
+
+
+def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
+                 acknowledge: Callable[[tuple], None]) -> Iterator[pa.RecordBatch]:
     subtask = SubtaskInfo(spec.job_id, spec.operator_id, subtask_index, spec.parallelism, spec.max_parallelism)
     access = spec.storage.create_access(spec.job_id)
     restore, own_state = _restore_of(spec, subtask_index, access)

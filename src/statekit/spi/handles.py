@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import contextvars
+import hashlib
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -25,25 +28,59 @@ from statekit.spi.serializer import SerializerSnapshot
 _HANDLE_TYPES: dict[str, type["StateHandle"]] = {}
 H = TypeVar("H", bound=type)
 HandleT = TypeVar("HandleT", bound="StateHandle")
-_CHECKSUM = re.compile(r"[0-9a-f]{16}\Z")
+_CHECKSUM = re.compile(r"(?:[0-9a-f]{16}|sha256:[0-9a-f]{64})\Z")
+#: the prefix of a SHA-256 checksum; the other form, bare 16 hex digits, is xxh3-64
+SHA256 = "sha256:"
+#: (new checksums are SHA-256, a checksum read must be SHA-256)
+_cryptographic: contextvars.ContextVar[tuple[bool, bool]] = contextvars.ContextVar(
+    "statekit_cryptographic_checksums", default=(False, False))
+
+
+@contextlib.contextmanager
+def cryptographic_checksums(on: bool, required: bool = True) -> Iterator[None]:
+    """Within this scope (of this thread or task; a thread started in it with the scope's context
+    too), new checksums are SHA-256 and, ``required``, a checksum read that is not is refused: a
+    signed checkpoint's ``_metadata`` vouches for its files only through checksums no one can
+    forge. Without ``on``, the scope keeps the enclosing one's choice; outside every scope, xxh3-64."""
+    writes, reads = _cryptographic.get()
+    token = _cryptographic.set((writes or on, reads or on and required))
+    try:
+        yield
+    finally:
+        _cryptographic.reset(token)
+
 
 def checksum(data: bytes | memoryview) -> str:
-    """The checksum every handle records: xxh3 64-bit, hex."""
-    return xxhash.xxh3_64_hexdigest(data)
+    """The checksum every handle records: xxh3-64 as 16 hex digits, or ``sha256:<hex>`` within
+    ``cryptographic_checksums``."""
+    hasher = StreamChecksum()
+    hasher.update(data)
+    return hasher.hexdigest()
 
 
 class StreamChecksum:
     """The handle checksum of bytes written in pieces: ``update`` with each, then ``hexdigest``
-    equals ``checksum`` of them all (what a storage's output stream records)."""
+    equals ``checksum`` of them all (what a storage's output stream records). ``for_checksum``
+    makes one that checks bytes against a recorded checksum, of that checksum's kind."""
 
-    def __init__(self) -> None:
-        self._hash = xxhash.xxh3_64()
+    def __init__(self, cryptographic: bool | None = None) -> None:
+        self._cryptographic = _cryptographic.get()[0] if cryptographic is None else cryptographic
+        self._hash: Any = hashlib.sha256() if self._cryptographic else xxhash.xxh3_64()
+
+    @classmethod
+    def for_checksum(cls, expected: str) -> "StreamChecksum":
+        return cls(expected.startswith(SHA256))
 
     def update(self, data: bytes | memoryview) -> None:
         self._hash.update(data)
 
+    def reset(self) -> None:
+        """Start again, as a new one of the same kind."""
+        self._hash = hashlib.sha256() if self._cryptographic else xxhash.xxh3_64()
+
     def hexdigest(self) -> str:
-        return self._hash.hexdigest()
+        digest = self._hash.hexdigest()
+        return SHA256 + digest if self._cryptographic else digest
 
     def verify(self, expected: str, size: int, what: str) -> None:
         """``verify_checksum`` for the bytes seen so far (``size`` of them)."""
@@ -52,10 +89,17 @@ class StreamChecksum:
 
 def verify_checksum(data: bytes | memoryview, expected: str, what: str) -> None:
     """Raise ``CorruptStateError`` naming ``what`` unless ``data`` has the expected checksum."""
-    _verify_digest(checksum(data), expected, len(data), what)
+    hasher = StreamChecksum.for_checksum(expected)
+    hasher.update(data)
+    _verify_digest(hasher.hexdigest(), expected, len(data), what)
 
 
 def _verify_digest(actual: str, expected: str, size: int, what: str) -> None:
+    if _cryptographic.get()[1] and not expected.startswith(SHA256):
+        raise CorruptStateError(
+            f"{what} has an xxh3 checksum, which a signed checkpoint's metadata cannot vouch for (anyone can write "
+            f"other bytes with the same one): it was written without signing. Take a savepoint of it with the "
+            f"signing secret set (statekit savepoint create --sign) and restore from that")
     if actual != expected:
         raise CorruptStateError(
             f"{what} is corrupt: checksum {actual} does not match the recorded {expected} "
@@ -154,7 +198,7 @@ def read_key_group_range(data: JsonObject, key: str = "key_group_range") -> KeyG
 def read_checksum(data: JsonObject | JsonArray, key: str | int) -> str:
     value = data.text(key)
     if not _CHECKSUM.match(value):
-        malformed(data.path_of(key), "must be a checksum (16 lowercase hex digits)", value)
+        malformed(data.path_of(key), "must be a checksum (16 lowercase hex digits, or sha256: and 64)", value)
     return value
 
 
@@ -238,9 +282,14 @@ class InlineStateHandle(StreamStateHandle):
             handle = cls(base64.b64decode(data.text("data", non_empty=False), validate=True))
         except binascii.Error as exc:
             malformed(data.path_of("data"), f"must be base64 ({exc})", show_value=False)
-        if data.has("checksum") and read_checksum(data, "checksum") != handle.checksum:
-            raise CorruptStateError(f"field {data.path_of('data')}: the inline state bytes do not match "
-                                    f"their recorded checksum {data['checksum']} (they have {handle.checksum})")
+        if data.has("checksum"):  # kept as recorded, of its kind (``cryptographic_checksums``)
+            recorded = read_checksum(data, "checksum")
+            hasher = StreamChecksum.for_checksum(recorded)
+            hasher.update(handle.data)
+            if hasher.hexdigest() != recorded:
+                raise CorruptStateError(f"field {data.path_of('data')}: the inline state bytes do not match "
+                                        f"their recorded checksum {recorded} (they have {hasher.hexdigest()})")
+            object.__setattr__(handle, "checksum", recorded)
         return handle
 
 

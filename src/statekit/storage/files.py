@@ -186,7 +186,7 @@ class FileSystemCheckpointStreams(CheckpointStreams):
             target.write(self.read(handle))
             return
         path = self._path(handle)
-        checksum, size = StreamChecksum(), 0
+        checksum, size = StreamChecksum.for_checksum(handle.checksum), 0
         try:
             with self.fs.open(path, "rb") as source:
                 while chunk := source.read(COPY_CHUNK):
@@ -271,9 +271,10 @@ def _renamed(source: str, target: str) -> bool:
     return True
 
 
-def _file_checksum(path: str) -> tuple[int, StreamChecksum]:
-    """The size and handle checksum of the local file ``path``, read mapped in memory (no copy)."""
-    checksum = StreamChecksum()
+def _file_checksum(path: str, checksum: StreamChecksum | None = None) -> tuple[int, StreamChecksum]:
+    """The size and handle checksum of the local file ``path``, read mapped in memory (no copy),
+    by ``checksum`` (default: a new one, of the kind new checksums have)."""
+    checksum = checksum or StreamChecksum()
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size:
@@ -284,7 +285,7 @@ def _file_checksum(path: str) -> tuple[int, StreamChecksum]:
 
 def _verify_file(path: str, handle: FileStateHandle, what: str) -> None:
     """Raise ``CorruptStateError`` naming ``what`` unless the local file ``path`` has the handle's size and checksum."""
-    size, checksum = _file_checksum(path)
+    size, checksum = _file_checksum(path, StreamChecksum.for_checksum(handle.checksum))
     if size != handle.size:
         raise CorruptStateError(f"{what} is truncated or was changed: {size} bytes, its handle records "
                                 f"{handle.size}")

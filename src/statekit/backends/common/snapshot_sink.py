@@ -11,8 +11,7 @@ import io
 import queue
 import threading
 
-import xxhash
-
+from statekit.spi.handles import StreamChecksum
 from statekit.spi.storage import CheckpointOutputStream
 
 #: bytes handed to the stream per write
@@ -30,7 +29,7 @@ class HashingSink(io.RawIOBase):
     def __init__(self, out: CheckpointOutputStream) -> None:
         self._out = out
         self._position = out.tell()
-        self._hasher = xxhash.xxh3_64()
+        self._hasher = StreamChecksum()
         self._buffer = bytearray()
         self._chunks: queue.Queue[bytearray | None] = queue.Queue(MAX_PENDING_CHUNKS)
         self._thread: threading.Thread | None = None
