@@ -5,6 +5,7 @@ Usage::
     statekit checkpoints list <dir>          checkpoints of every job under <dir> (or of one job directory)
     statekit checkpoints describe <path>     one checkpoint or savepoint in detail
     statekit savepoint create --from <checkpoint> --to <savepoint-dir> [--backend NAME] [--trust-pickle] [--sign]
+    statekit savepoint rewrite --from <savepoint> --to <savepoint-dir> --id ID [--rename OLD=NEW] [--drop NAME]
     statekit state get <path> --state NAME --key KEY [--operator ID] [--trust-pickle]
                                              one key's state, as of that checkpoint
 
@@ -114,7 +115,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from statekit import __version__
 from statekit.checkpoint.signing import SIGNING_ENV, signing
-from statekit.inspection import InspectionError, create_savepoint, describe, error_text, list_checkpoints
+from statekit.inspection import (
+    InspectionError, create_savepoint, describe, error_text, list_checkpoints, rewrite_savepoint,
+)
 from statekit.spi.errors import StatekitError
 
 if TYPE_CHECKING:
@@ -312,6 +315,24 @@ def _cmd_create(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_rewrite(args: argparse.Namespace) -> int:
+    bad = [r for r in args.rename if r.count("=") != 1 or r.startswith("=") or r.endswith("=")]
+    if bad:
+        raise InspectionError(f"--rename takes OLD=NEW, got {bad[0]!r}")
+    if not args.rename and not args.drop:
+        raise InspectionError("say what to rewrite: --rename OLD=NEW or --drop NAME (repeatable)")
+    rename = dict(r.split("=") for r in args.rename)
+    _emit(args, rewrite_savepoint(args.source, args.target, args.savepoint_id, rename, frozenset(args.drop),
+                                  args.operator, _storage_options(args)), _print_rewritten)
+    return EXIT_OK
+
+
+def _print_rewritten(doc: dict[str, Any], out: Callable[[str], None]) -> None:
+    changes = [f"{old} -> {new}" for old, new in doc["renamed"].items()] + [f"{name} dropped" for name in doc["dropped"]]
+    out(f"savepoint of job {doc['job_id']} written to {doc['path']}")
+    out(f"  from {doc['source']}: {', '.join(changes)}; {_human_size(doc['state_size'])}, {doc['files']} files")
+
+
 #: how ``--key`` text becomes a value of a key column's Spark SQL type
 _KEY_PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     **{name: (int, "an integer") for name in ("bigint", "int", "smallint", "tinyint")},
@@ -433,6 +454,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="restore state that runs code when read (pickle) from this checkpoint, whose writers "
                              "you trust")
     create.set_defaults(handler=_cmd_create)
+    rewriting = savepoint_commands.add_parser(
+        "rewrite", parents=[common], help="a new savepoint with states renamed or dropped",
+        description="Write a new savepoint from a savepoint, with states renamed (--rename OLD=NEW) and dropped "
+                    "(--drop NAME), in <savepoint-dir>/savepoint-<id>/. No value is read: every kind of state "
+                    "passes as it was. To change values, use statekit.runtime.rewrite (or statekit.spark."
+                    "rewrite_savepoint) with a KeyedStateTransform.")
+    rewriting.add_argument("--from", dest="source", required=True, metavar="SAVEPOINT",
+                           help="a savepoint directory or its _metadata file")
+    rewriting.add_argument("--to", dest="target", required=True, metavar="SAVEPOINT_DIR",
+                           help="the directory URL of the new savepoint")
+    rewriting.add_argument("--id", dest="savepoint_id", required=True, metavar="ID",
+                           help="the new savepoint's id: it is written to savepoint-<ID>")
+    rewriting.add_argument("--rename", action="append", default=[], metavar="OLD=NEW", help="rename a state")
+    rewriting.add_argument("--drop", action="append", default=[], metavar="NAME", help="drop a state")
+    rewriting.add_argument("--operator", default=None, metavar="ID", help="the operator (when there are several)")
+    rewriting.set_defaults(handler=_cmd_rewrite)
 
     state = groups.add_parser("state", help="read keyed state from a checkpoint or savepoint")
     state_commands = state.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)

@@ -274,6 +274,24 @@ def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | No
             "files": summary.files}
 
 
+def rewrite_savepoint(source_url: str, savepoint_dir: str, savepoint_id: str, rename: dict[str, str],
+                      drop: frozenset[str], operator_id: str | None = None,
+                      storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A new savepoint of a savepoint's states, renamed and dropped (``runtime.rewrite``: no value
+    is deserialized); the document ``--json`` prints."""
+    from statekit.runtime.rewrite import StateRewrite, rewrite_savepoint as rewrite
+
+    resolved = _resolve(source_url, storage_options, "--from")
+    metadata = read_metadata(resolved.metadata, resolved.pointer)
+    location = _files(savepoint_dir, storage_options).savepoint_location(savepoint_dir, savepoint_id)
+    written, pointer = rewrite(location, metadata, resolved.streams,
+                               StateRewrite(rename, drop, operator_id=operator_id))
+    summary = StreamSummary.of(stream_handles(written))
+    return {"path": pointer.external_pointer, "job_id": written.job_id, "checkpoint_id": written.checkpoint_id,
+            "source": resolved.pointer.external_pointer, "state_size": summary.state_size,
+            "files": summary.files, "renamed": rename, "dropped": sorted(drop)}
+
+
 def error_text(exc: BaseException) -> str:
     """One line naming what went wrong (the exception type too, unless it is statekit's)."""
     text = " ".join(str(exc).split())

@@ -25,8 +25,8 @@ from statekit.spi.storage import CheckpointStreams, CompletedCheckpointPointer, 
 SAVEPOINT = SnapshotOptions(SnapshotType.SAVEPOINT)
 
 
-class _NoFunction(KeyedProcessFunction):
-    """The task of a savepoint conversion only restores and snapshots; it processes no row."""
+class RestoreOnly(KeyedProcessFunction):
+    """The task of a savepoint conversion or rewrite only restores and snapshots; it processes no row."""
 
     def process(self, row: Any, ctx: KeyedContext) -> Iterable[Any] | None:
         raise AssertionError("a savepoint conversion processes no rows")
@@ -77,7 +77,7 @@ def convert_subtask(source: CheckpointMetadata, operator: OperatorState, index: 
                                for i, s in enumerate(operator.subtasks))
     restore = TaskRestore(source.checkpoint_id, keyed, own_operator_state, source_streams, share_files=False)
     # KeyedTask.create disposes the keyed backend if the operator backend cannot be created
-    task = KeyedTask.create(_NoFunction(), state_backend, subtask, source.checkpoint_id,
+    task = KeyedTask.create(RestoreOnly(), state_backend, subtask, source.checkpoint_id,
                             restore=restore, local_dir=local_dir)
     # TTL: entries expired at the checkpoint's own processing time are left out, no others
     recorded = source.properties.get(PROCESSING_TIME)

@@ -17,6 +17,7 @@ _EXPORTS = {
     "KeyedJob": "statekit.spark.keyed",
     "process_keyed": "statekit.spark.keyed",
     "savepoint": "statekit.spark.savepoints",
+    "rewrite_savepoint": "statekit.spark.rewrite",
     "process_keyed_stream": "statekit.spark.streaming",
     "write_savepoint": "statekit.spark.bootstrap",
 }
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from statekit.spark.conf import StatekitConf
     from statekit.spark.data_sources import register_data_sources
     from statekit.spark.keyed import KeyedJob, process_keyed
+    from statekit.spark.rewrite import rewrite_savepoint
     from statekit.spark.savepoints import savepoint
     from statekit.spark.streaming import process_keyed_stream
 
