@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from statekit.registry import backend_class
-from statekit.runtime.function import KeyedProcessFunction
+from statekit.runtime.function import CheckpointedFunction, KeyedProcessFunction
 from statekit.runtime.local_runner import LocalRunner
 from statekit.runtime.rewrite import KeyedStateTransform, StateRewrite, rewrite_savepoint
 from statekit.spi import ConfigurationError, ListStateDescriptor, ValueStateDescriptor
@@ -136,3 +136,41 @@ def test_a_spark_rewrite_runs_a_task_per_subtask(spark, statekit_settings, tmp_p
     v2.restore_from(rewritten, resolved.streams)
     assert sorted(v2.run_epoch([{"user": "ann"}, {"user": "bob"}])) == [
         ("ann", 2, ["/", "/b"], None), ("bob", 1, ["/a"], None)]
+
+
+class NumberedClicks(Clicks, CheckpointedFunction):
+    """Clicks, and the rows each subtask has seen as operator state."""
+
+    def initialize_state(self, ctx):
+        self.seen = ctx.operator_state.get_list_state("rows-seen")
+        self.rows = sum(self.seen.get()) if ctx.is_restored else 0
+
+    def snapshot_state(self, ctx):
+        self.seen.update([self.rows])
+
+    def process(self, row, ctx):
+        self.rows += 1
+        yield from super().process(row, ctx)
+        yield ctx.current_key, self.rows
+
+
+def test_a_rewritten_savepoint_holds_its_own_copy_of_the_operator_state(tmp_path):
+    """The new savepoint needs no file of the old one: operator state in files is copied, so the
+    old savepoint may be deleted."""
+    import shutil
+
+    from statekit.storage.pointers import resolve
+
+    storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"), **{"memory-threshold": "0"})
+    job = LocalRunner(NumberedClicks(), lambda row: row["user"], parallelism=1, storage=storage, job_id="clicks")
+    job.run_epoch([{"user": "ann", "page": "/"}, {"user": "bob", "page": "/a"}])
+    source = job.savepoint(str(tmp_path / "savepoints"))
+    streams = resolve(str(tmp_path / "savepoints" / "savepoint-clicks-1")).streams
+    target = storage.savepoint_location(str(tmp_path / "moved"), "v2")
+    rewritten, pointer = rewrite_savepoint(target, source, streams, StateRewrite(drop=frozenset({"legacy"})))
+    assert rewritten.operator("keyed-process").subtasks[0].operator is not None
+    shutil.rmtree(tmp_path / "savepoints")
+    resolved = resolve(pointer.external_pointer)
+    again = LocalRunner(NumberedClicks(), lambda row: row["user"], parallelism=1, job_id="again")
+    again.restore_from(rewritten, resolved.streams)
+    assert ("cid", 3) in again.run_epoch([{"user": "cid", "page": "/"}])

@@ -5,7 +5,7 @@ A rewrite works subtask by subtask on the savepoint's canonical files:
 
 - renamed and dropped states, and every state the rewrite does not name, pass through as rows:
   nothing is deserialized, so nothing runs and every kind of state (timers, namespaces, TTL)
-  passes as it was;
+  passes as it was; operator state is copied as it was;
 - a ``KeyedStateTransform`` reads the states it names from the subtask's state, restored into a
   heap backend, key by key, and writes the states it declares into a fresh one, whose rows join
   the others. The states it reads are dropped unless it writes them again.
@@ -16,6 +16,7 @@ rewrite`` renames and drops from the command line.
 """
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -30,7 +31,7 @@ from statekit.runtime.task import KeyedTask, TaskRestore
 from statekit.spi.backend import StateBackend, SubtaskInfo
 from statekit.spi.descriptors import TIMER_STATE_PREFIX
 from statekit.spi.errors import ConfigurationError
-from statekit.spi.handles import KeyGroupsStateHandle, StateMetaInfo
+from statekit.spi.handles import KeyGroupsStateHandle, OperatorStateHandle, StateMetaInfo
 from statekit.spi.serializer import SerializerSnapshot
 from statekit.spi.key_groups import KeyGroupRange, key_group_for_key
 from statekit.spi.storage import CheckpointStreams, CompletedCheckpointPointer, SavepointTarget
@@ -117,7 +118,22 @@ def rewrite_subtask(source: CheckpointMetadata, operator: OperatorState, index: 
             raise ConfigurationError(f"{type(rewrite.transform).__name__} writes states {clashes}, which the savepoint "
                                      f"holds and the rewrite keeps: drop or rename them, or read them in the transform")
         handles.append(produced)
-    return SubtaskState(tuple(handles), operator.subtasks[index].operator)
+    return SubtaskState(tuple(handles), _copied(operator.subtasks[index].operator, streams, out))
+
+
+def _copied(handle: OperatorStateHandle | None, streams: CheckpointStreams,
+            out: CheckpointStreams) -> OperatorStateHandle | None:
+    """The subtask's operator state, its file copied byte for byte (its ranges stay valid) into the
+    new savepoint, which must not depend on the old one's files."""
+    if handle is None:
+        return None
+    output = out.create_output(name="operator")
+    try:
+        output.write(streams.read(handle.stream))  # verified against its checksum
+        return dataclasses.replace(handle, stream=output.close_and_get_handle())
+    except BaseException:
+        output.discard()
+        raise
 
 
 def _passed(handle: KeyGroupsStateHandle, streams: CheckpointStreams, rewrite: StateRewrite,
