@@ -435,8 +435,8 @@ class SnapshotRestoreTests(KeyFormatTests):
 
     @pytest.mark.parametrize("new_descriptor", [
         ValueStateDescriptor("typed", StringSerializer()),
-        ValueStateDescriptor("typed"),  # the default (pickle) cannot read Int64 bytes
-    ], ids=["string", "pickle"])
+        ValueStateDescriptor("typed"),  # the default (msgpack) cannot read Int64 bytes
+    ], ids=["string", "default"])
     def test_incompatible_value_serializer_is_a_clear_error(self, state_backend, keyed_backend,
                                                            snapshot_streams, snapshot_options, tmp_path, new_descriptor):
         set_key(keyed_backend, "k")

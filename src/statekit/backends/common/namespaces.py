@@ -24,7 +24,7 @@ def encode_namespace(namespace: Any, serializer: TypeSerializer) -> bytes:
         raise StateAccessError(
             f"namespace {namespace!r} serializes to no bytes with {type(serializer).__name__}, which is how the "
             f"void namespace is stored, so the two would be one; use a namespace serializer that writes at least "
-            f"one byte for every namespace (the default, PickleSerializer, does)")
+            f"one byte for every namespace (the default, MsgpackSerializer, does)")
     return encoded
 
 
