@@ -13,7 +13,7 @@ import posixpath
 import struct
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -66,6 +66,16 @@ class KeyColumn:
     type: str
 
 
+def recorded_key_columns(properties: Mapping[str, Any], operator_id: str) -> tuple[KeyColumn, ...] | None:
+    """An operator's key columns as a checkpoint's properties record them (``KEY_SCHEMA``; None:
+    not recorded, e.g. by a local runner without key types)."""
+    recorded = properties.get(KEY_SCHEMA)
+    columns = recorded.get(operator_id) if isinstance(recorded, dict) else None
+    if not isinstance(columns, list) or not columns:
+        return None
+    return tuple(KeyColumn(str(name), str(type_name)) for name, type_name in columns)
+
+
 class SnapshotReader:
     """A completed checkpoint or savepoint, opened for reading its keyed state. State that runs
     code when read (pickle) is decoded only with ``trust_pickle``; else its cells keep their bytes."""
@@ -99,11 +109,7 @@ class SnapshotReader:
     def key_columns(self, operator: OperatorState) -> tuple[KeyColumn, ...] | None:
         """The job's key columns as recorded at checkpoint time (None: not recorded, e.g. the
         local runner's checkpoints)."""
-        recorded = self.metadata.properties.get(KEY_SCHEMA)
-        columns = recorded.get(operator.operator_id) if isinstance(recorded, dict) else None
-        if not isinstance(columns, list) or not columns:
-            return None
-        return tuple(KeyColumn(str(name), str(type_name)) for name, type_name in columns)
+        return recorded_key_columns(self.metadata.properties, operator.operator_id)
 
     def key_group_of(self, operator: OperatorState, key: Any) -> int:
         """The key group of ``key`` (a value, or a tuple for several key columns), hashed as the

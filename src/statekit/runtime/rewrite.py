@@ -24,8 +24,8 @@ from typing import Any, Mapping, Sequence
 from statekit.backends.common.canonical import CanonicalSnapshotWriter, read_key_groups, state_runs
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.reading.snapshot_reader import recorded_key_columns
 from statekit.runtime.function import KeyedContext
-from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.savepoints import SAVEPOINT, RestoreOnly
 from statekit.runtime.task import KeyedTask, TaskRestore
 from statekit.spi.backend import StateBackend, SubtaskInfo
@@ -171,7 +171,8 @@ def _transformed(source: CheckpointMetadata, subtask: SubtaskInfo, keyed: Sequen
     try:
         old_context, new_context = old.context, new.context
         transform.open(old_context, new_context)
-        types = _key_types(source, subtask.operator_id)
+        columns = recorded_key_columns(source.properties, subtask.operator_id)
+        types = [c.type for c in columns] if columns else None
         keys = {key for name in transform.reads for key in old.keyed_backend.keys(name)}
         for key in sorted(keys, key=repr):
             key_group = key_group_for_key(key, subtask.max_parallelism, types)
@@ -183,12 +184,6 @@ def _transformed(source: CheckpointMetadata, subtask: SubtaskInfo, keyed: Sequen
     finally:
         old.close()
         new.close()
-
-
-def _key_types(source: CheckpointMetadata, operator_id: str) -> list[str] | None:
-    recorded = source.properties.get(KEY_SCHEMA)
-    columns = recorded.get(operator_id) if isinstance(recorded, dict) else None
-    return [str(type_name) for _, type_name in columns] if isinstance(columns, list) and columns else None
 
 
 def rewrite_savepoint(location: SavepointTarget, source: CheckpointMetadata, streams: CheckpointStreams,

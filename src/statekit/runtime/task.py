@@ -125,8 +125,6 @@ def job_key_serializer(restored: OperatorState | None, key_types: Sequence[str] 
     return resolve(None)
 
 
-
-
 class PendingTaskSnapshot:
     """The synchronous part of a task snapshot; ``write`` is the asynchronous part."""
 

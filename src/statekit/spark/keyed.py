@@ -36,7 +36,7 @@ from statekit.checkpoint.ownership import BOUNDED, JobOwnership, RunIdentity, re
 from statekit.checkpoint.signing import signing
 from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore
 from statekit.checkpoint.snapshot_format import format_property
-from statekit.reading.snapshot_reader import KEY_SCHEMA
+from statekit.reading.snapshot_reader import KEY_SCHEMA, recorded_key_columns
 from statekit.runtime.function import ProcessFunction, check_function
 from statekit.runtime.local_recovery import job_scope
 from statekit.runtime.sink_coordinator import SINK_PROPERTY, RetryPolicy, SinkCoordinator
@@ -266,11 +266,10 @@ def check_key_types(properties: Mapping[str, Any], operator_id: str, key_columns
     """Refuse to restore state keyed by columns of other types than the job's: a key's key group is
     Spark's hash of its typed columns (an int and a bigint hash apart), so every restored key
     would be looked for in another key group and its state silently not found."""
-    recorded = properties.get(KEY_SCHEMA)
-    columns = recorded.get(operator_id) if isinstance(recorded, dict) else None
-    if not isinstance(columns, list) or not columns or not key_types:
+    columns = recorded_key_columns(properties, operator_id)
+    if columns is None or not key_types:
         return  # not recorded (an older or a local runner's checkpoint)
-    was = [str(type_name) for _, type_name in columns]
+    was = [c.type for c in columns]
     if [_SAME_KEYS.get(t, t) for t in was] != [_SAME_KEYS.get(t, t) for t in key_types]:
         raise ConfigurationError(
             f"operator {operator_id!r} restores state from {restored} keyed by columns of types {was}, but the "
