@@ -125,3 +125,18 @@ def test_keys_are_in_key_group_order_whatever_the_key_column_is_called(name) -> 
     rows = pa.record_batch({name: ["a", "b", "c", "a"]})
     grouped = GroupedRows.of_sorted(rows, [name], pa.array([5, 1, 3, 5], pa.int32()))
     assert (grouped.keys, grouped.key_groups) == (["b", "c", "a"], [1, 3, 5])
+
+
+@pytest.mark.parametrize("names", [("k", "v"), ("k", "it's", 'say "hi"', "a\\b", "x\ny", "über")],
+                         ids=["plain", "names that need quoting"])
+def test_row_runs_give_each_keys_rows_as_dicts_in_input_order(names) -> None:
+    """How a ``KeyedProcessFunction`` gets its rows under Spark: per key, in input order, each row a
+    dict of every column, as ``RecordBatch.to_pylist`` makes it, whatever the columns are called."""
+    values = {"k": ["b", "a", "b", "a", "c"]}
+    values.update({name: [f"{name}{i}" for i in range(5)] for name in names[1:]})
+    rows = pa.record_batch({name: values[name] for name in names})
+    grouped = GroupedRows.of_sorted(rows, ["k"], pa.array([2, 1, 2, 1, 0], pa.int32()))
+    runs = [(key, key_group, list(key_rows)) for key, key_group, key_rows in grouped.row_runs()]
+    by_key = {key: [row for row in rows.to_pylist() if row["k"] == key] for key in "abc"}
+    assert runs == [("c", 0, by_key["c"]), ("a", 1, by_key["a"]), ("b", 2, by_key["b"])]
+    assert list(GroupedRows.of_sorted(rows.slice(0, 0), ["k"], pa.array([], pa.int32())).row_runs()) == []

@@ -14,7 +14,7 @@ from statekit.checkpoint.store import CheckpointStore
 from statekit.conformance_tests.base import open_keyed_backend, set_key
 from statekit.serializers import BytesSerializer
 from statekit.spi import (
-    ConfigurationError, KeyGroupRange, SnapshotFormat, SnapshotOptions, StatekitError, ValueStateDescriptor,
+    ConfigurationError, KeyBatch, KeyGroupRange, SnapshotFormat, SnapshotOptions, StatekitError, ValueStateDescriptor,
     key_group_for_key,
 )
 from statekit.storage.filesystem import FileSystemCheckpointStorage
@@ -211,7 +211,11 @@ def test_incremental_restore_reads_back_every_key(rocksdb, tmp_path):
     for k in range(5000):
         set_key(rocksdb, f"key-{k:08d}")
         expected[f"key-{k:08d}"] = state.value()
-    handle = checkpointer.checkpoint(2)
+    assert _restored_values(checkpointer, checkpointer.checkpoint(2), tmp_path) == expected
+
+
+def _restored_values(checkpointer, handle, tmp_path):
+    """Every key's value of state ``VALUE`` in a new backend restored from ``handle``."""
     restored = open_keyed_backend(RocksDBStateBackend(), str(tmp_path / "restored"), restore_handles=[handle],
                                   restore_streams=checkpointer.access.restore_streams())
     try:
@@ -220,9 +224,45 @@ def test_incremental_restore_reads_back_every_key(rocksdb, tmp_path):
         for key in restored.keys("value"):
             set_key(restored, key)
             got[key] = state.value()
-        assert got == expected
+        return got
     finally:
         restored.dispose()
+
+
+def test_writes_held_back_are_read_by_every_path(rocksdb, tmp_path):
+    """Puts and deletes wait in a table's ``pending`` until a write batch takes them: a point read,
+    a range scan (keys, map entries, emptiness), a bulk read and a snapshot taken at once all see
+    them, and more than ``WRITE_BEHIND_BYTES`` of them are written without waiting for a read."""
+    from statekit.backends.rocksdb.table import WRITE_BEHIND_BYTES
+    from statekit.serializers import StringSerializer
+    from statekit.spi import MapStateDescriptor
+
+    value, entries = rocksdb.get_state(VALUE), rocksdb.get_state(MapStateDescriptor("m", StringSerializer(), BytesSerializer()))
+    for k in range(10):
+        set_key(rocksdb, f"key-{k}")
+        value.update(b"v%d" % k)
+        entries.put("a", b"x")
+    assert rocksdb._tables["value"].pending, "the puts wait (else this test tests nothing)"
+    set_key(rocksdb, "key-3")
+    value.clear()
+    entries.remove("a")
+    assert value.value() is None and entries.is_empty()
+    assert sorted(rocksdb.keys("value")) == sorted(f"key-{k}" for k in range(10) if k != 3)
+    set_key(rocksdb, "key-4")
+    entries.put("b", b"y")
+    assert dict(entries.items()) == {"a": b"x", "b": b"y"}
+    value.update(b"late")
+    bulk = rocksdb.get_bulk_state(VALUE)
+    assert bulk.get_many(KeyBatch(["key-4", "key-5"], [key_group_for_key(k, 128) for k in ("key-4", "key-5")])) \
+        == [b"late", b"v5"]
+    checkpointer = Checkpointer(rocksdb, tmp_path, num_retained=1)
+    assert _restored_values(checkpointer, checkpointer.checkpoint(1), tmp_path) == {
+        f"key-{k}": b"late" if k == 4 else b"v%d" % k for k in range(10) if k != 3}
+    big = b"z" * (64 << 10)
+    for k in range(2 * WRITE_BEHIND_BYTES // len(big)):
+        set_key(rocksdb, f"big-{k}")
+        value.update(big)
+    assert len(rocksdb._tables["value"].pending) < WRITE_BEHIND_BYTES // len(big)
 
 
 @pytest.mark.parametrize("options,setting", [

@@ -8,7 +8,9 @@ so a function can process a batch with no Python call per key or per row.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Sequence
+from functools import lru_cache
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -130,6 +132,14 @@ class GroupedRows(KeyBatch):
         return cls([key for key, _, _ in ordered], [key_group for _, key_group, _ in ordered],
                    pa.RecordBatch.from_pydict({name: [row.get(name) for row in rows] for name in names}), offsets)
 
+    def row_runs(self) -> Iterator[tuple[Any, int, Iterator[dict[str, Any]]]]:
+        """(key, key group, the key's rows as dicts) of every key, in order: the rows are made one
+        at a time in a single pass over the batch, so read each key's rows before taking the next key."""
+        rows = _row_dicts(tuple(self.rows.schema.names))(*(column.to_pylist() for column in self.rows.columns))
+        bounds = self.offsets.tolist()
+        for i, (key, key_group) in enumerate(zip(self.keys, self.key_groups)):
+            yield key, key_group, islice(rows, bounds[i + 1] - bounds[i])
+
     def key_runs(self) -> Iterator[tuple[Any, int, pa.RecordBatch]]:
         """(key, key group, the key's rows) of every key, in order."""
         bounds = self.offsets.tolist()
@@ -154,6 +164,18 @@ def output_columns(produced: Any) -> pa.Table | None:
                                       f"table: {exc}. Give every column the same length, as arrays, lists or NumPy "
                                       f"arrays") from exc
     return None
+
+
+@lru_cache(maxsize=64)
+def _row_dicts(names: tuple[str, ...]) -> Callable[..., Iterator[dict[str, Any]]]:
+    """A function of the columns (lists) named ``names`` that makes each row a dict: compiled per
+    schema with the names as literals, which makes a row in half the time of ``to_pylist``."""
+    if not names:
+        return lambda: iter(())
+    values = [f"v{i}" for i in range(len(names))]
+    pairs = ", ".join(f"{name!r}: {value}" for name, value in zip(names, values))
+    parameters = ", ".join(values)
+    return eval(f"lambda {parameters}: ({{{pairs}}} for {parameters}, in zip({parameters}))")  # noqa: S307 - names are repr'd
 
 
 def _sort_key(key: Any) -> tuple[tuple[int, Any], ...]:

@@ -205,19 +205,25 @@ class KeyedTask:
         self._opened = True
 
     def process_all(self, records: Iterable[tuple[Any, int, Any]], out: list[Any]) -> None:
-        """Process (key, key group, row) records; appends the output rows to ``out``."""
+        """Process (key, key group, row) records in order; appends the output rows to ``out``."""
+        self.process_row_runs(((key, key_group, (row,)) for key, key_group, row in records), out)
+
+    def process_row_runs(self, runs: Iterable[tuple[Any, int, Iterable[Any]]], out: list[Any]) -> None:
+        """For a ``KeyedProcessFunction``: ``runs`` are (key, key group, rows of the key), each row
+        processed by its own call, the key made current once per run; appends the output to ``out``."""
         set_key = self.keyed_backend.set_current_key
         assert isinstance(self.function, KeyedProcessFunction)
         process = self.function.process
         ctx = self.context
         extend, usual, check = out.extend, _ROW_ITERABLES, not inspect.isgeneratorfunction(process)
-        for key, key_group, row in records:
+        for key, key_group, rows in runs:
             set_key(key, key_group)
-            produced = process(row, ctx)
-            if produced is not None:
-                if check and produced.__class__ not in usual:
-                    produced = checked_rows(produced, self.function, "process", key)
-                extend(produced)
+            for row in rows:
+                produced = process(row, ctx)
+                if produced is not None:
+                    if check and produced.__class__ not in usual:
+                        produced = checked_rows(produced, self.function, "process", key)
+                    extend(produced)
 
     def process_key_runs(self, runs: Iterable[tuple[Any, int, Any]], out: list[Any]) -> None:
         """For a ``KeyedBatchFunction``: ``runs`` are (key, key group, that key's rows)."""

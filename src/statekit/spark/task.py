@@ -33,7 +33,7 @@ from statekit.runtime.task import (
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
 from statekit.spi.errors import FunctionResultError, StatekitError
-from statekit.spi.key_groups import canonical_key, key_groups_of_types
+from statekit.spi.key_groups import key_groups_of_types
 from statekit.spi.backend import SnapshotFormat, SnapshotOptions, StateBackend, SubtaskInfo
 from statekit.spi.handles import cryptographic_checksums
 from statekit.spi.sinks import DISCARDING_KIND, Sink, SinkContext
@@ -74,7 +74,7 @@ class SubtaskSpec:
     restore_metadata: bytes | None
     restore_url: str | None  # an external checkpoint or savepoint; None: this job's own storage
     local_dir: str | None
-    #: a KeyedBatchFunction's or KeyedVectorFunction's input is grouped by key in batches of up to this many bytes
+    #: the input is grouped by key in batches of up to this many bytes
     batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
     #: the epoch's processing time (epoch ms; the same on replay) and the TTL sweep budget
     processing_time_ms: int | None = None  # None: the wall clock when the task starts
@@ -139,9 +139,9 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
                                        access.streams(spec.checkpoint_id, subtask.name), spec.output_schema)
         calls = calls_of(spec.function)
         checked = False  # the subtask's first output rows, against the output schema
-        for batch in (batches if calls is Calls.ROWS else _coalesced(batches, spec.batch_max_bytes)):
+        for batch in _coalesced(batches, spec.batch_max_bytes):
             if calls is Calls.ROWS:
-                task.process_all(_records(batch, spec.key_columns), outputs)
+                task.process_row_runs(_grouped(batch, spec.key_columns).row_runs(), outputs)
             elif calls is Calls.KEY_RUNS:
                 task.process_key_runs(_grouped(batch, spec.key_columns).key_runs(), outputs)
             else:
@@ -262,18 +262,6 @@ def _open_task(spec: SubtaskSpec, subtask: SubtaskInfo, restore: TaskRestore | N
     return task, recovery
 
 
-def _records(batch: pa.RecordBatch, key_columns: Sequence[str]) -> Iterator[tuple[Any, int, dict[str, Any]]]:
-    rows = batch.to_pylist()
-    single = key_columns[0] if len(key_columns) == 1 else None
-    floating = any(pa.types.is_floating(batch.schema.field(c).type) for c in key_columns)
-    for row in rows:
-        key_group = row.pop(KEY_GROUP_COLUMN)
-        if key_group < 0:
-            continue
-        key = row[single] if single is not None else tuple(row[c] for c in key_columns)
-        yield canonical_key(key) if floating else key, key_group, row
-
-
 def _coalesced(batches: Iterator[pa.RecordBatch], max_bytes: int) -> Iterator[pa.RecordBatch]:
     """Spark's Arrow batches joined up to ``max_bytes``: the more rows a batch has, the more rows
     of each key one ``process_rows`` call (or one ``process_groups`` call) gets."""
@@ -322,6 +310,19 @@ def _emit_columns(table: pa.Table, schema: pa.Schema, writer: SubtaskSinkWriter 
 
 
 def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
+    """Output rows (tuples, or dicts) as a batch of the output schema: in one native pass as a
+    struct array (a tenth of the time of column lists); rows it does not take (a None, a list,
+    tuples and dicts mixed, a value that does not convert) go by columns, which names the problem."""
+    try:
+        as_structs = pa.array(rows, type=pa.struct(list(schema)))
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        as_structs = None
+    if as_structs is not None and not as_structs.null_count:
+        return _check_not_null(pa.RecordBatch.from_arrays(as_structs.flatten(), schema=schema), schema)
+    return _to_batch_by_columns(rows, schema)
+
+
+def _to_batch_by_columns(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
     names = schema.names
     if all(type(r) is tuple for r in rows):  # the fast path: transpose tuples into columns
         widths = {len(r) for r in rows}

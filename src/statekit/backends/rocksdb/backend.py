@@ -117,9 +117,11 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
                 self._column_families[name] = self._db.get_column_family(name)
 
     def _flush(self) -> None:
-        """Write every memtable to SST files (there is no write-ahead log). ``Rdict.flush`` flushes
-        the default column family only."""
+        """Write what the tables hold back, then every memtable to SST files (there is no
+        write-ahead log). ``Rdict.flush`` flushes the default column family only."""
         with self._writing_to_disk("write its memtables to SST files"):
+            for table in self._tables.values():  # what they hold back first
+                table.flush()
             self._db.flush()
             for column_family in self._column_families.values():
                 column_family.flush()
