@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from benchmarks import (
-    checkpointing, memory, migration, operations, rescale, serializers, sinks, spark_keyed, state_reading, timers,
-    ttl,
+    checkpointing, memory, migration, operations, per_row, rescale, serializers, sinks, spark_keyed, state_reading,
+    timers, ttl,
 )
 from benchmarks.chart import save_chart
 from benchmarks.report import SCHEMA_VERSION, report
@@ -40,19 +40,20 @@ class Sizes:
     reading_keys: int  # keys of state read back as a DataFrame
     sink: tuple[int, int, int]  # (rows, keys, micro-batches) written to Parquet through the sinks
     rescale_keys: int  # keys of state rescaled 4 -> 8 by statekit and by Spark's repartition
+    per_row: tuple[int, int]  # (rows, keys) of a KeyedProcessFunction's epoch in one process
 
 
 SIZES = {
     "tiny": Sizes(((20_000, 2_000, 2),), 2_000, 5_000, 1, 5_000, 5_000, 1, 2_000, 200, 2_000, 10_000, 10_000,
-                  (20_000, 2_000, 2), 2_000),
+                  (20_000, 2_000, 2), 2_000, (20_000, 2_000)),
     "quick": Sizes(((1_000_000, 100_000, 1),), 50_000, 200_000, 3, 500_000, 1_000_000, 32, 200_000, 5_000,
-                   20_000, 200_000, 1_000_000, (1_000_000, 100_000, 5), 200_000),
+                   20_000, 200_000, 1_000_000, (1_000_000, 100_000, 5), 200_000, (1_000_000, 100_000)),
     "full": Sizes(((1_000_000, 100_000, 1), (1_000_000, 100_000, 10), (5_000_000, 1_000_000, 1),
                    (5_000_000, 1_000_000, 10)), 200_000, 1_000_000, 5, 5_000_000, 4_000_000, 64, 1_000_000, 20_000,
-                  200_000, 1_000_000, 1_000_000, (5_000_000, 1_000_000, 5), 1_000_000),
+                  200_000, 1_000_000, 1_000_000, (5_000_000, 1_000_000, 5), 1_000_000, (5_000_000, 1_000_000)),
 }
-SECTIONS = ("operations", "serializers", "ttl", "checkpoint", "migration", "memory", "spark", "timers", "reading",
-            "sinks", "rescale")
+SECTIONS = ("operations", "serializers", "ttl", "checkpoint", "migration", "memory", "per-row", "spark", "timers",
+            "reading", "sinks", "rescale")
 
 
 def _spark(sizes: Sizes) -> list[dict]:
@@ -73,6 +74,7 @@ def run_sections(sizes: Sizes, sections: tuple[str, ...]) -> list[dict]:
         "checkpoint": lambda: checkpointing.run(n_keys=sizes.checkpoint_keys),
         "migration": lambda: migration.run(keys=sizes.checkpoint_keys),
         "memory": lambda: memory.run(n_keys=sizes.memory_keys, cache_mb=sizes.memory_cache_mb),
+        "per-row": lambda: per_row.run(*sizes.per_row),
         "spark": lambda: _spark(sizes),
         "timers": lambda: timers.run(n_timers=sizes.timers, session_rows=sizes.session_rows),
         "reading": lambda: state_reading.run(keys=sizes.reading_keys),

@@ -7,7 +7,8 @@ Aims are marked the same way.
 from __future__ import annotations
 
 GROUP_COLOURS = {"spark": "tab:blue", "operations": "tab:orange", "checkpoint": "tab:green", "memory": "tab:purple",
-                 "timers": "tab:red", "reading": "tab:cyan", "sinks": "tab:olive", "rescale": "tab:brown"}
+                 "timers": "tab:red", "reading": "tab:cyan", "sinks": "tab:olive", "rescale": "tab:brown",
+                 "per-row": "tab:pink"}
 
 
 def advantage(value: float, better: str) -> float:

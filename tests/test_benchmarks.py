@@ -19,7 +19,7 @@ RECORD_FIELDS = {"name": str, "group": str, "ours": (int, float), "peer": (int, 
 def results(tmp_path_factory) -> dict:
     path = tmp_path_factory.mktemp("bench") / "results.json"
     subprocess.run([sys.executable, "-m", "benchmarks", "--size", "tiny", "--sections",
-                    "operations,serializers,ttl,checkpoint,migration,memory", "--json", str(path)], cwd=ROOT, check=True,
+                    "operations,serializers,ttl,checkpoint,migration,memory,per-row", "--json", str(path)], cwd=ROOT, check=True,
                    capture_output=True, text=True, timeout=120)
     return json.loads(path.read_text())
 
@@ -27,9 +27,10 @@ def results(tmp_path_factory) -> dict:
 def test_top_level(results: dict) -> None:
     assert results["schema_version"] == 1
     assert results["run"]["size"] == "tiny"
-    assert results["run"]["sections"] == ["operations", "serializers", "ttl", "checkpoint", "migration", "memory"]
+    assert results["run"]["sections"] == ["operations", "serializers", "ttl", "checkpoint", "migration", "memory",
+                                          "per-row"]
     assert {r["group"] for r in results["records"]} == {"operations", "serializers", "ttl", "checkpoint", "migration",
-                                                        "memory"}
+                                                        "memory", "per-row"}
 
 
 def test_records(results: dict) -> None:
@@ -56,6 +57,9 @@ def test_every_comparison_is_there(results: dict) -> None:
                        f"{backend} full checkpoint bytes: native vs canonical"):
             assert native in names, f"{native!r}: every built-in backend has native snapshots"
     assert {r["backend"] for r in results["records"] if r["group"] == "memory"} == {"rocksdb", "lmdb"}
+    per_row = [r for r in results["records"] if r["group"] == "per-row"]
+    assert {r["backend"] for r in per_row if r.get("aim")} == {"heap", "rocksdb", "lmdb"}, "the engine's aim, each backend"
+    assert sum(1 for r in per_row if "breakdown" in r["name"]) == 6
     for shape in ("small record", "nested record"):
         for peer in ("msgpack dict", "pickle"):
             for what in ("bytes", "encode", "decode"):

@@ -140,3 +140,33 @@ def test_row_runs_give_each_keys_rows_as_dicts_in_input_order(names) -> None:
     by_key = {key: [row for row in rows.to_pylist() if row["k"] == key] for key in "abc"}
     assert runs == [("c", 0, by_key["c"]), ("a", 1, by_key["a"]), ("b", 2, by_key["b"])]
     assert list(GroupedRows.of_sorted(rows.slice(0, 0), ["k"], pa.array([], pa.int32())).row_runs()) == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_grouping_is_a_stable_sort_by_key_group_and_key(seed) -> None:
+    """Keys of exact types are grouped by hashing (and only the keys sorted): the result is the
+    stable sort of the rows by key group and key columns, nulls last, as for float keys."""
+    import datetime
+    import random
+
+    from statekit.runtime.grouped_rows import _sort_key
+
+    rng = random.Random(seed)
+    n = 2_000
+    columns = {
+        "s": pa.array([None if rng.random() < 0.05 else f"s{rng.randrange(30)}" for _ in range(n)]),
+        "i": pa.array([None if rng.random() < 0.05 else rng.randrange(-20, 20) for _ in range(n)], pa.int64()),
+        "t": pa.array([datetime.datetime(2026, 1, 1) + datetime.timedelta(seconds=rng.randrange(40))
+                       for _ in range(n)], pa.timestamp("us")),
+        "f": pa.array([rng.choice([0.5, -1.0, None]) for _ in range(n)], pa.float64()),
+        "v": pa.array(range(n)),
+    }
+    rows = pa.record_batch(columns)
+    for key_columns in (["s"], ["i"], ["t"], ["s", "i"], ["i", "f"]):
+        values = [tuple(columns[c][j].as_py() for c in key_columns) for j in range(n)]
+        key_groups = [hash(value) % 11 for value in values]
+        expected = sorted(range(n), key=lambda j: (key_groups[j], _sort_key(values[j])))
+        grouped = GroupedRows.of_sorted(rows, key_columns, pa.array(key_groups, pa.int32()))
+        assert grouped.column("v").to_pylist() == expected, key_columns
+        keys = [key if isinstance(key, tuple) else (key,) for key in grouped.keys]
+        assert keys == list(dict.fromkeys(values[j] for j in expected)), key_columns

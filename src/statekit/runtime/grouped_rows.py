@@ -106,9 +106,7 @@ class GroupedRows(KeyBatch):
         columns, stably (input order within a key); runs of equal keys found with Arrow compute."""
         if rows.num_rows == 0:
             return cls([], [], rows, np.zeros(1, dtype=np.int64))
-        names = [str(i) for i in range(len(key_columns) + 1)]  # the key group first (a key column may be "kg")
-        order = pc.sort_indices(pa.table([key_groups, *(rows.column(c) for c in key_columns)], names=names),
-                                sort_keys=[(name, "ascending") for name in names])
+        order = _grouping_order([rows.column(c) for c in key_columns], key_groups)
         rows, key_groups = rows.take(order), key_groups.take(order)
         starts = _run_starts([rows.column(c) for c in key_columns], rows.num_rows)
         key_values = [_key_values(pc.take(rows.column(c), starts)) for c in key_columns]
@@ -164,6 +162,31 @@ def output_columns(produced: Any) -> pa.Table | None:
                                       f"table: {exc}. Give every column the same length, as arrays, lists or NumPy "
                                       f"arrays") from exc
     return None
+
+
+def _grouping_order(key_columns: Sequence[pa.Array], key_groups: pa.Array) -> pa.Array:
+    """The row positions of a stable sort by key group and key columns (nulls last). Where every key
+    column's equal values are equal bits (integers, strings, ...: not floats, whose NaNs and zeros
+    are each one key, nor nested types), found by hashing the rows into keys and sorting only the
+    keys: a third of the time of sorting the rows."""
+    names = [str(i) for i in range(len(key_columns) + 1)]  # the key group first (a key column may be "kg")
+    if not all(_hashes_exactly(column.type) for column in key_columns):
+        return pc.sort_indices(pa.table([key_groups, *key_columns], names=names),
+                               sort_keys=[(name, "ascending") for name in names])
+    positions = pa.array(np.arange(len(key_groups), dtype=np.int64))
+    rows = pa.table([key_groups, *key_columns, positions], names=[*names, "positions"])
+    keys = rows.group_by(names[1:], use_threads=False).aggregate([(names[0], "min"), ("positions", "list")])
+    # a key's rows are listed in input order (one thread); its key group is every one of its rows'
+    in_order = pc.sort_indices(keys, sort_keys=[(f"{names[0]}_min", "ascending")] +
+                               [(name, "ascending") for name in names[1:]])
+    return keys.column("positions_list").take(in_order).combine_chunks().flatten()
+
+
+def _hashes_exactly(arrow_type: pa.DataType) -> bool:
+    return any(is_type(arrow_type) for is_type in (
+        pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+        pa.types.is_large_binary, pa.types.is_boolean, pa.types.is_date, pa.types.is_timestamp, pa.types.is_time,
+        pa.types.is_duration))
 
 
 @lru_cache(maxsize=64)
