@@ -167,3 +167,50 @@ def test_windows_over_a_timestamp_column_start_and_end_at_timestamps(spark, stat
     millis = spark.createDataFrame([("a", 5), ("a", 60_000)], "key string, ts long")
     assert process_keyed(millis, "key", count, "key string, start long, end long, n long", job_id=f"{job}-ms",
                          event_time="ts", watermark_delay="0 ms").collect() == []
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb", "lmdb"])
+def test_a_bounded_sessionization_emits_every_session_in_one_call_at_the_end_of_input(spark, statekit_settings,
+                                                                                   tmp_path, backend):
+    """``process_keyed(..., end_of_input=True)`` over a finished input: every session comes out of
+    the one call (the watermark moves to the largest timestamp after the rows), where without it
+    none does (the watermark has not moved yet); the checkpoint records that watermark, so a later
+    epoch counts every row late."""
+    import random
+
+    from statekit import windows
+    from statekit.spi.timers import MAX_TIMESTAMP
+
+    statekit_settings({"backend": backend, "checkpoint.storage": "filesystem",
+                       "checkpoint.dir": (tmp_path / "checkpoints").as_uri(), "parallelism": 3})
+    rng = random.Random(5)
+    rows = [(f"user{rng.randrange(8)}", T0 + rng.randrange(600_000)) for _ in range(500)]
+    gap = 20_000
+    expected = []
+    for user in sorted({user for user, _ in rows}):
+        times = sorted(ts for u, ts in rows if u == user)
+        start = end = None
+        count = 0
+        for ts in times:
+            if start is not None and ts < end:
+                end, count = max(end, ts + gap), count + 1
+                continue
+            if start is not None:
+                expected.append((user, start, end, count))
+            start, end, count = ts, ts + gap, 1
+        expected.append((user, start, end, count))
+    sessions = windows.aggregate(windows.SessionWindows.with_gap("20 seconds"), windows.Count(), timestamp="ts")
+    output = "user string, start long, end long, n long"
+    df = spark.createDataFrame(rows, "user string, ts long")
+    kept_open = process_keyed(df, "user", sessions, output, job_id=f"sessions-open-{backend}", event_time="ts",
+                              watermark_delay="1 minute").collect()
+    assert kept_open == []
+    job = f"sessions-{backend}"
+    found = process_keyed(df, "user", sessions, output, job_id=job, event_time="ts", watermark_delay="1 minute",
+                          end_of_input=True).collect()
+    assert_same_rows(_rows(found), expected, f"{backend}: every session in one call")
+    latest, _ = latest_checkpoint(spark, job)
+    assert latest.metadata.properties[WATERMARK] == MAX_TIMESTAMP
+    process_keyed(df.limit(3), "user", sessions, output, job_id=job, event_time="ts", watermark_delay="1 minute")
+    latest, _ = latest_checkpoint(spark, job)
+    assert latest.metadata.properties[LATE_ROWS] == 3

@@ -474,3 +474,44 @@ def test_other_durations_stay_non_negative():
         windows.TumblingWindows.of("-1 s")
     with pytest.raises(ConfigurationError, match="allowed_lateness must not be negative"):
         windows.aggregate(windows.TumblingWindows.of("1 s"), Sum(), timestamp="ts", allowed_lateness="-1 s")
+
+
+def test_end_of_input_emits_every_session_of_a_bounded_input_in_one_epoch(backend):
+    """A sessionization over a finished input: with ``end_of_input`` the one epoch emits every
+    session (the watermark moves to the largest timestamp after the rows), where without it the
+    last sessions waited for later epochs; the checkpoint records that watermark, so a later epoch
+    finds every row late."""
+    rng = random.Random(7)
+    rows = [{"k": f"k{rng.randrange(6)}", "ts": T0 + rng.randrange(120 * SECOND), "v": rng.randrange(100)}
+            for _ in range(400)]
+    rng.shuffle(rows)
+    sessions = windows.aggregate(windows.SessionWindows.with_gap("3 seconds"), Sum(), timestamp="ts",
+                                 value=lambda row: row["v"])
+    expected = [(key, start, end, sum(v for _, v in values))
+                for (key, (start, end)), values in _sessions({(row["k"], i): [(row["ts"], row["v"])]
+                                                             for i, row in enumerate(rows)}, 3000).items()]
+    assert runner(sessions, backend, delay="1 minute").run_epoch(rows) == []
+    run = runner(sessions, backend, delay="1 minute")
+    assert_same_rows(run.run_epoch(rows, end_of_input=True), expected, "every session, in one epoch")
+    recorded = run.latest_metadata().properties
+    assert recorded["watermark_ms"] == MAX_TIMESTAMP and recorded["late_rows_dropped"] == 0
+    assert run.run_epoch([{"k": "k0", "ts": T0, "v": 1}]) == []
+    assert run.latest_metadata().properties["late_rows_dropped"] == 1
+
+
+def test_end_of_input_fires_event_time_timers_of_a_job_without_event_time(backend):
+    """A job that registers event-time timers but reads no event time (its watermark never moves)
+    gets them fired at the end of its input, as Flink's end of a bounded input does."""
+    from statekit import KeyedProcessFunction
+
+    class RemindAtTime(KeyedProcessFunction):
+        def process(self, row, ctx):
+            ctx.timer_service().register_event_time_timer(row["ts"])
+
+        def on_timer(self, timestamp, ctx):
+            yield ctx.current_key, timestamp, ctx.timer_service().current_watermark()
+
+    run = LocalRunner(RemindAtTime(), lambda row: row["k"], parallelism=2, max_parallelism=32, state_backend=backend)
+    assert run.run_epoch([{"k": "a", "ts": 5}, {"k": "b", "ts": 7}]) == []
+    assert sorted(run.run_epoch([{"k": "a", "ts": 9}], end_of_input=True)) == [
+        ("a", 5, MAX_TIMESTAMP), ("a", 9, MAX_TIMESTAMP), ("b", 7, MAX_TIMESTAMP)]

@@ -80,6 +80,15 @@ class EventTime:
                 from None
         return cls(duration_ms(watermark_delay, "watermark_delay"), policy)
 
+    def recorded(self, previous: Mapping[str, Any] | None, largest: int, late_rows: int,
+                 end_of_input: bool = False) -> dict[str, int]:
+        """The checkpoint's event-time properties of an epoch that restored ``previous`` and saw
+        event times up to ``largest``: its watermark (the largest timestamp once the input ended,
+        so that every later row is late), the largest event time so far, and its late rows."""
+        watermark, seen = self.epoch_start(previous)
+        return {WATERMARK: MAX_TIMESTAMP if end_of_input else watermark, MAX_EVENT_TIME: max(seen, largest),
+                LATE_ROWS: late_rows}
+
     def epoch_start(self, previous: Mapping[str, Any] | None) -> tuple[int, int]:
         """(the epoch's watermark, the largest event time before it) from the properties of the
         checkpoint the epoch restores (None: the first epoch)."""

@@ -15,7 +15,7 @@ from statekit.checkpoint.signing import signing
 from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.event_time import (
-    LATE_ROWS, MAX_EVENT_TIME, WATERMARK, EventTime, LateRows, event_time_ms, is_late,
+    EventTime, LateRows, event_time_ms, is_late,
 )
 from statekit.runtime.function import Calls, ProcessFunction, calls_of, check_function
 from statekit.runtime.grouped_rows import GroupedRows
@@ -123,16 +123,21 @@ class LocalRunner:
             self.store = CheckpointStore(self.storage, self.store.num_retained, restored, mode, self.ownership)
 
     # --- epochs
-    def run_epoch(self, records: Iterable[Any], checkpoint_id: int | None = None) -> list[Any]:
-        """Process ``records`` as one epoch, commit its checkpoint, return the outputs."""
+    def run_epoch(self, records: Iterable[Any], checkpoint_id: int | None = None, *,
+                  end_of_input: bool = False) -> list[Any]:
+        """Process ``records`` as one epoch, commit its checkpoint, return the outputs.
+        ``end_of_input``: the records are the last of the input, as at the end of a bounded input
+        in Flink: after them the watermark moves to the largest timestamp, so every event-time
+        timer fires (every window closes, every session ends), and later epochs find every
+        record late."""
         with signing(self.signing_secret):
-            return self._run_epoch(records, checkpoint_id)
+            return self._run_epoch(records, checkpoint_id, end_of_input)
 
-    def _run_epoch(self, records: Iterable[Any], checkpoint_id: int | None) -> list[Any]:
+    def _run_epoch(self, records: Iterable[Any], checkpoint_id: int | None, end_of_input: bool) -> list[Any]:
         epoch = checkpoint_id if checkpoint_id is not None else self._next_checkpoint_id()
         restored = self._restore_point(epoch)
         self._processing_time_ms = _processing_time(self.clock)
-        records = self._start_event_time(records, restored[0].properties if restored else None)
+        records = self._start_event_time(records, restored[0].properties if restored else None, end_of_input)
         partitions: list[list[tuple[Any, int, Any]]] = [[] for _ in range(self.parallelism)]
         for row in records:
             key = spark_key(self.key_selector(row), self.key_types)
@@ -148,7 +153,7 @@ class LocalRunner:
                 for i in range(self.parallelism):
                     subtasks.append(self._run_subtask(i, epoch, restored, partitions[i], outputs, key_serializer,
                                                       SnapshotOptions(SnapshotType.CHECKPOINT, self.incremental,
-                                                                      self.checkpoint_format)))
+                                                                      self.checkpoint_format), end_of_input))
         except BaseException:
             self.store.abort(epoch, subtasks)
             raise
@@ -182,11 +187,13 @@ class LocalRunner:
         return self.storage.restore_streams()
 
     # --- internals
-    def _start_event_time(self, records: Iterable[Any], previous: Mapping[str, Any] | None) -> Iterable[Any]:
+    def _start_event_time(self, records: Iterable[Any], previous: Mapping[str, Any] | None,
+                          end_of_input: bool) -> Iterable[Any]:
         """The epoch's watermark from the restore point; late records dropped (or kept) and counted."""
         if self.event_time is None:
             return records
         watermark, seen = self.event_time.epoch_start(previous)
+        largest = seen
         kept, late = [], 0
         record = None
         try:
@@ -194,7 +201,7 @@ class LocalRunner:
                 value = self._event_time_of(record)
                 if value is not None:  # as under Spark, a record without event time is processed and moves nothing
                     timestamp = event_time_ms(value)
-                    seen = max(seen, timestamp)
+                    largest = max(largest, timestamp)
                     if is_late(timestamp, watermark):
                         late += 1
                         if self.event_time.late_rows is LateRows.DROP:
@@ -203,7 +210,7 @@ class LocalRunner:
         except (KeyError, IndexError, TypeError, ConfigurationError) as exc:  # named here, off the per-row path
             raise _event_time_problem(self._event_time_name, record, exc) from exc
         self._watermark_ms = watermark
-        self._event_time_properties = {WATERMARK: watermark, MAX_EVENT_TIME: seen, LATE_ROWS: late}
+        self._event_time_properties = self.event_time.recorded(previous, largest, late, end_of_input)
         return kept
 
     def _next_checkpoint_id(self) -> int:
@@ -228,7 +235,7 @@ class LocalRunner:
 
     def _run_subtask(self, index: int, epoch: int, restored: tuple[CheckpointMetadata, CheckpointStreams] | None,
                      records: list[tuple[Any, int, Any]], outputs: list[Any], key_serializer: TypeSerializer,
-                     options: SnapshotOptions) -> SubtaskState:
+                     options: SnapshotOptions, end_of_input: bool) -> SubtaskState:
         subtask = SubtaskInfo(self.job_id, self.operator_id, index, self.parallelism, self.max_parallelism)
         restore = None
         if restored is not None:
@@ -253,6 +260,8 @@ class LocalRunner:
                     outputs.extend(produced if isinstance(produced, list) else produced.to_pylist())
             else:
                 task.process_all(records, outputs)
+            if end_of_input:
+                task.end_input()
             task.fire_timers(outputs)
             pending = task.snapshot(options)
             return pending.write(self.storage.streams(epoch, subtask.name))

@@ -28,7 +28,7 @@ from statekit.spi.handles import KeyedStateHandle, OperatorStateHandle
 from statekit.spi.key_format import restored_key_serializer
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.storage import CheckpointStreams
-from statekit.spi.timers import MIN_TIMESTAMP, TimeDomain, Timer, TimerQueue
+from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP, TimeDomain, Timer, TimerQueue
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -253,6 +253,12 @@ class KeyedTask:
         if produced.__class__ in _ROW_ITERABLES:
             return list(produced)
         return list(checked_rows(produced, self.function, "process_groups", f"<{groups.num_keys} keys>"))
+
+    def end_input(self) -> None:
+        """The input has ended (Flink's end of a bounded input): the watermark moves to the largest
+        timestamp, so that ``fire_timers`` fires every event-time timer, registered so far or
+        while firing (windows close, sessions end)."""
+        self.context.time.watermark_ms = MAX_TIMESTAMP
 
     def fire_timers(self, out: list[Any]) -> int:
         """After the epoch's rows: fire every due timer, the function's ``on_timer`` output going to

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     ByteType, DataType, IntegerType, LongType, ShortType, StructType, TimestampNTZType, TimestampType,
 )
 
-from statekit.runtime.event_time import LATE_ROWS, MAX_EVENT_TIME, WATERMARK, EventTime, LateRows
+from statekit.runtime.event_time import EventTime, LateRows
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.timers import MIN_TIMESTAMP
 
@@ -100,12 +100,10 @@ def subtask_event_time(event_time: EventTimeColumn | None, previous: dict[str, A
 
 
 def recorded_event_time(event_time: EventTimeColumn | None, previous: dict[str, Any] | None,
-                        reports: list[tuple[int, int]]) -> dict[str, int]:
-    """The checkpoint's event-time properties: the epoch's watermark, the largest event time up to
-    it, and the late rows, from the subtasks' (largest event time, late rows) reports."""
+                        reports: list[tuple[int, int]], end_of_input: bool = False) -> dict[str, int]:
+    """The checkpoint's event-time properties (``EventTime.recorded``) from the subtasks' (largest
+    event time, late rows) reports."""
     if event_time is None:
         return {}
-    watermark, seen = event_time.rule.epoch_start(previous)
-    for largest, _ in reports:
-        seen = max(seen, largest)
-    return {WATERMARK: watermark, MAX_EVENT_TIME: seen, LATE_ROWS: sum(late for _, late in reports)}
+    return event_time.rule.recorded(previous, max((largest for largest, _ in reports), default=MIN_TIMESTAMP),
+                                    sum(late for _, late in reports), end_of_input)

@@ -72,7 +72,7 @@ def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFun
                   schema: str | StructType, *, operator_id: str = "keyed-process", job_id: str | None = None,
                   conf: StatekitConf | None = None, processing_time_ms: int | None = None,
                   event_time: str | None = None, watermark_delay: Any = None, late_rows: str = "drop",
-                  pre_aggregate: Mapping[str, Column] | None = None) -> DataFrame:
+                  pre_aggregate: Mapping[str, Column] | None = None, end_of_input: bool = False) -> DataFrame:
     """Process a bounded DataFrame as the job's next epoch; returns the output.
     ``processing_time_ms``: the epoch's processing time (what state TTL and processing-time timers
     measure against); default now, or what an earlier run of the same epoch recorded.
@@ -82,10 +82,14 @@ def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFun
     rows are dropped and counted (``late_rows="process"`` keeps them).
     ``pre_aggregate`` (output column -> aggregate, e.g. ``{"count": F.count("*")}``): the rows are
     combined per key in Spark SQL first, and the function gets one row per key with the key columns
-    and these aggregates (``spark.pre_aggregation``)."""
+    and these aggregates (``spark.pre_aggregation``).
+    ``end_of_input``: the DataFrame is the last of the job's input, as at the end of a bounded input
+    in Flink: after its rows the watermark moves to the largest timestamp, so every event-time
+    timer fires (every window closes, every session ends) in this epoch, and later epochs find
+    every row late."""
     job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
                           event_time, watermark_delay, late_rows, pre_aggregate=pre_aggregate)
-    output = job.run_epoch(df, processing_time_ms=processing_time_ms)
+    output = job.run_epoch(df, processing_time_ms=processing_time_ms, end_of_input=end_of_input)
     assert output is not None  # a job without a sink returns its output
     return output
 
@@ -150,20 +154,21 @@ class KeyedJob:
                    tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink, pre_aggregation)
 
     def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None,
-                  processing_time_ms: int | None = None) -> DataFrame | None:
+                  processing_time_ms: int | None = None, end_of_input: bool = False) -> DataFrame | None:
         """Run one epoch (default: after the latest checkpoint) and commit its checkpoint.
         Epoch N restores from the latest completed checkpoint with an id below N, so a replayed
         epoch recomputes the same state; ``progress`` (streaming) is what Spark's own checkpoint
         says at this micro-batch; ``processing_time_ms`` sets the epoch's processing time.
         Returns the output, or None when the job has a sink: then the output is committed to it
         once the checkpoint is complete, and a replayed epoch whose checkpoint completed is not
-        computed again (its output is committed again instead, ``runtime.sink_coordinator``)."""
+        computed again (its output is committed again instead, ``runtime.sink_coordinator``).
+        ``end_of_input``: every event-time timer fires after the epoch's rows (``process_keyed``)."""
         with signing(self.conf.signing_secret) as signed:
-            return _run_epoch(self, df, epoch, progress, processing_time_ms, signed)
+            return _run_epoch(self, df, epoch, progress, processing_time_ms, signed, end_of_input)
 
 
-def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
-               progress: StreamProgress | None, processing_time_ms: int | None, signed: bool) -> DataFrame | None:
+def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progress: StreamProgress | None,
+               processing_time_ms: int | None, signed: bool, end_of_input: bool) -> DataFrame | None:
     # the session of the epoch's rows: under Spark Connect, a streaming query's micro-batches are run
     # by a Python process of the server, in a session of its own
     spark, conf, key_columns, function = df.sparkSession, job.conf, job.key_columns, job.function
@@ -220,7 +225,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                        checkpoint_format=conf.checkpoint_format,
                        local_retention_seconds=conf.local_retention_seconds, key_types=job.key_types,
                        local_scope=job_scope(conf.storage, conf.checkpoint_dir, conf.storage_options, storage.durable),
-                       key_serializer=key_serializer, trust_pickle=trusted, signed=signed)
+                       key_serializer=key_serializer, trust_pickle=trusted, signed=signed, end_of_input=end_of_input)
 
     run = SubtaskRun(spec)
     if job.pre_aggregation is not None:
@@ -242,7 +247,8 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None,
                   PROCESSING_TIME: processing_time, FRESH_START: chosen.checkpoint is None,
                   RESTORE_POINT: chosen.checkpoint.checkpoint_id if chosen.checkpoint and restore_url is None else None,
                   **format_property(spec.state_backend, conf.incremental, conf.checkpoint_format),
-                  **recorded_event_time(job.event_time, restored_properties, [states[i][2] for i in range(parallelism)])}
+                  **recorded_event_time(job.event_time, restored_properties, [states[i][2] for i in range(parallelism)],
+                                        end_of_input)}
     if job.key_types:
         properties[KEY_SCHEMA] = {operator_id: [list(c) for c in zip(key_columns, job.key_types)]}
     if restore_url is not None:

@@ -102,6 +102,8 @@ class SubtaskSpec:
     #: the job signs its checkpoints: files get SHA-256 checksums, and those read must have them
     #: (``checkpoint.signing``; the driver verified the restore point's signature)
     signed: bool = False
+    #: the epoch's rows are the last of the input: every event-time timer fires after them
+    end_of_input: bool = False
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
@@ -155,6 +157,8 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
             while len(outputs) >= OUTPUT_BATCH_ROWS:
                 yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer)
                 del outputs[:OUTPUT_BATCH_ROWS]
+        if spec.end_of_input:
+            task.end_input()
         task.fire_timers(outputs)
         if not checked and outputs:  # before the snapshot: the first output came from timers
             check_first_rows(outputs, spec.output_schema, spec.function)
