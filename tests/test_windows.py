@@ -515,3 +515,41 @@ def test_end_of_input_fires_event_time_timers_of_a_job_without_event_time(backen
     assert run.run_epoch([{"k": "a", "ts": 5}, {"k": "b", "ts": 7}]) == []
     assert sorted(run.run_epoch([{"k": "a", "ts": 9}], end_of_input=True)) == [
         ("a", 5, MAX_TIMESTAMP), ("a", 9, MAX_TIMESTAMP), ("b", 7, MAX_TIMESTAMP)]
+
+
+def test_sessions_with_a_gap_per_element_match_a_recomputation(backend):
+    """``SessionWindows.with_dynamic_gap``: each element opens ``[t, t + its gap)`` (a gap as
+    milliseconds, text or a timedelta), and sessions merge where these intersect."""
+    import datetime
+
+    rng = random.Random(11)
+    gaps = [500, "2 seconds", datetime.timedelta(seconds=1)]
+    rows = [{"k": f"k{rng.randrange(4)}", "ts": T0 + rng.randrange(60 * SECOND), "v": rng.randrange(10),
+             "gap": rng.choice(gaps)} for _ in range(300)]
+    gap_ms = {500: 500, "2 seconds": 2000, datetime.timedelta(seconds=1): 1000}
+    expected = []
+    for key in sorted({row["k"] for row in rows}):
+        session = None
+        for row in sorted((row for row in rows if row["k"] == key), key=lambda row: row["ts"]):
+            start, end = row["ts"], row["ts"] + gap_ms[row["gap"]]
+            if session is not None and start <= session[1]:
+                session = [session[0], max(session[1], end), session[2] + row["v"]]
+                continue
+            if session is not None:
+                expected.append((key, *session))
+            session = [start, end, row["v"]]
+        expected.append((key, *session))
+    function = windows.aggregate(windows.SessionWindows.with_dynamic_gap(lambda row: row["gap"]), Sum(),
+                                 timestamp="ts", value=lambda row: row["v"])
+    run = runner(function, backend, delay="1 minute")
+    half = len(rows) // 2
+    assert run.run_epoch(rows[:half]) == []
+    assert_same_rows(run.run_epoch(rows[half:], end_of_input=True), expected, "sessions of dynamic gaps")
+
+
+def test_a_bad_dynamic_gap_names_the_element():
+    function = windows.aggregate(windows.SessionWindows.with_dynamic_gap(lambda row: row["gap"]), Sum(),
+                                 timestamp="ts", value=lambda row: row["v"])
+    run = runner(function, HeapStateBackend(), delay="1 minute")
+    with pytest.raises(ConfigurationError, match=r"gap of \{.*'gap': -5.*must be a positive duration"):
+        run.run_epoch([{"k": "a", "ts": T0, "v": 1, "gap": -5}])

@@ -10,16 +10,19 @@
                   event_time="ts", watermark_delay="10 minutes")
 
 Tumbling, sliding and session windows (``TumblingWindows``, ``SlidingWindows``,
-``SessionWindows``), in event time (closed by the watermark) or processing time (``domain=``);
+``SessionWindows``, with a gap per element: ``SessionWindows.with_dynamic_gap``; an assigner
+may look at the row: ``WindowAssigner.assign_element``), in event time (closed by the watermark) or processing time (``domain=``);
 ``aggregate`` keeps one accumulator per window, ``process`` keeps the elements for a
 ``ProcessWindowFunction``; ``Count`` is a ready-made aggregate. Windows are ``[start, end)`` in epoch milliseconds.
 """
 from statekit.spi.timers import TimeDomain
 from statekit.windows.aggregates import Count
-from statekit.windows.assigners import SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner
+from statekit.windows.assigners import (
+    DynamicSessionWindows, SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner,
+)
 from statekit.windows.operator import ProcessWindowFunction, WindowOperator, aggregate, default_emit, process
 from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
 
-__all__ = ["Count", "ProcessWindowFunction", "SessionWindows", "SlidingWindows", "TimeDomain", "TimeWindow",
+__all__ = ["Count", "DynamicSessionWindows", "ProcessWindowFunction", "SessionWindows", "SlidingWindows", "TimeDomain", "TimeWindow",
            "TimeWindowSerializer", "TumblingWindows", "WindowAssigner", "WindowOperator", "aggregate",
            "default_emit", "process"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from statekit.runtime.event_time import duration_ms
 from statekit.spi.errors import ConfigurationError
@@ -25,6 +25,13 @@ class WindowAssigner(ABC):
     @abstractmethod
     def assign(self, timestamp: int) -> list[TimeWindow]:
         """The windows an element with ``timestamp`` (epoch ms) belongs to."""
+
+    def assign_element(self, element: Any, timestamp: int) -> list[TimeWindow]:
+        """The windows of ``element`` (the row, as the window operator gets it) with ``timestamp``:
+        what the operator asks. ``assign(timestamp)`` unless the assigner looks at the element too
+        (Flink's ``assignWindows(element, timestamp, ...)``; ``DynamicSessionWindows``): override
+        this to assign by the row, e.g. a point window ``[t, t)`` for some elements."""
+        return self.assign(timestamp)
 
 
 def checked_ms(owner: str, setting: str, ms: int, given: Any = None, positive: bool = True) -> int:
@@ -132,5 +139,44 @@ class SessionWindows(WindowAssigner):
     def __post_init__(self) -> None:
         checked_ms(type(self).__name__, "the session gap", self.gap_ms)
 
+    @staticmethod
+    def with_dynamic_gap(gap_of: Callable[[Any], Any],
+                         domain: TimeDomain = TimeDomain.EVENT_TIME) -> "DynamicSessionWindows":
+        """Sessions whose gap each element gives (Flink's ``withDynamicGap``): ``gap_of(row)`` is a
+        duration (``"5 minutes"``, a ``timedelta``, or an int of milliseconds); an element opens
+        ``[t, t + its gap)`` and windows that intersect merge."""
+        if not callable(gap_of):
+            raise ConfigurationError(f"SessionWindows.with_dynamic_gap needs a function of the row that gives its "
+                                     f"session gap, got {gap_of!r}")
+        return DynamicSessionWindows(gap_of, domain)
+
     def assign(self, timestamp: int) -> list[TimeWindow]:
         return [_window(timestamp, self.gap_ms)]
+
+
+@dataclass(frozen=True)
+class DynamicSessionWindows(WindowAssigner):
+    """Session windows whose gap each element gives (``SessionWindows.with_dynamic_gap``)."""
+
+    gap_of: Callable[[Any], Any]
+    domain: TimeDomain = TimeDomain.EVENT_TIME
+    merging: bool = True
+
+    def assign(self, timestamp: int) -> list[TimeWindow]:
+        raise ConfigurationError("DynamicSessionWindows assigns by the element's gap: call assign_element(row, "
+                                 "timestamp)")
+
+    def assign_element(self, element: Any, timestamp: int) -> list[TimeWindow]:
+        try:
+            gap = self.gap_of(element)
+        except Exception as exc:
+            raise ConfigurationError(f"the session gap function failed on {element!r}: {type(exc).__name__}: "
+                                     f"{exc}") from exc
+        owner = "SessionWindows.with_dynamic_gap"
+        if gap.__class__ is int:
+            return [_window(timestamp, checked_ms(owner, f"the gap of {element!r}", gap))]
+        try:
+            return [_window(timestamp, window_duration_ms(owner, f"the gap of {element!r}", gap))]
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{exc} (the gap function returns a duration: '5 minutes', a timedelta, or "
+                                     f"an int of milliseconds)") from None

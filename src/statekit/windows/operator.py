@@ -216,7 +216,7 @@ class WindowOperator(KeyedProcessFunction):
         value = self.value(row) if self.value is not None else row
         watermark = timers.current_watermark()
         event_time = self.assigner.domain is TimeDomain.EVENT_TIME
-        for window in self.assigner.assign(timestamp):
+        for window in self.assigner.assign_element(row, timestamp):
             if self.assigner.merging:
                 # as Flink: merge first, then ask whether the merged session is late, so an element
                 # whose own window is past its lateness still joins a live session it touches
