@@ -19,25 +19,14 @@ from statekit.reading.snapshot_reader import SnapshotReader
 from statekit.registry import storage_class
 from statekit.runtime.event_time import EventTime
 from statekit.runtime.local_runner import LocalRunner
-from statekit.spi import AggregateFunction, ConfigurationError
+from statekit.spi import ConfigurationError
 from statekit.spi.timers import MAX_TIMESTAMP
 
 T0 = 1_700_000_000_000
 SECOND = 1000
 
 
-class Sum(AggregateFunction):
-    def create_accumulator(self):
-        return 0
-
-    def add(self, value, accumulator):
-        return accumulator + value
-
-    def get_result(self, accumulator):
-        return accumulator
-
-    def merge(self, a, b):
-        return a + b
+Sum = windows.Sum
 
 
 class Listing(windows.ProcessWindowFunction):

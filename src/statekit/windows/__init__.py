@@ -10,19 +10,29 @@
                   event_time="ts", watermark_delay="10 minutes")
 
 Tumbling, sliding and session windows (``TumblingWindows``, ``SlidingWindows``,
-``SessionWindows``, with a gap per element: ``SessionWindows.with_dynamic_gap``; an assigner
-may look at the row: ``WindowAssigner.assign_element``), in event time (closed by the watermark) or processing time (``domain=``);
-``aggregate`` keeps one accumulator per window, ``process`` keeps the elements for a
-``ProcessWindowFunction``; ``Count`` is a ready-made aggregate. Windows are ``[start, end)`` in epoch milliseconds.
+``SessionWindows``, with a gap per element: ``SessionWindows.with_dynamic_gap``; an assigner may
+look at the row: ``WindowAssigner.assign_element``), in event time (closed by the watermark) or
+processing time (``domain=``), and ``GlobalWindows`` (one window for all of time). A ``Trigger``
+(``windows.triggers``: count, continuous, purging, or one of your own) says when windows fire and
+purge, by default at their end. ``aggregate`` keeps one accumulator per window, ``process`` keeps
+the elements for a ``ProcessWindowFunction``; ``Count`` and ``Sum`` are ready-made aggregates. Windows are
+``[start, end)`` in epoch milliseconds.
 """
 from statekit.spi.timers import TimeDomain
-from statekit.windows.aggregates import Count
+from statekit.windows.aggregates import Count, Sum
 from statekit.windows.assigners import (
-    DynamicSessionWindows, SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner,
+    GLOBAL_WINDOW, DynamicSessionWindows, GlobalWindows, SessionWindows, SlidingWindows, TumblingWindows,
+    WindowAssigner,
 )
 from statekit.windows.operator import ProcessWindowFunction, WindowOperator, aggregate, default_emit, process
 from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
+from statekit.windows.triggers import (
+    ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountTrigger, EventTimeTrigger, NeverTrigger,
+    ProcessingTimeTrigger, PurgingTrigger, Trigger, TriggerContext, TriggerResult,
+)
 
-__all__ = ["Count", "DynamicSessionWindows", "ProcessWindowFunction", "SessionWindows", "SlidingWindows", "TimeDomain", "TimeWindow",
-           "TimeWindowSerializer", "TumblingWindows", "WindowAssigner", "WindowOperator", "aggregate",
-           "default_emit", "process"]
+__all__ = ["GLOBAL_WINDOW", "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "Count", "CountTrigger",
+           "DynamicSessionWindows", "EventTimeTrigger", "GlobalWindows", "NeverTrigger", "ProcessWindowFunction",
+           "ProcessingTimeTrigger", "PurgingTrigger", "SessionWindows", "SlidingWindows", "Sum", "TimeDomain", "TimeWindow",
+           "TimeWindowSerializer", "Trigger", "TriggerContext", "TriggerResult", "TumblingWindows", "WindowAssigner",
+           "WindowOperator", "aggregate", "default_emit", "process"]

@@ -20,3 +20,19 @@ class Count(AggregateFunction):
 
     def merge(self, a: int, b: int) -> int:
         return a + b
+
+
+class Sum(AggregateFunction):
+    """The sum of the elements' values (``value=`` of ``windows.aggregate``; numbers), 0 for none."""
+
+    def create_accumulator(self) -> Any:
+        return 0
+
+    def add(self, value: Any, accumulator: Any) -> Any:
+        return accumulator + value
+
+    def get_result(self, accumulator: Any) -> Any:
+        return accumulator
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return a + b

@@ -21,6 +21,14 @@ class WindowAssigner(ABC):
     domain: TimeDomain = TimeDomain.EVENT_TIME
     #: session windows merge when they intersect
     merging: bool = False
+    #: the windows end, and are cleared then (plus the allowed lateness); global windows never do
+    ends: bool = True
+
+    def default_trigger(self) -> Any:
+        """The trigger of windows that are given none: fire at the window's end, in the assigner's domain."""
+        from statekit.windows.triggers import EventTimeTrigger, ProcessingTimeTrigger  # noqa: PLC0415 - a cycle
+
+        return EventTimeTrigger() if self.domain is TimeDomain.EVENT_TIME else ProcessingTimeTrigger()
 
     @abstractmethod
     def assign(self, timestamp: int) -> list[TimeWindow]:
@@ -180,3 +188,30 @@ class DynamicSessionWindows(WindowAssigner):
         except ConfigurationError as exc:
             raise ConfigurationError(f"{exc} (the gap function returns a duration: '5 minutes', a timedelta, or "
                                      f"an int of milliseconds)") from None
+
+
+#: the one window of ``GlobalWindows``: all of time
+GLOBAL_WINDOW = TimeWindow(MIN_TIMESTAMP, MAX_TIMESTAMP)
+
+
+@dataclass(frozen=True)
+class GlobalWindows(WindowAssigner):
+    """One window per key for all of time (``GLOBAL_WINDOW``), which never ends: it fires only as
+    its trigger says (the default, ``NeverTrigger``, never does: give one, e.g. ``CountTrigger``),
+    and its contents stay until a trigger purges them. An element's timestamp (the operator's
+    ``timestamp=``, else the processing time) is what its trigger sees."""
+
+    domain: TimeDomain = TimeDomain.EVENT_TIME
+    ends: bool = False
+
+    @classmethod
+    def create(cls) -> "GlobalWindows":
+        return cls()
+
+    def assign(self, timestamp: int) -> list[TimeWindow]:
+        return [GLOBAL_WINDOW]
+
+    def default_trigger(self) -> Any:
+        from statekit.windows.triggers import NeverTrigger  # noqa: PLC0415 - a cycle
+
+        return NeverTrigger()

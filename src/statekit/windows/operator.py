@@ -28,6 +28,7 @@ from statekit.spi.state import ValueState
 from statekit.spi.timers import MAX_TIMESTAMP, TimeDomain
 from statekit.windows.assigners import WindowAssigner, window_duration_ms
 from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
+from statekit.windows.triggers import Trigger, TriggerContext
 
 #: the timer service of window operators (``_timers/windows/<domain>``)
 WINDOW_TIMERS = "windows"
@@ -143,12 +144,12 @@ class WindowOperator(KeyedProcessFunction):
     """Windows of each key: ``aggregate`` or ``process`` build one (see ``statekit.windows``)."""
 
     def __init__(self, assigner: WindowAssigner, contents: _Contents, timestamp: str | Callable[[Any], Any] | None,
-                 value: Callable[[Any], Any] | None, allowed_lateness: Any) -> None:
+                 value: Callable[[Any], Any] | None, allowed_lateness: Any, trigger: Trigger | None = None) -> None:
         if not isinstance(assigner, WindowAssigner):
             raise ConfigurationError(f"a window operator needs a WindowAssigner (e.g. TumblingWindows.of('1 hour')), "
                                      f"got {assigner!r}")
         event_time = assigner.domain is TimeDomain.EVENT_TIME
-        if event_time and timestamp is None:
+        if event_time and assigner.ends and timestamp is None:
             raise ConfigurationError("event-time windows need timestamp=: the element's event-time column (the "
                                      "job's event_time) or a function of the row")
         self.assigner = assigner
@@ -157,11 +158,24 @@ class WindowOperator(KeyedProcessFunction):
         self.value = value
         self.lateness_ms = window_duration_ms("the window operator", "allowed_lateness", allowed_lateness,
                                               positive=False)
-        if self.lateness_ms and not event_time:
-            raise ConfigurationError("allowed_lateness is for event-time windows: processing time is never late")
+        if self.lateness_ms and not (event_time and assigner.ends):
+            raise ConfigurationError("allowed_lateness is for event-time windows that end: processing time is never "
+                                     "late, and a global window never ends")
+        self.trigger = assigner.default_trigger() if trigger is None else trigger
+        if not isinstance(self.trigger, Trigger):
+            raise ConfigurationError(f"trigger= needs a Trigger (e.g. windows.CountTrigger.of(100)), got {trigger!r}")
+        if timestamp is None and self.trigger.needs_timestamps:
+            raise ConfigurationError(f"{self.trigger!r} fires by the elements' event times: give timestamp= (the "
+                                     f"element's event-time column, the job's event_time, or a function of the row)")
+        if assigner.merging and not self.trigger.can_merge():
+            raise ConfigurationError(f"{self.trigger!r} cannot merge windows (its can_merge() is false), which "
+                                     f"{type(assigner).__name__} needs: give a trigger that can")
+        #: windows end at the watermark: late elements are judged by their windows' cleanup times
+        self._judges_lateness = event_time and assigner.ends
 
     def open(self, ctx: KeyedContext) -> None:
         self.contents.open(ctx)
+        self._trigger_context = TriggerContext(ctx, self._timers(ctx))
         if self.assigner.merging:
             self.sessions: ValueState[tuple[int, ...]] = ctx.get_state(ValueStateDescriptor("window-sessions"))
 
@@ -169,7 +183,7 @@ class WindowOperator(KeyedProcessFunction):
         return ctx.timer_service(WINDOW_TIMERS, _WINDOWS)
 
     def _time_of(self, row: Any, timers: TimerService) -> int:
-        if self.assigner.domain is TimeDomain.PROCESSING_TIME:
+        if self.assigner.domain is TimeDomain.PROCESSING_TIME or self.timestamp is None:
             return timers.current_processing_time()
         stamp = self.timestamp
         try:
@@ -194,49 +208,55 @@ class WindowOperator(KeyedProcessFunction):
         largest timestamp (Flink's ``cleanupTime``, which saturates at ``Long.MAX_VALUE``)."""
         return min(window.max_timestamp + self.lateness_ms, MAX_TIMESTAMP)
 
-    def _register(self, timers: TimerService, window: TimeWindow) -> None:
+    def _register_cleanup(self, timers: TimerService, window: TimeWindow) -> None:
+        """The timer that clears the window (Flink's cleanup timer): none for a window that never ends."""
+        if not self.assigner.ends:
+            return
         if self.assigner.domain is TimeDomain.PROCESSING_TIME:
             timers.register_processing_time_timer(window.max_timestamp, window)
-            return
-        timers.register_event_time_timer(window.max_timestamp, window)
-        if self.lateness_ms:
+        else:
             timers.register_event_time_timer(self._cleanup_time(window), window)
 
-    def _delete(self, timers: TimerService, window: TimeWindow) -> None:
+    def _delete_cleanup(self, timers: TimerService, window: TimeWindow) -> None:
+        if not self.assigner.ends:
+            return
         if self.assigner.domain is TimeDomain.PROCESSING_TIME:
             timers.delete_processing_time_timer(window.max_timestamp, window)
-            return
-        timers.delete_event_time_timer(window.max_timestamp, window)
-        if self.lateness_ms:
+        else:
             timers.delete_event_time_timer(self._cleanup_time(window), window)
+
+    def _is_cleanup(self, timestamp: int, domain: TimeDomain | None, window: TimeWindow) -> bool:
+        if not self.assigner.ends or domain is not self.assigner.domain:
+            return False
+        return timestamp == (window.max_timestamp if domain is TimeDomain.PROCESSING_TIME
+                             else self._cleanup_time(window))
 
     def process(self, row: Any, ctx: KeyedContext) -> Iterator[Any]:
         timers = self._timers(ctx)
         timestamp = self._time_of(row, timers)
         value = self.value(row) if self.value is not None else row
         watermark = timers.current_watermark()
-        event_time = self.assigner.domain is TimeDomain.EVENT_TIME
+        trigger, trigger_context = self.trigger, self._trigger_context
         for window in self.assigner.assign_element(row, timestamp):
             if self.assigner.merging:
                 # as Flink: merge first, then ask whether the merged session is late, so an element
                 # whose own window is past its lateness still joins a live session it touches
-                merged = self._merge(window, timers, watermark if event_time else None)
+                merged = self._merge(window, timers, watermark if self._judges_lateness else None)
                 if merged is None:
                     continue  # late beyond the allowed lateness: dropped, as in Flink
                 window, state_window = merged
-            elif event_time and self._cleanup_time(window) <= watermark:
+            elif self._judges_lateness and self._cleanup_time(window) <= watermark:
                 continue  # late beyond the allowed lateness: dropped, as in Flink
             else:
                 state_window = window
             self.contents.add(state_window, value)
-            if event_time and window.max_timestamp <= watermark:  # late, within the lateness: fire now
+            trigger_context.window = window
+            result = trigger.on_element(row, timestamp, window, trigger_context)
+            if result.fire:
                 yield from self.contents.emit(ctx.current_key, window, state_window, ctx)
-                # (not again at the epoch's end, if its end timer is still due), and clear the window
-                # when the lateness ends (it may be new, or a merged session)
-                timers.delete_event_time_timer(window.max_timestamp, window)
-                timers.register_event_time_timer(self._cleanup_time(window), window)
-            else:
-                self._register(timers, window)
+            if result.purge:
+                self.contents.clear(state_window)
+            self._register_cleanup(timers, window)
 
     def _merge(self, new: TimeWindow, timers: TimerService,
                watermark: int | None) -> tuple[TimeWindow, TimeWindow] | None:
@@ -262,11 +282,21 @@ class WindowOperator(KeyedProcessFunction):
             # the same
             return None
         state_window = overlapping[0][1] if overlapping else new
-        for session, other in overlapping:
-            if other != state_window:
-                self.contents.merge(state_window, other)
-            if session != merged:
-                self._delete(timers, session)
+        merged_windows = [session for session, _ in overlapping]
+        if merged_windows and merged_windows != [merged]:  # as Flink's MergingWindowSet: not ``new`` inside one session
+            context = self._trigger_context
+            context.window, context.merged_windows = merged, merged_windows
+            try:
+                self.trigger.on_merge(merged, context)
+            finally:
+                context.merged_windows = ()
+            for session in merged_windows:
+                context.window = session
+                self.trigger.clear(session, context)
+                self._delete_cleanup(timers, session)
+            for _, other in overlapping:
+                if other != state_window:
+                    self.contents.merge(state_window, other)
         self.sessions.update((*kept, merged.start, merged.end, state_window.start, state_window.end))
         return merged, state_window
 
@@ -281,11 +311,18 @@ class WindowOperator(KeyedProcessFunction):
             if window not in sessions:
                 return  # merged into a larger session since
             state_window = sessions[window]
-        if timestamp == window.max_timestamp:
+        context = self._trigger_context
+        context.window = window
+        result = (self.trigger.on_event_time(timestamp, window, context) if ctx.time_domain is TimeDomain.EVENT_TIME
+                  else self.trigger.on_processing_time(timestamp, window, context))
+        if result.fire:
             yield from self.contents.emit(ctx.current_key, window, state_window, ctx)
-        if timestamp == (window.max_timestamp if ctx.time_domain is TimeDomain.PROCESSING_TIME
-                         else self._cleanup_time(window)):
+        if result.purge:
             self.contents.clear(state_window)
+        if self._is_cleanup(timestamp, ctx.time_domain, window):
+            self.contents.clear(state_window)
+            context.window = window
+            self.trigger.clear(window, context)
             if sessions is not None:
                 del sessions[window]
                 self.sessions.update(tuple(n for pair in sessions.items() for w in pair for n in (w.start, w.end))
@@ -302,23 +339,27 @@ def _sessions(packed: tuple[int, ...] | None) -> Iterator[tuple[TimeWindow, Time
 
 def aggregate(assigner: WindowAssigner, function: AggregateFunction, *, timestamp: str | Callable[[Any], Any] | None = None,
               value: Callable[[Any], Any] | None = None, emit: Callable[[Any, TimeWindow, Any], Any] = default_emit,
-              allowed_lateness: Any = "0 ms", accumulator_serializer: TypeSerializer | None = None) -> WindowOperator:
+              allowed_lateness: Any = "0 ms", accumulator_serializer: TypeSerializer | None = None,
+              trigger: Trigger | None = None) -> WindowOperator:
     """Windows that keep one accumulator each (Flink's ``window(...).aggregate(...)``): each element's
-    ``value(row)`` (default: the row) is added; when a window closes, ``emit(key, window, result)``
+    ``value(row)`` (default: the row) is added; when a window fires, ``emit(key, window, result)``
     gives its output row (default ``(key..., start, end, result)``). ``timestamp``: the row's
     event-time column or a function of the row (event-time windows). ``allowed_lateness`` acts on
-    late rows, which reach the operator only when the job keeps them (``late_rows="process"``)."""
+    late rows, which reach the operator only when the job keeps them (``late_rows="process"``).
+    ``trigger`` (``windows.triggers``): when windows fire and purge; by default at their end."""
     if not isinstance(function, AggregateFunction):
         raise ConfigurationError(f"windows.aggregate needs an AggregateFunction instance, got {function!r}")
     return WindowOperator(assigner, _Accumulated(function, emit, accumulator_serializer), timestamp, value,
-                          allowed_lateness)
+                          allowed_lateness, trigger)
 
 
 def process(assigner: WindowAssigner, function: ProcessWindowFunction, *,
             timestamp: str | Callable[[Any], Any] | None = None, value: Callable[[Any], Any] | None = None,
-            allowed_lateness: Any = "0 ms", element_serializer: TypeSerializer | None = None) -> WindowOperator:
+            allowed_lateness: Any = "0 ms", element_serializer: TypeSerializer | None = None,
+            trigger: Trigger | None = None) -> WindowOperator:
     """Windows that keep every element (``value(row)``, default the row) and hand them to
-    ``function.process(key, window, elements, ctx)`` when the window closes."""
+    ``function.process(key, window, elements, ctx)`` when the window fires (``trigger``)."""
     if not isinstance(function, ProcessWindowFunction):
         raise ConfigurationError(f"windows.process needs a ProcessWindowFunction instance, got {function!r}")
-    return WindowOperator(assigner, _Collected(function, element_serializer), timestamp, value, allowed_lateness)
+    return WindowOperator(assigner, _Collected(function, element_serializer), timestamp, value, allowed_lateness,
+                          trigger)
