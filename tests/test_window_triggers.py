@@ -1,4 +1,5 @@
-"""Triggers, global windows and element-aware assigners, by Flink's ``WindowOperatorTest``: each
+"""Triggers, evictors, global windows and element-aware assigners, by Flink's ``WindowOperatorTest``
+and ``EvictingWindowOperatorTest``: each
 test replays one of its scenarios step by step in a ``KeyedHarness`` (elements, watermarks and
 processing times interleaved, a snapshot restored into a new function instance, and into another
 backend) on every backend, and expects Flink's outputs. A window's output row carries its last
@@ -281,3 +282,107 @@ def test_the_harness_moves_time_forward_only_and_keeps_its_times_through_a_snaps
         assert (again.watermark_ms, again.processing_time_ms) == (100, 50)
         again.process_watermark(999)
         assert again.take_output() == [("a", 1, 999)]
+
+
+class SumOfElements(windows.ProcessWindowFunction):
+    """Flink's SUM over the elements a window keeps: ``(key, sum, the window's last millisecond)``."""
+
+    def process(self, key, window, elements, ctx):
+        yield key, sum(elements), window.max_timestamp
+
+
+def evicting(assigner, trigger, evictor, timestamp="ts"):
+    return windows.process(assigner, SumOfElements(), timestamp=timestamp, value=lambda row: row["v"],
+                           trigger=trigger, evictor=evictor)
+
+
+FIRST_EIGHT = [("key2", 1, 3000), ("key2", 1, 3999), ("key1", 1, 20), ("key1", 1, 0), ("key1", 1, 999),
+               ("key2", 1, 1998), ("key2", 1, 1999), ("key2", 1, 1000)]
+
+
+def _fired(steps, *elements):
+    """The outputs of ``elements``, one at a time, in order (as Flink's harness lists them)."""
+    found = []
+    for element in elements:
+        found += steps.elements(element).harness.take_output()
+    return [(key, total) for key, total, _ in found]
+
+
+@pytest.mark.parametrize("after,expected", [
+    (True, [[("key2", 2), ("key1", 2), ("key2", 4)], [("key1", 4), ("key2", 6)], [("key2", 6)]]),  # EvictAfter
+    (False, [[("key2", 2), ("key1", 2), ("key2", 4)], [("key1", 4), ("key2", 4)], [("key2", 4)]]),  # testCountTrigger
+], ids=["after", "before"])
+def test_count_evictor_on_global_windows(backends, after, expected):
+    """EvictingWindowOperatorTest testCountEvictorEvictAfter and testCountTrigger: every 2 elements
+    fire (the window keeps them), keeping the last 4 after or before the function ran."""
+    steps = Steps(lambda: evicting(windows.GlobalWindows.create(), windows.CountTrigger.of(2),
+                                   windows.CountEvictor.of(4, after=after)), backends)
+    assert _fired(steps, *FIRST_EIGHT) == expected[0]
+    steps.restart()
+    assert _fired(steps, ("key1", 1, 10999), ("key2", 1, 1000)) == expected[1]
+    assert _fired(steps, ("key2", 1, 1000), ("key2", 1, 1000)) == expected[2]
+    steps.close()
+
+
+@pytest.mark.parametrize("timestamp,expected", [
+    ("ts", [[("key2", 2), ("key1", 2), ("key2", 3)], [("key1", 4), ("key2", 5)]]),  # testTimeEvictorEvictAfter
+    (None, [[("key2", 2), ("key1", 2), ("key2", 4)], [("key1", 4), ("key2", 6)]]),  # testTimeEvictorNoTimestamp
+], ids=["event-time", "no-timestamps"])
+def test_time_evictor_after_on_global_windows(backends, timestamp, expected):
+    """testTimeEvictorEvictAfter: after each firing, the elements 2 s or more older than the newest
+    go; without event times (testTimeEvictorNoTimestamp) none does."""
+    steps = Steps(lambda: evicting(windows.GlobalWindows.create(), windows.CountTrigger.of(2),
+                                   windows.TimeEvictor.of("2 seconds", after=True), timestamp=timestamp), backends)
+    assert _fired(steps, ("key2", 1, 1000), ("key2", 1, 4000), ("key1", 1, 20), ("key1", 1, 0), ("key1", 1, 999),
+                  ("key2", 1, 3500), ("key2", 1, 2001), ("key2", 1, 1001)) == expected[0]
+    steps.restart()
+    assert _fired(steps, ("key1", 1, 10999), ("key2", 1, 1002)) == expected[1]
+    steps.close()
+
+
+def test_time_evictor_before_on_tumbling_windows(backends):
+    """testTimeEvictorEvictBefore: the function sees only the elements within 2 s of the newest."""
+    steps = Steps(lambda: evicting(windows.TumblingWindows.of("4 seconds"), windows.CountTrigger.of(2),
+                                   windows.TimeEvictor.of("2 seconds")), backends)
+    steps.elements(("key2", 1, 1000), ("key2", 1, 3999), ("key1", 1, 20), ("key1", 1, 0), ("key1", 1, 999),
+                   ("key1", 1, 5999), ("key2", 1, 3500), ("key2", 1, 2001), ("key2", 1, 1001))
+    assert steps.output() == [("key1", 2, 3999), ("key2", 1, 3999), ("key2", 3, 3999)]
+    steps.restart()
+    assert steps.elements(("key1", 1, 6500), ("key2", 1, 1002)).output() == [("key1", 2, 7999), ("key2", 3, 3999)]
+    steps.close()
+
+
+@pytest.mark.parametrize("after,last,expected", [
+    (False, ("key1", 3, 10999), [[("key2", 4), ("key1", 2), ("key2", 11)], [("key1", 8), ("key2", 10)]]),
+    (True, ("key1", 9, 10999), [[("key2", 5), ("key1", 2), ("key2", 15)], [("key1", 16), ("key2", 22)]]),
+], ids=["before", "after"])
+def test_delta_evictor_on_global_windows(backends, after, last, expected):
+    """testDeltaEvictorEvictBefore and ...EvictAfter: the elements 2 or more below the last one go."""
+    steps = Steps(lambda: evicting(windows.GlobalWindows.create(), windows.CountTrigger.of(2),
+                                   windows.DeltaEvictor.of(2, lambda value, newest: newest - value, after=after)),
+                  backends)
+    assert _fired(steps, ("key2", 1, 3000), ("key2", 4, 3999), ("key1", 1, 20), ("key1", 1, 0), ("key1", 5, 999),
+                  ("key2", 5, 1998), ("key2", 6, 1999), ("key2", 1, 1000)) == expected[0]
+    steps.restart()
+    assert _fired(steps, last, ("key2", 10, 1000)) == expected[1]
+    steps.close()
+
+
+def test_count_evictor_on_tumbling_event_time_windows(backends):
+    """testTumblingWindowWithApply: a window of 6 elements fires with its last 4."""
+    steps = Steps(lambda: evicting(windows.TumblingWindows.of("4 seconds"), None, windows.CountEvictor.of(4)),
+                  backends)
+    steps.elements(("key1", 1, 10), ("key1", 1, 100)).watermark(1999)
+    steps.restart().elements(("key1", 1, 1997), ("key1", 1, 1998), ("key1", 1, 2310), ("key1", 1, 2310),
+                             ("key2", 1, 2310), ("key2", 1, 2310))
+    assert steps.watermark(3999).output() == [("key1", 4, 3999), ("key2", 2, 3999)]
+    steps.close()
+
+
+def test_bad_evictors_are_refused():
+    with pytest.raises(ConfigurationError, match="evictor= needs an Evictor"):
+        evicting(windows.GlobalWindows.create(), windows.CountTrigger.of(2), "last 4")
+    with pytest.raises(ConfigurationError, match="count of 0 or more"):
+        windows.CountEvictor.of(-1)
+    with pytest.raises(ConfigurationError, match="delta function"):
+        windows.DeltaEvictor.of(2, 3)

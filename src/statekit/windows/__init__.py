@@ -15,7 +15,8 @@ look at the row: ``WindowAssigner.assign_element``), in event time (closed by th
 processing time (``domain=``), and ``GlobalWindows`` (one window for all of time). A ``Trigger``
 (``windows.triggers``: count, continuous, purging, or one of your own) says when windows fire and
 purge, by default at their end. ``aggregate`` keeps one accumulator per window, ``process`` keeps
-the elements for a ``ProcessWindowFunction``; ``Count`` and ``Sum`` are ready-made aggregates. Windows are
+the elements for a ``ProcessWindowFunction`` (an ``Evictor``, ``windows.evictors``, may remove
+some when the window fires); ``Count`` and ``Sum`` are ready-made aggregates. Windows are
 ``[start, end)`` in epoch milliseconds.
 """
 from statekit.spi.timers import TimeDomain
@@ -24,6 +25,7 @@ from statekit.windows.assigners import (
     GLOBAL_WINDOW, DynamicSessionWindows, GlobalWindows, SessionWindows, SlidingWindows, TumblingWindows,
     WindowAssigner,
 )
+from statekit.windows.evictors import CountEvictor, DeltaEvictor, Evictor, TimeEvictor, TimestampedValue
 from statekit.windows.operator import ProcessWindowFunction, WindowOperator, aggregate, default_emit, process
 from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
 from statekit.windows.triggers import (
@@ -31,8 +33,9 @@ from statekit.windows.triggers import (
     ProcessingTimeTrigger, PurgingTrigger, Trigger, TriggerContext, TriggerResult,
 )
 
-__all__ = ["GLOBAL_WINDOW", "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "Count", "CountTrigger",
-           "DynamicSessionWindows", "EventTimeTrigger", "GlobalWindows", "NeverTrigger", "ProcessWindowFunction",
-           "ProcessingTimeTrigger", "PurgingTrigger", "SessionWindows", "SlidingWindows", "Sum", "TimeDomain", "TimeWindow",
-           "TimeWindowSerializer", "Trigger", "TriggerContext", "TriggerResult", "TumblingWindows", "WindowAssigner",
+__all__ = ["GLOBAL_WINDOW", "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "Count", "CountEvictor",
+           "CountTrigger", "DeltaEvictor", "DynamicSessionWindows", "EventTimeTrigger", "Evictor", "GlobalWindows",
+           "NeverTrigger", "ProcessWindowFunction", "ProcessingTimeTrigger", "PurgingTrigger", "SessionWindows",
+           "SlidingWindows", "Sum", "TimeDomain", "TimeEvictor", "TimeWindow", "TimeWindowSerializer",
+           "TimestampedValue", "Trigger", "TriggerContext", "TriggerResult", "TumblingWindows", "WindowAssigner",
            "WindowOperator", "aggregate", "default_emit", "process"]

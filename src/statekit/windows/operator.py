@@ -25,8 +25,9 @@ from statekit.spi.descriptors import AggregateFunction, ListStateDescriptor, Val
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import ValueState
-from statekit.spi.timers import MAX_TIMESTAMP, TimeDomain
+from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP, TimeDomain
 from statekit.windows.assigners import WindowAssigner, window_duration_ms
+from statekit.windows.evictors import Evictor, TimestampedValue
 from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
 from statekit.windows.triggers import Trigger, TriggerContext
 
@@ -49,8 +50,11 @@ class _Contents(ABC):
     @abstractmethod
     def open(self, ctx: KeyedContext) -> None: ...
 
+    #: the elements' event times are kept too (``add``'s ``timestamp``; evictors read them)
+    keeps_times = False
+
     @abstractmethod
-    def add(self, window: TimeWindow, value: Any) -> None: ...
+    def add(self, window: TimeWindow, value: Any, timestamp: int | None = None) -> None: ...
 
     @abstractmethod
     def emit(self, key: Any, window: TimeWindow, state_window: TimeWindow, ctx: KeyedContext) -> Iterable[Any]: ...
@@ -75,7 +79,7 @@ class _Accumulated(_Contents):
         self._state.set_current_namespace(window)
         return self._state.value()
 
-    def add(self, window: TimeWindow, value: Any) -> None:
+    def add(self, window: TimeWindow, value: Any, timestamp: int | None = None) -> None:
         accumulator = self._at(window)
         if accumulator is None:
             accumulator = self._function.create_accumulator()
@@ -109,7 +113,7 @@ class _Collected(_Contents):
     def open(self, ctx: KeyedContext) -> None:
         self._state = ctx.get_state(ListStateDescriptor("window-elements", self._serializer), _WINDOWS)
 
-    def add(self, window: TimeWindow, value: Any) -> None:
+    def add(self, window: TimeWindow, value: Any, timestamp: int | None = None) -> None:
         self._state.set_current_namespace(window)
         self._state.add(value)
 
@@ -128,6 +132,59 @@ class _Collected(_Contents):
     def clear(self, window: TimeWindow) -> None:
         self._state.set_current_namespace(window)
         self._state.clear()
+
+
+class _Evicting(_Collected):
+    """Every element and its event time (two lists in step), evicted as the evictor says when the
+    window fires (Flink's ``EvictingWindowOperator``): the function sees what ``evict_before``
+    keeps, and the window keeps what ``evict_after`` keeps of that."""
+
+    keeps_times = True
+
+    def __init__(self, function: ProcessWindowFunction, serializer: TypeSerializer | None, evictor: Evictor) -> None:
+        super().__init__(function, serializer)
+        self._evictor = evictor
+
+    def open(self, ctx: KeyedContext) -> None:
+        super().open(ctx)
+        self._times = ctx.get_state(ListStateDescriptor("window-element-times"), _WINDOWS)
+
+    def add(self, window: TimeWindow, value: Any, timestamp: int | None = None) -> None:
+        super().add(window, value)
+        self._times.set_current_namespace(window)
+        self._times.add(_NO_TIME if timestamp is None else timestamp)
+
+    def emit(self, key: Any, window: TimeWindow, state_window: TimeWindow, ctx: KeyedContext) -> Iterable[Any]:
+        self._state.set_current_namespace(state_window)
+        self._times.set_current_namespace(state_window)
+        values = self._state.get()
+        if not values:
+            return ()
+        elements = [TimestampedValue(None if t == _NO_TIME else t, v) for t, v in zip(self._times.get(), values)]
+        kept = list(self._evictor.evict_before(elements, window, ctx))
+        output = list(self._function.process(key, window, [e.value for e in kept], ctx) or ()) if kept else []
+        kept = list(self._evictor.evict_after(kept, window, ctx))
+        if len(kept) != len(elements):
+            self._state.update([e.value for e in kept])
+            self._times.update([_NO_TIME if e.timestamp is None else e.timestamp for e in kept])
+        return output
+
+    def merge(self, target: TimeWindow, source: TimeWindow) -> None:
+        super().merge(target, source)
+        self._times.set_current_namespace(source)
+        moved = self._times.get()
+        self._times.clear()
+        self._times.set_current_namespace(target)
+        self._times.add_all(moved)
+
+    def clear(self, window: TimeWindow) -> None:
+        super().clear(window)
+        self._times.set_current_namespace(window)
+        self._times.clear()
+
+
+#: a kept element's time where the window operator reads no event time (list elements cannot be None)
+_NO_TIME = MIN_TIMESTAMP
 
 
 def default_emit(key: Any, window: TimeWindow, result: Any, time_type: str | None = None) -> tuple[Any, ...]:
@@ -185,6 +242,9 @@ class WindowOperator(KeyedProcessFunction):
     def _time_of(self, row: Any, timers: TimerService) -> int:
         if self.assigner.domain is TimeDomain.PROCESSING_TIME or self.timestamp is None:
             return timers.current_processing_time()
+        return self._event_time_of(row)
+
+    def _event_time_of(self, row: Any) -> int:
         stamp = self.timestamp
         try:
             return event_time_ms(stamp(row) if callable(stamp) else row[stamp])
@@ -249,7 +309,8 @@ class WindowOperator(KeyedProcessFunction):
                 continue  # late beyond the allowed lateness: dropped, as in Flink
             else:
                 state_window = window
-            self.contents.add(state_window, value)
+            self.contents.add(state_window, value, (self._event_time_of(row) if self.timestamp is not None else None)
+                              if self.contents.keeps_times else None)
             trigger_context.window = window
             result = trigger.on_element(row, timestamp, window, trigger_context)
             if result.fire:
@@ -356,10 +417,14 @@ def aggregate(assigner: WindowAssigner, function: AggregateFunction, *, timestam
 def process(assigner: WindowAssigner, function: ProcessWindowFunction, *,
             timestamp: str | Callable[[Any], Any] | None = None, value: Callable[[Any], Any] | None = None,
             allowed_lateness: Any = "0 ms", element_serializer: TypeSerializer | None = None,
-            trigger: Trigger | None = None) -> WindowOperator:
+            trigger: Trigger | None = None, evictor: Evictor | None = None) -> WindowOperator:
     """Windows that keep every element (``value(row)``, default the row) and hand them to
-    ``function.process(key, window, elements, ctx)`` when the window fires (``trigger``)."""
+    ``function.process(key, window, elements, ctx)`` when the window fires (``trigger``);
+    ``evictor`` (``windows.evictors``) removes elements then, before the function runs or after."""
     if not isinstance(function, ProcessWindowFunction):
         raise ConfigurationError(f"windows.process needs a ProcessWindowFunction instance, got {function!r}")
-    return WindowOperator(assigner, _Collected(function, element_serializer), timestamp, value, allowed_lateness,
-                          trigger)
+    if evictor is not None and not isinstance(evictor, Evictor):
+        raise ConfigurationError(f"evictor= needs an Evictor (e.g. windows.CountEvictor.of(100)), got {evictor!r}")
+    contents = (_Collected(function, element_serializer) if evictor is None
+                else _Evicting(function, element_serializer, evictor))
+    return WindowOperator(assigner, contents, timestamp, value, allowed_lateness, trigger)
