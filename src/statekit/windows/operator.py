@@ -2,16 +2,18 @@
 timers, so it runs on every backend and its windows survive restores, rescaling and backend
 switches like any state.
 
-A window's contents are state in the window's namespace (an accumulator, or the elements); a
-timer in the window's namespace fires at the window's last millisecond, emits the result and
-clears the window (with ``allowed_lateness``, the result is emitted then and again for each late
-element, and the window is cleared when the watermark passes its end plus the lateness). Session
-windows merge as Flink's ``MergingWindowSet`` does: each key keeps a map from its sessions to the
-window whose namespace holds their contents (packed into one tuple of integers), so a session that grows moves no state; when an
-element bridges two sessions, the later one's contents are merged into the earlier one's. As in Flink,
-a session element is late only if the session it merges into is: its own window may be past the
-allowed lateness while the live session it touches is not. Cleanup times (a window's last
-millisecond plus the lateness) stop at the largest timestamp, as Flink's ``cleanupTime`` does.
+A window's contents are state in the window's namespace (an accumulator, or the elements, which
+an evictor may thin out when it fires). Its trigger (``windows.triggers``) decides on each element
+and on each of its timers whether the window fires and purges; by default it fires at the
+window's last millisecond. A cleanup timer clears the window at its end plus the allowed lateness
+(with lateness, a late element fires the window again); global windows never end. Session windows
+merge as Flink's ``MergingWindowSet`` does: each key keeps a map from its sessions to the window
+whose namespace holds their contents (packed into one tuple of integers), so a session that grows
+moves no state; when an element bridges two sessions, the later one's contents are merged into
+the earlier one's, and the trigger merges its state. As in Flink, a session element is late only
+if the session it merges into is: its own window may be past the allowed lateness while the live
+session it touches is not. Cleanup times stop at the largest timestamp, as Flink's ``cleanupTime``
+does.
 """
 from __future__ import annotations
 
