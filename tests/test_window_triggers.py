@@ -386,3 +386,102 @@ def test_bad_evictors_are_refused():
         windows.CountEvictor.of(-1)
     with pytest.raises(ConfigurationError, match="delta function"):
         windows.DeltaEvictor.of(2, 3)
+
+
+def test_sliding_event_time_windows(backends):
+    """testSlidingEventTimeWindowsReduce."""
+    steps = Steps(lambda: summed(windows.SlidingWindows.of("3 seconds", "1 second")), backends).elements(*I8)
+    assert steps.watermark(999).output() == [("key1", 3, 999)]
+    assert steps.watermark(1999).output() == [("key1", 3, 1999), ("key2", 3, 1999)]
+    assert steps.watermark(2999).output() == [("key1", 3, 2999), ("key2", 3, 2999)]
+    steps.restart()
+    assert steps.watermark(3999).output() == [("key2", 5, 3999)]
+    assert steps.watermark(4999).output() == [("key2", 2, 4999)]
+    assert steps.watermark(5999).output() == [("key2", 2, 5999)]
+    assert steps.watermark(6999).watermark(7999).output() == []
+    steps.close()
+
+
+def test_event_time_session_windows(backends):
+    """testSessionWindows."""
+    steps = Steps(lambda: sessions_of(windows.SessionWindows.with_gap("3 seconds")), backends)
+    steps.elements(("key2", 1, 0), ("key2", 2, 1000), ("key2", 3, 2500), ("key1", 1, 10), ("key1", 2, 1000)).restart()
+    steps.elements(("key1", 3, 2500), ("key2", 4, 5501), ("key2", 5, 6000), ("key2", 5, 6000), ("key2", 6, 6050))
+    assert steps.watermark(12000).output() == [("key1-6", 10, 5500), ("key2-20", 5501, 9050), ("key2-6", 0, 5500)]
+    steps.elements(("key2", 10, 15000), ("key2", 20, 15000))
+    assert steps.watermark(17999).output() == [("key2-30", 15000, 18000)]
+    steps.close()
+
+
+def test_processing_time_sliding_windows(backends):
+    """testProcessingTimeSlidingWindows."""
+    steps = Steps(lambda: summed(windows.SlidingWindows.of("3 seconds", "1 second",
+                                                            domain=TimeDomain.PROCESSING_TIME)), backends)
+    steps.processing_time(3).elements(("key2", 1, 0))
+    assert steps.processing_time(1000).output() == [("key2", 1, 999)]
+    steps.elements(("key2", 1, 0), ("key2", 1, 0))
+    assert steps.processing_time(2000).output() == [("key2", 3, 1999)]
+    steps.restart().elements(("key1", 1, 0), ("key1", 1, 0))
+    assert steps.processing_time(3000).output() == [("key1", 2, 2999), ("key2", 3, 2999)]
+    steps.elements(("key1", 1, 0), ("key1", 1, 0), ("key1", 1, 0))
+    assert steps.processing_time(7000).output() == [("key1", 3, 5999), ("key1", 5, 3999), ("key1", 5, 4999),
+                                                    ("key2", 2, 3999)]
+    steps.close()
+
+
+def test_lateness_with_a_purging_event_time_trigger(backends):
+    """testLateness (main output): an element late by the watermark but within its window's
+    lateness fires the window again at once (and purges it); one past the lateness is dropped."""
+    steps = Steps(lambda: summed(windows.TumblingWindows.of("2 seconds"),
+                                 windows.PurgingTrigger.of(windows.EventTimeTrigger()), allowed_lateness="500 ms"),
+                  backends)
+    steps.elements(("key2", 1, 500)).watermark(1500).elements(("key2", 1, 1300))
+    assert steps.watermark(2300).output() == [("key2", 2, 1999)]
+    assert steps.elements(("key2", 1, 1997)).output() == [("key2", 1, 1999)]
+    steps.restart()
+    assert steps.watermark(6000).elements(("key2", 1, 1998)).watermark(7000).output() == []
+    steps.close()
+
+
+def _session_prefix(steps):
+    """The steps every session-lateness test of Flink's starts with (sessions of 3 s)."""
+    steps.elements(("key2", 1, 1000)).watermark(1999).elements(("key2", 1, 2000)).watermark(4998)
+    steps.elements(("key2", 1, 4500), ("key2", 1, 8500)).watermark(7400).elements(("key2", 1, 7000))
+    assert steps.watermark(11501).output() == [("key2-5", 1000, 11500)]
+    steps.restart().elements(("key2", 1, 11600))
+    assert steps.watermark(14600).output() == [("key2-1", 11600, 14600)]
+
+
+@pytest.mark.parametrize("lateness,purging,late_outputs,end_output", [
+    ("0 ms", False, [], ("key2-1", 14500, 17500)),  # testSideOutputDueToLatenessSessionZeroLateness
+    ("0 ms", True, [], ("key2-1", 14500, 17500)),  # ...SessionZeroLatenessPurgingTrigger
+    ("10 ms", True, [("key2-1", 10000, 14600)], ("key2-1", 10000, 17500)),  # testDropDueToLatenessSessionWith...
+    ("10 ms", False, [("key2-2", 10000, 14600)], ("key2-3", 10000, 17500)),  # testNotSideOutputDueToLateness...
+    ("10 s", True, [("key2-1", 1000, 14600)], ("key2-1", 1000, 17500)),  # ...WithHugeLatenessPurgingTrigger
+    ("10 s", False, [("key2-7", 1000, 14600)], ("key2-8", 1000, 17500)),  # ...WithHugeLateness
+], ids=["zero", "zero-purging", "10ms-purging", "10ms", "huge-purging", "huge"])
+def test_late_elements_of_sessions(backends, lateness, purging, late_outputs, end_output):
+    """Flink's session lateness tests (main output): an element late by the watermark joins a
+    session that is still within its lateness, firing it at once; with no such session it is dropped."""
+    trigger = windows.PurgingTrigger.of(windows.EventTimeTrigger()) if purging else None
+    steps = Steps(lambda: sessions_of(windows.SessionWindows.with_gap("3 seconds"), trigger,
+                                      allowed_lateness=lateness), backends)
+    _session_prefix(steps)
+    assert steps.elements(("key2", 1, 10000)).output() == late_outputs
+    if lateness == "0 ms" and purging:
+        assert steps.elements(("key2", 1, 10100)).output() == []  # late as well: the two do not merge
+    assert steps.elements(("key2", 1, 14500)).output() == []
+    assert steps.watermark(20000).output() == [end_output]
+    assert steps.watermark(100000).output() == []
+    steps.close()
+
+
+def test_a_window_fires_once_and_is_cleaned_up_after_its_lateness(backends):
+    """testCleanupTimerWithEmptyReduceStateForTumblingWindows (outputs): nothing fires again when
+    the cleanup timer clears the window."""
+    steps = Steps(lambda: summed(windows.TumblingWindows.of("2 seconds"), allowed_lateness="1 ms"), backends)
+    assert steps.elements(("key2", 1, 1000)).watermark(1599).output() == []
+    assert steps.watermark(1999).output() == [("key2", 1, 1999)]
+    steps.restart()
+    assert steps.watermark(2000).watermark(5000).output() == []
+    steps.close()
