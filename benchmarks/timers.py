@@ -182,7 +182,7 @@ def _sessions(spark: Any, work: str, n_rows: int, backends: tuple[str, ...]) -> 
 
     queries = _Queries(spark, work)
     emitted: dict[str, int] = {}
-    schema, output = "user long, ts timestamp", "user long, start long, end long, events long"
+    schema, output = "user long, ts timestamp", "user long, start timestamp, end timestamp, events long"
     users = max(1, n_rows // 50)
 
     def rows(n: int) -> list[Any]:

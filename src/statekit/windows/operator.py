@@ -31,7 +31,7 @@ from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP, TimeDomain
 from statekit.windows.assigners import WindowAssigner, window_duration_ms
 from statekit.windows.evictors import Evictor, TimestampedValue
 from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
-from statekit.windows.triggers import Trigger, TriggerContext
+from statekit.windows.triggers import EventTimeTrigger, ProcessingTimeTrigger, Trigger, TriggerContext
 
 #: the timer service of window operators (``_timers/windows/<domain>``)
 WINDOW_TIMERS = "windows"
@@ -231,6 +231,10 @@ class WindowOperator(KeyedProcessFunction):
                                      f"{type(assigner).__name__} needs: give a trigger that can")
         #: windows end at the watermark: late elements are judged by their windows' cleanup times
         self._judges_lateness = event_time and assigner.ends
+        #: the default trigger's timer at a window's end is its cleanup timer too (no lateness): one
+        #: timer, registered and deleted once (a timer queue's add and remove cost microseconds)
+        self._trigger_timer_cleans_up = not self.lateness_ms and assigner.ends and type(self.trigger) is (
+            EventTimeTrigger if event_time else ProcessingTimeTrigger)
 
     def open(self, ctx: KeyedContext) -> None:
         self.contents.open(ctx)
@@ -272,7 +276,7 @@ class WindowOperator(KeyedProcessFunction):
 
     def _register_cleanup(self, timers: TimerService, window: TimeWindow) -> None:
         """The timer that clears the window (Flink's cleanup timer): none for a window that never ends."""
-        if not self.assigner.ends:
+        if not self.assigner.ends or self._trigger_timer_cleans_up:
             return
         if self.assigner.domain is TimeDomain.PROCESSING_TIME:
             timers.register_processing_time_timer(window.max_timestamp, window)
@@ -280,7 +284,7 @@ class WindowOperator(KeyedProcessFunction):
             timers.register_event_time_timer(self._cleanup_time(window), window)
 
     def _delete_cleanup(self, timers: TimerService, window: TimeWindow) -> None:
-        if not self.assigner.ends:
+        if not self.assigner.ends or self._trigger_timer_cleans_up:
             return
         if self.assigner.domain is TimeDomain.PROCESSING_TIME:
             timers.delete_processing_time_timer(window.max_timestamp, window)
