@@ -214,3 +214,34 @@ def test_a_bounded_sessionization_emits_every_session_in_one_call_at_the_end_of_
     process_keyed(df.limit(3), "user", sessions, output, job_id=job, event_time="ts", watermark_delay="1 minute")
     latest, _ = latest_checkpoint(spark, job)
     assert latest.metadata.properties[LATE_ROWS] == 3
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb", "lmdb"])
+def test_a_count_trigger_on_global_windows_counts_across_epochs_and_a_rescale(spark, statekit_settings, tmp_path,
+                                                                           backend):
+    """Trigger state under Spark: each key's global window fires and purges on every 3rd row, its
+    count kept per window in the backend across epochs, a rescale 3 -> 2 and a restart of the job."""
+    import random
+    from collections import Counter
+
+    from statekit import windows
+
+    settings = {"backend": backend, "checkpoint.storage": "filesystem",
+                "checkpoint.dir": (tmp_path / "checkpoints").as_uri(), "parallelism": 3}
+    statekit_settings(settings)
+    every_third = windows.aggregate(windows.GlobalWindows.create(), windows.Count(),
+                                    trigger=windows.PurgingTrigger.of(windows.CountTrigger.of(3)),
+                                    emit=lambda key, window, n: (key, n))
+    rng = random.Random(9)
+    totals: Counter = Counter()
+    for number in range(3):
+        if number == 2:
+            statekit_settings({**settings, "parallelism": 2})
+        rows = [(f"k{rng.randrange(5)}",) for _ in range(40)]
+        before = dict(totals)
+        totals.update(key for key, in rows)
+        found = process_keyed(spark.createDataFrame(rows, "k string"), "k", every_third, "k string, n long",
+                              job_id=f"count-trigger-{backend}").collect()
+        expected = Counter({key: totals[key] // 3 - before.get(key, 0) // 3 for key in totals})
+        assert Counter(row["k"] for row in found) == +expected, f"{backend}, epoch {number + 1}"
+        assert {row["n"] for row in found} <= {3}
