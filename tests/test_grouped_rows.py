@@ -127,11 +127,16 @@ def test_keys_are_in_key_group_order_whatever_the_key_column_is_called(name) -> 
     assert (grouped.keys, grouped.key_groups) == (["b", "c", "a"], [1, 3, 5])
 
 
+@pytest.mark.parametrize("chunk", [65_536, 2], ids=["one chunk", "runs across chunks"])
 @pytest.mark.parametrize("names", [("k", "v"), ("k", "it's", 'say "hi"', "a\\b", "x\ny", "über")],
                          ids=["plain", "names that need quoting"])
-def test_row_runs_give_each_keys_rows_as_dicts_in_input_order(names) -> None:
+def test_row_runs_give_each_keys_rows_as_dicts_in_input_order(names, chunk, monkeypatch) -> None:
     """How a ``KeyedProcessFunction`` gets its rows under Spark: per key, in input order, each row a
-    dict of every column, as ``RecordBatch.to_pylist`` makes it, whatever the columns are called."""
+    dict of every column, as ``RecordBatch.to_pylist`` makes it, whatever the columns are called,
+    also where a key's rows span two of the chunks the columns are converted in."""
+    from statekit.runtime import grouped_rows
+
+    monkeypatch.setattr(grouped_rows, "ROW_CHUNK", chunk)
     values = {"k": ["b", "a", "b", "a", "c"]}
     values.update({name: [f"{name}{i}" for i in range(5)] for name in names[1:]})
     rows = pa.record_batch({name: values[name] for name in names})

@@ -540,5 +540,5 @@ def test_a_bad_dynamic_gap_names_the_element():
     function = windows.aggregate(windows.SessionWindows.with_dynamic_gap(lambda row: row["gap"]), Sum(),
                                  timestamp="ts", value=lambda row: row["v"])
     run = runner(function, HeapStateBackend(), delay="1 minute")
-    with pytest.raises(ConfigurationError, match=r"gap of \{.*'gap': -5.*must be a positive duration"):
+    with pytest.raises(ConfigurationError, match=r"gap must be a positive duration, got -5 ms, for \{.*'gap': -5"):
         run.run_epoch([{"k": "a", "ts": T0, "v": 1, "gap": -5}])

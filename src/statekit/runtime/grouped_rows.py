@@ -9,7 +9,7 @@ so a function can process a batch with no Python call per key or per row.
 from __future__ import annotations
 
 from functools import lru_cache
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -21,6 +21,8 @@ from statekit.spi.errors import FunctionResultError
 from statekit.spi.key_groups import canonical_key
 
 _REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
+#: rows whose column values ``GroupedRows.row_runs`` converts to Python at once
+ROW_CHUNK = 65_536
 
 
 class GroupedRows(KeyBatch):
@@ -132,8 +134,12 @@ class GroupedRows(KeyBatch):
 
     def row_runs(self) -> Iterator[tuple[Any, int, Iterator[dict[str, Any]]]]:
         """(key, key group, the key's rows as dicts) of every key, in order: the rows are made one
-        at a time in a single pass over the batch, so read each key's rows before taking the next key."""
-        rows = _row_dicts(tuple(self.rows.schema.names))(*(column.to_pylist() for column in self.rows.columns))
+        at a time in a single pass over the batch, so read each key's rows before taking the next key.
+        The columns become Python values ``ROW_CHUNK`` rows at a time, as the pass reaches them, so
+        that a large batch is never held as Python objects all at once."""
+        make, batch = _row_dicts(tuple(self.rows.schema.names)), self.rows
+        rows = chain.from_iterable(make(*(column.to_pylist() for column in batch.slice(start, ROW_CHUNK).columns))
+                                   for start in range(0, batch.num_rows, ROW_CHUNK))
         bounds = self.offsets.tolist()
         for i, (key, key_group) in enumerate(zip(self.keys, self.key_groups)):
             yield key, key_group, islice(rows, bounds[i + 1] - bounds[i])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable
 
 from statekit.runtime.event_time import duration_ms
@@ -180,14 +181,23 @@ class DynamicSessionWindows(WindowAssigner):
         except Exception as exc:
             raise ConfigurationError(f"the session gap function failed on {element!r}: {type(exc).__name__}: "
                                      f"{exc}") from exc
-        owner = "SessionWindows.with_dynamic_gap"
-        if gap.__class__ is int:
-            return [_window(timestamp, checked_ms(owner, f"the gap of {element!r}", gap))]
         try:
-            return [_window(timestamp, window_duration_ms(owner, f"the gap of {element!r}", gap))]
+            if gap.__class__ is int:
+                return [_window(timestamp, checked_ms(_DYNAMIC, "the gap", gap))]
+            return [_window(timestamp, _text_gap_ms(gap) if gap.__class__ is str
+                            else window_duration_ms(_DYNAMIC, "the gap", gap))]
         except ConfigurationError as exc:
-            raise ConfigurationError(f"{exc} (the gap function returns a duration: '5 minutes', a timedelta, or "
-                                     f"an int of milliseconds)") from None
+            raise ConfigurationError(f"{exc}, for {element!r} (the gap function returns a duration: '5 minutes', "
+                                     f"a timedelta, or an int of milliseconds)") from None
+
+
+_DYNAMIC = "SessionWindows.with_dynamic_gap"
+
+
+@lru_cache(maxsize=256)
+def _text_gap_ms(gap: str) -> int:
+    """A gap given as text, parsed once: a gap function returns the same few texts for every row."""
+    return window_duration_ms(_DYNAMIC, "the gap", gap)
 
 
 #: the one window of ``GlobalWindows``: all of time

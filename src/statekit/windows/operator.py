@@ -26,7 +26,7 @@ from statekit.runtime.timers import TimerService
 from statekit.spi.descriptors import AggregateFunction, ListStateDescriptor, ValueStateDescriptor
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.serializer import TypeSerializer
-from statekit.spi.state import ValueState
+from statekit.spi.state import ListState, ValueState
 from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP, TimeDomain
 from statekit.windows.assigners import WindowAssigner, window_duration_ms
 from statekit.windows.evictors import Evictor, TimestampedValue
@@ -125,11 +125,7 @@ class _Collected(_Contents):
         return (self._function.process(key, window, elements, ctx) or ()) if elements else ()
 
     def merge(self, target: TimeWindow, source: TimeWindow) -> None:
-        self._state.set_current_namespace(source)
-        moved = self._state.get()
-        self._state.clear()
-        self._state.set_current_namespace(target)
-        self._state.add_all(moved)
+        _move_list(self._state, source, target)
 
     def clear(self, window: TimeWindow) -> None:
         self._state.set_current_namespace(window)
@@ -173,16 +169,21 @@ class _Evicting(_Collected):
 
     def merge(self, target: TimeWindow, source: TimeWindow) -> None:
         super().merge(target, source)
-        self._times.set_current_namespace(source)
-        moved = self._times.get()
-        self._times.clear()
-        self._times.set_current_namespace(target)
-        self._times.add_all(moved)
+        _move_list(self._times, source, target)
 
     def clear(self, window: TimeWindow) -> None:
         super().clear(window)
         self._times.set_current_namespace(window)
         self._times.clear()
+
+
+def _move_list(state: ListState, source: TimeWindow, target: TimeWindow) -> None:
+    """Append ``source``'s elements of a list state to ``target``'s and clear ``source``'s."""
+    state.set_current_namespace(source)
+    moved = state.get()
+    state.clear()
+    state.set_current_namespace(target)
+    state.add_all(moved)
 
 
 #: a kept element's time where the window operator reads no event time (list elements cannot be None)
@@ -231,6 +232,10 @@ class WindowOperator(KeyedProcessFunction):
                                      f"{type(assigner).__name__} needs: give a trigger that can")
         #: windows end at the watermark: late elements are judged by their windows' cleanup times
         self._judges_lateness = event_time and assigner.ends
+        #: elements are timed by their event time (``timestamp=``), read for those windows and for
+        #: contents that keep it (evictors)
+        self._event_time_windows = event_time and timestamp is not None
+        self._reads_event_time = timestamp is not None and (event_time or contents.keeps_times)
         #: the default trigger's timer at a window's end is its cleanup timer too (no lateness): one
         #: timer, registered and deleted once (a timer queue's add and remove cost microseconds)
         self._trigger_timer_cleans_up = not self.lateness_ms and assigner.ends and type(self.trigger) is (
@@ -244,11 +249,6 @@ class WindowOperator(KeyedProcessFunction):
 
     def _timers(self, ctx: KeyedContext) -> TimerService:
         return ctx.timer_service(WINDOW_TIMERS, _WINDOWS)
-
-    def _time_of(self, row: Any, timers: TimerService) -> int:
-        if self.assigner.domain is TimeDomain.PROCESSING_TIME or self.timestamp is None:
-            return timers.current_processing_time()
-        return self._event_time_of(row)
 
     def _event_time_of(self, row: Any) -> int:
         stamp = self.timestamp
@@ -299,7 +299,10 @@ class WindowOperator(KeyedProcessFunction):
 
     def process(self, row: Any, ctx: KeyedContext) -> Iterator[Any]:
         timers = self._timers(ctx)
-        timestamp = self._time_of(row, timers)
+        # the row's event time where windows or kept elements need it; windows of processing time,
+        # or without timestamp= (global windows), take the processing time
+        event_time = self._event_time_of(row) if self._reads_event_time else None
+        timestamp = event_time if self._event_time_windows else timers.current_processing_time()
         value = self.value(row) if self.value is not None else row
         watermark = timers.current_watermark()
         trigger, trigger_context = self.trigger, self._trigger_context
@@ -315,8 +318,7 @@ class WindowOperator(KeyedProcessFunction):
                 continue  # late beyond the allowed lateness: dropped, as in Flink
             else:
                 state_window = window
-            self.contents.add(state_window, value, (self._event_time_of(row) if self.timestamp is not None else None)
-                              if self.contents.keeps_times else None)
+            self.contents.add(state_window, value, event_time)
             trigger_context.window = window
             result = trigger.on_element(row, timestamp, window, trigger_context)
             if result.fire:
