@@ -115,17 +115,18 @@ def closing_epochs(key: str, n: int = 2) -> list[list[tuple]]:
 
 # --- plain-Python recomputations: each epoch's expected output rows
 def _watermarks(epochs: list[list[tuple]]) -> Iterator[tuple[int, list[tuple]]]:
-    """Each epoch's watermark and its rows that are not late (the runner drops late rows)."""
+    """Each epoch's watermark and its rows."""
     rule = EventTime(duration_ms(WATERMARK_DELAY, "delay"))
     properties = None
     for rows in epochs:
         watermark, seen = rule.epoch_start(properties)
-        yield watermark, [row for row in rows if row[1] >= watermark]
+        yield watermark, rows
         seen = max([seen, *(row[1] for row in rows)])
         properties = {WATERMARK: watermark, MAX_EVENT_TIME: seen}
 
 
 def expected_hourly(epochs: list[list[tuple]]) -> list[list[tuple]]:
+    """A window judges its rows: one behind the watermark still counts while its hour is open."""
     open_hours: dict[tuple[str, int], list[float]] = defaultdict(list)
     outputs = []
     for watermark, rows in _watermarks(epochs):
@@ -142,12 +143,13 @@ def expected_hourly(epochs: list[list[tuple]]) -> list[list[tuple]]:
 
 def expected_alerts(epochs: list[list[tuple]]) -> list[list[tuple]]:
     """Every pair of non-late readings of a sensor less than a minute apart and more than 20
-    degrees different, in the epoch where the second of the two arrives."""
+    degrees different, in the epoch where the second of the two arrives (the runner drops the
+    readings at or behind the watermark)."""
     kept: dict[str, list[tuple[int, float]]] = defaultdict(list)
     outputs = []
-    for _, rows in _watermarks(epochs):
+    for watermark, rows in _watermarks(epochs):
         out = []
-        for sensor, ts, temperature in rows:
+        for sensor, ts, temperature in (row for row in rows if row[1] > watermark):
             for other_ts, other in kept[sensor]:
                 if abs(other_ts - ts) < MINUTE and abs(other - temperature) > 20:
                     first, second = sorted([(other_ts, other), (ts, temperature)])
@@ -158,32 +160,21 @@ def expected_alerts(epochs: list[list[tuple]]) -> list[list[tuple]]:
 
 
 def expected_sessions(epochs: list[list[tuple]]) -> list[list[tuple]]:
-    pending: dict[str, list[int]] = defaultdict(list)
+    """Sessions as the window operator keeps them: an event joins the open sessions it touches (one
+    behind the watermark too) and is dropped when the merged session is closed already."""
+    sessions: dict[str, list[tuple[int, int, int]]] = defaultdict(list)  # (start, end, events)
     outputs = []
     for watermark, rows in _watermarks(epochs):
         for user, ts, _ in rows:
-            if ts + SESSION_GAP - 1 > watermark:
-                pending[user].append(ts)
+            start, end, events = ts, ts + SESSION_GAP, 1
+            touched = [s for s in sessions[user] if s[1] - 1 > watermark and s[0] <= end and s[1] >= start]
+            for s in touched:
+                start, end, events = min(start, s[0]), max(end, s[1]), events + s[2]
+            if end - 1 > watermark:
+                sessions[user] = [s for s in sessions[user] if s not in touched] + [(start, end, events)]
         out = []
-        for user in sorted(pending):
-            for start, end, events in _sessions_of(sorted(pending[user])):
-                if end - 1 <= watermark:
-                    out.append((user, start, end, len(events)))
-                    pending[user] = [ts for ts in pending[user] if ts not in events]
+        for user in sorted(sessions):
+            out += [(user, *s) for s in sorted(sessions[user]) if s[1] - 1 <= watermark]
+            sessions[user] = [s for s in sessions[user] if s[1] - 1 > watermark]
         outputs.append(out)
     return outputs
-
-
-def _sessions_of(timestamps: list[int]) -> Iterator[tuple[int, int, list[int]]]:
-    start = end = None
-    events: list[int] = []
-    for ts in timestamps:
-        if start is not None and ts <= end:
-            end = max(end, ts + SESSION_GAP)
-            events.append(ts)
-            continue
-        if start is not None:
-            yield start, end, events
-        start, end, events = ts, ts + SESSION_GAP, [ts]
-    if start is not None:
-        yield start, end, events

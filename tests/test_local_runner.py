@@ -250,6 +250,17 @@ def test_a_record_without_event_time_is_processed_and_moves_no_watermark_as_unde
     assert (properties["watermark_ms"], properties["max_event_time_ms"], properties["late_rows_dropped"]) == (5, 5, 1)
 
 
+def test_records_late_by_their_timestamp_are_the_side_output_of_a_function_that_does_not_judge_lateness():
+    runner = LocalRunner(Echo(), lambda row: row[0], parallelism=2, event_time=lambda row: row[1],
+                         watermark_delay="0 ms", late_rows="side_output")
+    assert sorted(runner.run_epoch([("a", 5), ("b", 9)])) == [("a", 5), ("b", 9)] and runner.late_output == []
+    assert runner.run_epoch([("c", 9), ("d", 10), ("e", 3)]) == [("d", 10)]  # the watermark 9
+    assert runner.late_output == [("c", 9), ("e", 3)], "in input order, the row at the watermark included"
+    properties = runner.latest_metadata().properties
+    assert properties["late_rows_side_output"] == 2 and "late_rows_dropped" not in properties
+    assert runner.run_epoch([]) == [] and runner.late_output == [], "each epoch's own"
+
+
 class _Seen(KeyedProcessFunction):
     def process(self, row, ctx):
         yield row["user"], row.get("ts")

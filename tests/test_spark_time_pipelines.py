@@ -45,6 +45,8 @@ def failing_once(inner: KeyedProcessFunction, marker: str) -> KeyedProcessFuncti
     workers get the class by value); Spark retries the task."""
 
     class FailingOnce(KeyedProcessFunction):
+        judges_lateness = inner.judges_lateness  # a window gets the rows behind the watermark too
+
         def open(self, ctx):
             self.subtask = ctx.subtask_index
             inner.open(ctx)

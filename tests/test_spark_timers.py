@@ -14,7 +14,7 @@ from statekit.conformance_tests.compare import assert_same_rows
 from statekit.conformance_tests.timer_workload import (
     EPOCH_MS, T0, WATERMARK_DELAY, WindowCountFunction, make_timed_epochs, timer_oracle,
 )
-from statekit.runtime.event_time import LATE_ROWS, MAX_EVENT_TIME, WATERMARK
+from statekit.runtime.event_time import LATE_ROWS, MAX_EVENT_TIME, WATERMARK, LateRows
 from statekit.spark import latest_checkpoint, process_keyed, process_keyed_stream
 from statekit.spi import ConfigurationError
 
@@ -130,7 +130,7 @@ def test_event_times_before_1970_round_down_to_the_millisecond_as_in_the_local_r
     times = [datetime.datetime(1969, 12, 31, 23, 59, 59, 999_500), datetime.datetime(1970, 1, 1, 0, 0, 0, 500)]
     for tz in (None, "UTC"):
         batch = pa.RecordBatch.from_pydict({"ts": pa.array(times, pa.timestamp("us", tz))})
-        tracker = EventTimeTracker(SubtaskEventTime("ts", -1, drop_late=True), lambda b: pa.array([True] * b.num_rows))
+        tracker = EventTimeTracker(SubtaskEventTime("ts", -1, LateRows.DROP), lambda b: pa.array([True] * b.num_rows))
         kept = list(tracker.filtered(iter([batch])))
         # -0.5 ms is millisecond -1 (Spark's floor, and event_time_ms's): at the watermark -1, late
         assert event_time_ms(times[0]) == -1
@@ -245,3 +245,102 @@ def test_a_count_trigger_on_global_windows_counts_across_epochs_and_a_rescale(sp
         expected = Counter({key: totals[key] // 3 - before.get(key, 0) // 3 for key in totals})
         assert Counter(row["k"] for row in found) == +expected, f"{backend}, epoch {number + 1}"
         assert {row["n"] for row in found} <= {3}
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb", "lmdb"])
+def test_windows_judge_late_rows_and_return_them_as_a_side_output(spark, statekit_settings, tmp_path, backend):
+    """Under Spark as in the local runner: rows behind the watermark still go into their windows
+    within the allowed lateness (no ``late_rows="process"`` needed), and the rows late for all
+    their windows come back as the side output, with the input's columns and types (a TIMESTAMP
+    too), counted in the checkpoint; across a rescale 3 -> 2."""
+    import random
+
+    from statekit import windows
+    from statekit.runtime import LocalRunner
+    from statekit.runtime.event_time import LATE_ROWS_OUTPUT
+    from statekit.spark import KeyedOutput
+    from statekit.spi.descriptors import AggregateFunction
+
+    class Sum(AggregateFunction):
+        def create_accumulator(self):
+            return 0
+
+        def add(self, value, accumulator):
+            return accumulator + value
+
+        def get_result(self, accumulator):
+            return accumulator
+
+        def merge(self, a, b):
+            return a + b
+
+    settings = {"backend": backend, "checkpoint.storage": "filesystem",
+                "checkpoint.dir": (tmp_path / "checkpoints").as_uri(), "parallelism": 3}
+    statekit_settings(settings)
+    rng = random.Random(12)
+    at = datetime.datetime(2024, 5, 1, 8, 30, tzinfo=datetime.timezone.utc)
+    epochs = [[{"k": f"k{rng.randrange(6)}", "ts": T0 + number * 8000 + rng.randrange(-15_000, 5000),
+                "v": rng.randrange(100), "at": at + datetime.timedelta(seconds=rng.randrange(1000))}
+               for _ in range(60)] for number in range(6)]
+    summed = windows.aggregate(windows.TumblingWindows.of("10 seconds"), Sum(), timestamp="ts",
+                               value=lambda row: row["v"], allowed_lateness="4 seconds")
+    local = LocalRunner(summed, lambda row: row["k"], parallelism=2, event_time="ts", watermark_delay="2 seconds",
+                        late_rows="side_output")
+    schema = "k string, ts long, v long, at timestamp"
+    late_total = 0
+    for number, rows in enumerate(epochs):
+        if number == 3:
+            statekit_settings({**settings, "parallelism": 2})
+        result = process_keyed(spark.createDataFrame([tuple(r.values()) for r in rows], schema), "k", summed,
+                               "k string, start long, end long, total long", job_id=f"late-windows-{backend}",
+                               event_time="ts", watermark_delay="2 seconds", late_rows="side_output")
+        assert isinstance(result, KeyedOutput)
+        assert result.late.schema.simpleString() == "struct<k:string,ts:bigint,v:bigint,at:timestamp>"
+        expected = local.run_epoch(rows)
+        assert_same_rows(_rows(result.output.collect()), expected, f"{backend}, epoch {number + 1}")
+        late = [row.asDict() for row in result.late.collect()]
+        for row in late:  # PySpark gives a TIMESTAMP as a naive datetime in the session's time zone
+            row["at"] = row["at"].astimezone(datetime.timezone.utc)
+        assert_same_rows([tuple(r.values()) for r in late], [tuple(r.values()) for r in local.late_output],
+                         f"{backend}, late rows of epoch {number + 1}")
+        latest, _ = latest_checkpoint(spark, f"late-windows-{backend}")
+        assert latest.metadata.properties[LATE_ROWS_OUTPUT] == len(late)
+        late_total += len(late)
+    assert late_total > 0
+    behind = sum(1 for number, rows in enumerate(epochs[1:], 1) for row in rows
+                 if row["ts"] <= max(r["ts"] for r in epochs[number - 1]) - 2000)
+    assert behind > late_total, "rows behind the watermark within the lateness went into their windows"
+
+
+def test_a_streaming_query_gives_its_late_rows_to_the_late_sink(spark, statekit_settings, tmp_path):
+    """A function that does not judge lateness: rows at or behind the watermark by their own
+    timestamp go to ``late_sink`` with their micro-batch's id; the query refuses a side output
+    without a late sink."""
+    from statekit.runtime.function import KeyedProcessFunction
+
+    class Echo(KeyedProcessFunction):
+        def process(self, row, ctx):
+            yield row["key"], row["ts"]
+
+    statekit_settings({"backend": "heap", "checkpoint.storage": "filesystem",
+                       "checkpoint.dir": (tmp_path / "checkpoints").as_uri(), "parallelism": 2})
+    source = tmp_path / "in"
+    source.mkdir()
+    stream = spark.readStream.schema(INPUT).option("maxFilesPerTrigger", 1).json(str(source))
+    with pytest.raises(ConfigurationError, match="late_sink go together"):
+        process_keyed_stream(stream, "key", Echo(), "key string, ts long", sink=lambda df, batch_id: None,
+                             checkpoint_location=str(tmp_path / "refused"), job_id="late-refused", event_time="ts",
+                             watermark_delay="0 ms", late_rows="side_output")
+    (source / "1.json").write_text('{"key": "a", "ts": 100}\n{"key": "b", "ts": 50}\n')
+    (source / "2.json").write_text('{"key": "c", "ts": 100}\n{"key": "d", "ts": 101}\n{"key": "e", "ts": 7}\n')
+    seen: list[tuple] = []
+    late: list[tuple] = []
+    query = process_keyed_stream(stream, "key", Echo(), "key string, ts long",
+                                 sink=lambda df, batch_id: seen.extend(_rows(df.collect())),
+                                 late_sink=lambda df, batch_id: late.extend((batch_id, *r) for r in df.collect()),
+                                 checkpoint_location=str(tmp_path / "query"), job_id="late-stream", event_time="ts",
+                                 watermark_delay="0 ms", late_rows="side_output", trigger={"availableNow": True})
+    query.awaitTermination(120)
+    assert query.exception() is None, query.exception()
+    assert sorted(seen) == [("a", 100), ("b", 50), ("d", 101)]
+    assert sorted(late) == [(1, "c", 100), (1, "e", 7)], "the second micro-batch's watermark is 100"

@@ -69,6 +69,10 @@ class Steps:
     def output(self):
         return sorted(self.harness.take_output())
 
+    def late(self):
+        """The side output of late elements since the last call, as (key, value, timestamp)."""
+        return sorted((row["k"], row["v"], row["ts"]) for row in self.harness.take_late_output())
+
     def restart(self):
         snapshot = self.harness.snapshot()
         self.harness.close()
@@ -440,6 +444,38 @@ def test_lateness_with_a_purging_event_time_trigger(backends):
     assert steps.elements(("key2", 1, 1997)).output() == [("key2", 1, 1999)]
     steps.restart()
     assert steps.watermark(6000).elements(("key2", 1, 1998)).watermark(7000).output() == []
+    assert steps.late() == [("key2", 1, 1998)], "past the lateness: the side output"
+    steps.close()
+
+
+def test_side_output_of_late_elements_of_tumbling_windows(backends):
+    """testSideOutputDueToLatenessTumbling: an element whose window the watermark passed goes to
+    the side output; one whose window is open does not, even behind the watermark."""
+    steps = Steps(lambda: summed(windows.TumblingWindows.of("2 seconds")), backends)
+    steps.elements(("key2", 1, 1000)).watermark(1985).elements(("key2", 1, 1980))
+    assert steps.watermark(1999).output() == [("key2", 2, 1999)]
+    assert steps.late() == [], "1980 was behind the watermark 1985, in a window that had not ended"
+    assert steps.elements(("key2", 1, 1998)).late() == [("key2", 1, 1998)]
+    steps.restart().elements(("key2", 1, 2001))
+    assert steps.watermark(2999).watermark(3999).output() == [("key2", 1, 3999)]
+    assert steps.late() == []
+    steps.close()
+
+
+def test_side_output_of_late_elements_of_sliding_windows(backends):
+    """testSideOutputDueToLatenessSliding: an element goes into those of its sliding windows the
+    watermark has not passed (2400 misses [0, 3000) at watermark 3000, joins the next two), and to
+    the side output only when it missed all of them."""
+    steps = Steps(lambda: summed(windows.SlidingWindows.of("3 seconds", "1 second")), backends)
+    assert steps.elements(("key2", 1, 1000)).watermark(1999).output() == [("key2", 1, 1999)]
+    assert steps.elements(("key2", 1, 2000)).watermark(3000).output() == [("key2", 2, 2999)]
+    steps.elements(("key1", 1, 3001), ("key2", 1, 2400), ("key2", 1, 2400)).restart()
+    steps.elements(("key1", 1, 3001), ("key2", 1, 3900))
+    assert steps.watermark(6000).output() == [("key1", 2, 3999), ("key1", 2, 4999), ("key1", 2, 5999),
+                                              ("key2", 1, 5999), ("key2", 4, 4999), ("key2", 5, 3999)]
+    assert steps.late() == []
+    assert steps.elements(("key1", 1, 3001)).late() == [("key1", 1, 3001)]
+    assert steps.watermark(25000).output() == []
     steps.close()
 
 
@@ -468,8 +504,11 @@ def test_late_elements_of_sessions(backends, lateness, purging, late_outputs, en
                                       allowed_lateness=lateness), backends)
     _session_prefix(steps)
     assert steps.elements(("key2", 1, 10000)).output() == late_outputs
+    late = [("key2", 1, 10000)] if lateness == "0 ms" else []  # no live session to join: the side output
     if lateness == "0 ms" and purging:
         assert steps.elements(("key2", 1, 10100)).output() == []  # late as well: the two do not merge
+        late.append(("key2", 1, 10100))
+    assert steps.late() == late
     assert steps.elements(("key2", 1, 14500)).output() == []
     assert steps.watermark(20000).output() == [end_output]
     assert steps.watermark(100000).output() == []

@@ -56,8 +56,10 @@ def epochs_of(n_epochs, per_epoch, seed, spread=4 * SECOND, keys=5):
 
 def recompute(epochs, assign, delay_ms=0):
     """Each epoch's expected (key, start, end, sum) rows, by the operator's rules in plain Python:
-    epoch N's watermark from epochs < N; late rows dropped; a window is emitted, once, at the end
-    of the first epoch whose watermark passed its last millisecond."""
+    epoch N's watermark from epochs < N; a row goes into each of its windows the watermark has not
+    passed (a row late for all of them is dropped), even when the row itself is behind the
+    watermark; a window is emitted, once, at the end of the first epoch whose watermark passed its
+    last millisecond."""
     rule = EventTime(delay_ms)
     properties = None
     contents: dict = defaultdict(list)  # (key, window) -> values
@@ -66,10 +68,9 @@ def recompute(epochs, assign, delay_ms=0):
         watermark, seen = rule.epoch_start(properties)
         for row in rows:
             seen = max(seen, row["ts"])
-            if row["ts"] >= watermark:  # else late: the runner drops it
-                for window in assign(row["ts"]):
-                    if window[1] - 1 > watermark:
-                        contents[(row["k"], window)].append(row["v"])
+            for window in assign(row["ts"]):
+                if window[1] - 1 > watermark:
+                    contents[(row["k"], window)].append(row["v"])
         closed = sorted(kw for kw in contents if kw[1][1] - 1 <= watermark)
         outputs.append([(key, *window, sum(contents.pop((key, window)))) for key, window in closed])
         properties = {"watermark_ms": watermark, "max_event_time_ms": seen}
@@ -131,19 +132,25 @@ def test_session_windows_merge_and_close_after_the_gap(backend):
     function = windows.aggregate(windows.SessionWindows.with_gap("1500 ms"), Sum(), timestamp="ts",
                                  value=lambda row: row["v"])
     found = run_all(runner(function, backend, delay="2 seconds"), epochs)
-    # the oracle merges every key's elements seen so far into sessions, emits those the watermark closed
-    rule, properties, pending, expected = EventTime(2000), None, defaultdict(list), []
+    # the oracle keeps every key's open sessions as Flink's operator does: a row's window merges with
+    # the sessions it touches that the watermark has not closed, and is dropped when the merged
+    # session is closed too (a row behind the watermark still joins a live session); the sessions
+    # the watermark closed are emitted at the end of the epoch
+    rule, properties, sessions, expected = EventTime(2000), None, defaultdict(list), []
     for rows in epochs:
         watermark, seen = rule.epoch_start(properties)
         for row in rows:
             seen = max(seen, row["ts"])
-            if row["ts"] >= watermark and row["ts"] + gap - 1 > watermark:
-                pending[row["k"]].append((row["ts"], row["v"]))
+            start, end, total = row["ts"], row["ts"] + gap, row["v"]
+            touched = [s for s in sessions[row["k"]] if s[1] - 1 > watermark and s[0] <= end and s[1] >= start]
+            for s in touched:
+                start, end, total = min(start, s[0]), max(end, s[1]), total + s[2]
+            if end - 1 > watermark:
+                sessions[row["k"]] = [s for s in sessions[row["k"]] if s not in touched] + [(start, end, total)]
         out = []
-        for (key, (start, end)), values in sorted(_sessions({(k, None): v for k, v in pending.items()}, gap).items()):
-            if end - 1 <= watermark:
-                out.append((key, start, end, sum(v for _, v in values)))
-                pending[key] = [(ts, v) for ts, v in pending[key] if not start <= ts < end]
+        for key in sorted(sessions):
+            out += [(key, *s) for s in sorted(sessions[key]) if s[1] - 1 <= watermark]
+            sessions[key] = [s for s in sessions[key] if s[1] - 1 > watermark]
         expected.append(out)
         properties = {"watermark_ms": watermark, "max_event_time_ms": seen}
     for number, (got, want) in enumerate(zip(found, expected)):
@@ -170,19 +177,32 @@ def test_counted_sessions_of_one_key_stay_apart_until_bridged(backend):
     assert sorted(run.run_epoch([])) == [("a", T0, T0 + 40 * SECOND, 5), ("a", T0 + 60 * SECOND, T0 + 70 * SECOND, 1)]
 
 
-def test_allowed_lateness_updates_a_closed_window_then_drops(backend):
+@pytest.mark.parametrize("late_rows", ["drop", "process", "side_output"])
+def test_allowed_lateness_updates_a_closed_window_then_drops(backend, late_rows):
+    """The window judges lateness, whatever the job's policy: a row behind the watermark whose
+    window is within its lateness updates it; one past the lateness is late (counted, dropped or
+    in the side output)."""
     function = windows.aggregate(windows.TumblingWindows.of("10 seconds"), Sum(), timestamp="ts",
                                  value=lambda row: row["v"], allowed_lateness="10 seconds")
-    run = runner(function, backend, parallelism=1, late_rows="process")
+    run = runner(function, backend, parallelism=1, late_rows=late_rows)
     run.run_epoch([{"k": "a", "ts": T0 + 1000, "v": 1}])
     run.run_epoch([{"k": "a", "ts": T0 + 12_000, "v": 0}])  # watermark T0 + 1000
     start = T0 - T0 % 10_000
     assert run.run_epoch([]) == [("a", start, start + 10_000, 1)]  # watermark T0 + 12000 closes it
     assert run.run_epoch([{"k": "a", "ts": T0 + 2000, "v": 5}]) == [("a", start, start + 10_000, 6)], \
         "an element late by less than the lateness updates the window's result"
+    counted = "late_rows_side_output" if late_rows == "side_output" else "late_rows_dropped"
+    assert run.late_output == [] and run.latest_metadata().properties[counted] == 0
     run.run_epoch([{"k": "a", "ts": T0 + 40_000, "v": 0}])
-    assert run.run_epoch([{"k": "a", "ts": T0 + 3000, "v": 100}]) == [("a", start + 10_000, start + 20_000, 0)], \
+    late = {"k": "a", "ts": T0 + 3000, "v": 100}
+    assert run.run_epoch([late]) == [("a", start + 10_000, start + 20_000, 0)], \
         "after the lateness, the window is gone and its late elements are dropped (the next window closes)"
+    recorded = run.latest_metadata().properties
+    if late_rows == "side_output":
+        assert run.late_output == [late] and recorded["late_rows_side_output"] == 1
+        assert "late_rows_dropped" not in recorded
+    else:
+        assert run.late_output == [] and recorded["late_rows_dropped"] == 1
 
 
 def test_processing_time_windows_close_by_the_epoch_time(backend):

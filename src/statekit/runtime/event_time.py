@@ -7,7 +7,11 @@ which restores the checkpoint of N-1, computes the same watermark and so fires t
 
 Rows whose event time is at or before the epoch's watermark are *late* (``is_late``): dropped and
 counted (``LATE_ROWS`` in the checkpoint), as Spark's stateful operators drop them, unless the job
-asks to process them. A watermark ``w`` says that no more rows of time ``w`` or earlier are
+asks to process them or to give them back as a side output (``LATE_ROWS_OUTPUT`` counts those). A
+function that ``judges_lateness`` itself (event-time windows) gets every row instead and reports
+the ones it finds late: for a window, a row is late when every window it belongs to is past its
+cleanup time (its end plus the allowed lateness), not when its own timestamp is below the
+watermark (Flink's rule). A watermark ``w`` says that no more rows of time ``w`` or earlier are
 expected (Flink's rule, and Spark's ``eventTime <= watermark``): the event-time timers and windows
 ending at ``w`` fire in the epoch, so a row at ``w`` would come too late for them.
 """
@@ -23,10 +27,11 @@ from statekit.spi.errors import ConfigurationError
 from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 #: checkpoint properties: the epoch's watermark, the largest event time of this and earlier epochs,
-#: and how many late rows this epoch dropped
+#: how many late rows this epoch dropped, and how many it gave back as its side output
 WATERMARK = "watermark_ms"
 MAX_EVENT_TIME = "max_event_time_ms"
 LATE_ROWS = "late_rows_dropped"
+LATE_ROWS_OUTPUT = "late_rows_side_output"
 
 _UNITS_MS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 1000, "second": 1000,
              "seconds": 1000, "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
@@ -60,6 +65,13 @@ def is_late(timestamp_ms: int, watermark_ms: int) -> bool:
 class LateRows(str, enum.Enum):
     DROP = "drop"  # as Spark's stateful operators: not processed, counted in the checkpoint
     PROCESS = "process"  # processed like any row; their timers fire at the end of the epoch
+    SIDE_OUTPUT = "side_output"  # not processed, counted, and returned as rows of their own
+
+
+def judged_by_timestamp(function: Any) -> bool:
+    """Whether the runner judges ``function``'s rows late by their own timestamp (``is_late``):
+    a function that ``judges_lateness`` itself gets every row and reports the late ones."""
+    return not getattr(function, "judges_lateness", False)
 
 
 @dataclass(frozen=True)
@@ -84,10 +96,11 @@ class EventTime:
                  end_of_input: bool = False) -> dict[str, int]:
         """The checkpoint's event-time properties of an epoch that restored ``previous`` and saw
         event times up to ``largest``: its watermark (the largest timestamp once the input ended,
-        so that every later row is late), the largest event time so far, and its late rows."""
+        so that every later row is late), the largest event time so far, and its late rows
+        (dropped, or given back as the side output)."""
         watermark, seen = self.epoch_start(previous)
         return {WATERMARK: MAX_TIMESTAMP if end_of_input else watermark, MAX_EVENT_TIME: max(seen, largest),
-                LATE_ROWS: late_rows}
+                LATE_ROWS_OUTPUT if self.late_rows is LateRows.SIDE_OUTPUT else LATE_ROWS: late_rows}
 
     def epoch_start(self, previous: Mapping[str, Any] | None) -> tuple[int, int]:
         """(the epoch's watermark, the largest event time before it) from the properties of the

@@ -57,6 +57,18 @@ class KeyedContext:
         self.timer: Timer | None = None
         self.time_domain: TimeDomain | None = None
         self._timer_services: dict[str, TimerService] = {}
+        #: how many rows the function reported late this epoch (``report_late``), and those rows
+        #: where the job returns them as its side output (None: counted only)
+        self.late_rows = 0
+        self.late_output: list[Any] | None = None
+
+    def report_late(self, row: Any) -> None:
+        """For a function that ``judges_lateness``: ``row`` came too late to be processed. It is
+        counted, and returned as the job's side output of late rows where the job asks for one
+        (``late_rows="side_output"``)."""
+        self.late_rows += 1
+        if self.late_output is not None:
+            self.late_output.append(row)
 
     def timer_service(self, name: str = USER_TIMERS, namespace_serializer: TypeSerializer | None = None) -> TimerService:
         """The timers of the current key (``on_timer`` is called when one fires). A library that
@@ -123,6 +135,12 @@ class KeyedContext:
 
 class KeyedFunction(ABC):
     """What both function kinds share: the epoch's ``open`` and ``close``, and ``on_timer``."""
+
+    #: True: the runner hands the function every row of an event-time job, late or not, and the
+    #: function reports the ones it finds late (``KeyedContext.report_late``); an event-time window
+    #: does, judging a row by its windows' cleanup times. False: the runner judges rows by their own
+    #: event time against the watermark (``runtime.event_time``).
+    judges_lateness: bool = False
 
     def open(self, ctx: KeyedContext) -> None:
         """Called once per epoch before any row: register states here."""

@@ -15,7 +15,7 @@ from statekit.checkpoint.signing import signing
 from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.event_time import (
-    EventTime, LateRows, event_time_ms, is_late,
+    EventTime, LateRows, event_time_ms, is_late, judged_by_timestamp,
 )
 from statekit.runtime.function import Calls, ProcessFunction, calls_of, check_function
 from statekit.runtime.grouped_rows import GroupedRows
@@ -105,6 +105,11 @@ class LocalRunner:
         self._event_time_name = event_time if isinstance(event_time, str) else None
         self._watermark_ms = MIN_TIMESTAMP
         self._event_time_properties: dict[str, int] = {}
+        #: the epoch's largest event time and its late rows so far (the runner's and the function's)
+        self._largest_event_time = MIN_TIMESTAMP
+        self._late_count = 0
+        #: under ``late_rows="side_output"``: the last epoch's late records, in the order found
+        self.late_output: list[Any] = []
 
     # --- configuration between epochs
     def rescale(self, parallelism: int) -> None:
@@ -129,7 +134,8 @@ class LocalRunner:
         ``end_of_input``: the records are the last of the input, as at the end of a bounded input
         in Flink: after them the watermark moves to the largest timestamp, so every event-time
         timer fires (every window closes, every session ends), and later epochs find every
-        record late."""
+        record late. Under ``late_rows="side_output"`` the epoch's late records are in
+        ``late_output`` afterwards."""
         with signing(self.signing_secret):
             return self._run_epoch(records, checkpoint_id, end_of_input)
 
@@ -137,7 +143,8 @@ class LocalRunner:
         epoch = checkpoint_id if checkpoint_id is not None else self._next_checkpoint_id()
         restored = self._restore_point(epoch)
         self._processing_time_ms = _processing_time(self.clock)
-        records = self._start_event_time(records, restored[0].properties if restored else None, end_of_input)
+        previous = restored[0].properties if restored else None
+        records = self._start_event_time(records, previous)
         partitions: list[list[tuple[Any, int, Any]]] = [[] for _ in range(self.parallelism)]
         for row in records:
             key = spark_key(self.key_selector(row), self.key_types)
@@ -157,6 +164,9 @@ class LocalRunner:
         except BaseException:
             self.store.abort(epoch, subtasks)
             raise
+        if self.event_time is not None:
+            self._event_time_properties = self.event_time.recorded(previous, self._largest_event_time,
+                                                                   self._late_count, end_of_input)
         own = restored[0].checkpoint_id if restored is not None and self._restore_override is None else None
         self._commit(epoch, subtasks, fresh_start=restored is None, restore_point=own)
         return outputs
@@ -187,12 +197,15 @@ class LocalRunner:
         return self.storage.restore_streams()
 
     # --- internals
-    def _start_event_time(self, records: Iterable[Any], previous: Mapping[str, Any] | None,
-                          end_of_input: bool) -> Iterable[Any]:
-        """The epoch's watermark from the restore point; late records dropped (or kept) and counted."""
+    def _start_event_time(self, records: Iterable[Any], previous: Mapping[str, Any] | None) -> Iterable[Any]:
+        """The epoch's watermark from the restore point; records late by their timestamp dropped
+        (or kept, or set aside as the side output) and counted, unless the function judges them."""
+        self.late_output = []
         if self.event_time is None:
             return records
         watermark, seen = self.event_time.epoch_start(previous)
+        policy = self.event_time.late_rows
+        by_timestamp = judged_by_timestamp(self.function)
         largest = seen
         kept, late = [], 0
         record = None
@@ -202,15 +215,17 @@ class LocalRunner:
                 if value is not None:  # as under Spark, a record without event time is processed and moves nothing
                     timestamp = event_time_ms(value)
                     largest = max(largest, timestamp)
-                    if is_late(timestamp, watermark):
+                    if by_timestamp and is_late(timestamp, watermark):
                         late += 1
-                        if self.event_time.late_rows is LateRows.DROP:
+                        if policy is LateRows.SIDE_OUTPUT:
+                            self.late_output.append(record)
+                        if policy is not LateRows.PROCESS:
                             continue
                 kept.append(record)
         except (KeyError, IndexError, TypeError, ConfigurationError) as exc:  # named here, off the per-row path
             raise _event_time_problem(self._event_time_name, record, exc) from exc
         self._watermark_ms = watermark
-        self._event_time_properties = self.event_time.recorded(previous, largest, late, end_of_input)
+        self._largest_event_time, self._late_count = largest, late
         return kept
 
     def _next_checkpoint_id(self) -> int:
@@ -250,6 +265,8 @@ class LocalRunner:
                                 key_serializer=key_serializer, restore=restore, local_dir=self.local_dir)
         try:
             task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds, self._watermark_ms)
+            if self.event_time is not None and self.event_time.late_rows is LateRows.SIDE_OUTPUT:
+                task.context.late_output = self.late_output
             task.open()
             calls = calls_of(self.function)
             if calls is Calls.KEY_RUNS:
@@ -263,6 +280,7 @@ class LocalRunner:
             if end_of_input:
                 task.end_input()
             task.fire_timers(outputs)
+            self._late_count += task.context.late_rows
             pending = task.snapshot(options)
             return pending.write(self.storage.streams(epoch, subtask.name))
         finally:

@@ -15,6 +15,7 @@ _EXPORTS = {
     "register_data_sources": "statekit.spark.data_sources",
     "StatekitConf": "statekit.spark.conf",
     "KeyedJob": "statekit.spark.keyed",
+    "KeyedOutput": "statekit.spark.keyed",
     "process_keyed": "statekit.spark.keyed",
     "savepoint": "statekit.spark.savepoints",
     "rewrite_savepoint": "statekit.spark.rewrite",
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from statekit.spark.checkpoints import latest_checkpoint
     from statekit.spark.conf import StatekitConf
     from statekit.spark.data_sources import register_data_sources
-    from statekit.spark.keyed import KeyedJob, process_keyed
+    from statekit.spark.keyed import KeyedJob, KeyedOutput, process_keyed
     from statekit.spark.rewrite import rewrite_savepoint
     from statekit.spark.savepoints import savepoint
     from statekit.spark.streaming import process_keyed_stream

@@ -1,5 +1,5 @@
 """Event time under Spark: the event-time column read with Arrow compute in each subtask (its
-largest value, and late rows dropped or kept and counted), and the driver's side that turns the
+largest value, and late rows dropped, kept or set aside as the side output, and counted), and the driver's side that turns the
 subtasks' reports into the checkpoint's record (``runtime.event_time``).
 
 The event-time column is a ``timestamp`` (``timestamp_ntz`` too) or an integer of epoch
@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     ByteType, DataType, IntegerType, LongType, ShortType, StructType, TimestampNTZType, TimestampType,
 )
 
-from statekit.runtime.event_time import EventTime, LateRows
+from statekit.runtime.event_time import EventTime, LateRows, judged_by_timestamp
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.timers import MIN_TIMESTAMP
 
@@ -52,34 +52,48 @@ class EventTimeColumn:
 
 @dataclass(frozen=True)
 class SubtaskEventTime:
-    """What a subtask needs: the column, the epoch's watermark and whether late rows are dropped."""
+    """What a subtask needs: the column, the epoch's watermark, the late-row policy, and whether
+    rows are judged late by their timestamp (else the function judges, ``judged_by_timestamp``)."""
 
     column: str
     watermark_ms: int
-    drop_late: bool
+    late_rows: LateRows
     type_name: str | None = None
+    by_timestamp: bool = True
 
 
 class EventTimeTracker:
-    """Watches a subtask's batches: the largest event time and the late rows (dropped if asked)."""
+    """Watches a subtask's batches: the largest event time, and the rows late by their timestamp,
+    counted and dropped, kept, or handed to ``set_aside`` (the side output) as the policy says."""
 
-    def __init__(self, spec: SubtaskEventTime, rows_mask: Callable[[pa.RecordBatch], pa.Array]) -> None:
+    def __init__(self, spec: SubtaskEventTime, rows_mask: Callable[[pa.RecordBatch], pa.Array],
+                 set_aside: Callable[[pa.RecordBatch], None] | None = None) -> None:
         self._spec = spec
         self._rows_mask = rows_mask  # true on rows, false on the engine's marker rows
+        self._set_aside = set_aside
         self.max_event_time_ms = MIN_TIMESTAMP
         self.late_rows = 0
 
     def filtered(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        spec = self._spec
         for batch in batches:
-            times = _milliseconds(batch.column(self._spec.column))
+            times = _milliseconds(batch.column(spec.column))
             rows = self._rows_mask(batch)
             largest = pc.max(pc.filter(times, rows)).as_py()
             if largest is not None and largest > self.max_event_time_ms:
                 self.max_event_time_ms = largest
-            late = pc.fill_null(pc.and_(rows, pc.less_equal(times, self._spec.watermark_ms)), False)
+            if not spec.by_timestamp:
+                yield batch
+                continue
+            late = pc.fill_null(pc.and_(rows, pc.less_equal(times, spec.watermark_ms)), False)
             count = pc.sum(late.cast(pa.int64())).as_py() or 0
             self.late_rows += count
-            yield batch.filter(pc.invert(late)) if count and self._spec.drop_late else batch
+            if not count or spec.late_rows is LateRows.PROCESS:
+                yield batch
+                continue
+            if spec.late_rows is LateRows.SIDE_OUTPUT and self._set_aside is not None:
+                self._set_aside(batch.filter(late))
+            yield batch.filter(pc.invert(late))
 
 
 def _milliseconds(column: pa.Array) -> pa.Array:
@@ -90,13 +104,14 @@ def _milliseconds(column: pa.Array) -> pa.Array:
     return column.cast(pa.int64())
 
 
-def subtask_event_time(event_time: EventTimeColumn | None, previous: dict[str, Any] | None) -> SubtaskEventTime | None:
-    """The epoch's event-time settings from the properties of the checkpoint it restores."""
+def subtask_event_time(event_time: EventTimeColumn | None, previous: dict[str, Any] | None,
+                       function: Any) -> SubtaskEventTime | None:
+    """The epoch's event-time settings of ``function`` from the properties of the checkpoint it restores."""
     if event_time is None:
         return None
     watermark, _ = event_time.rule.epoch_start(previous)
-    return SubtaskEventTime(event_time.column, watermark, event_time.rule.late_rows is LateRows.DROP,
-                            event_time.type_name)
+    return SubtaskEventTime(event_time.column, watermark, event_time.rule.late_rows, event_time.type_name,
+                            judged_by_timestamp(function))
 
 
 def recorded_event_time(event_time: EventTimeColumn | None, previous: dict[str, Any] | None,

@@ -22,7 +22,7 @@ import decimal
 import importlib
 import json
 import re
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +37,7 @@ from statekit.checkpoint.signing import signing
 from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore
 from statekit.checkpoint.snapshot_format import format_property
 from statekit.reading.snapshot_reader import KEY_SCHEMA, recorded_key_columns
+from statekit.runtime.event_time import LateRows
 from statekit.runtime.function import ProcessFunction, check_function
 from statekit.runtime.local_recovery import job_scope
 from statekit.runtime.sink_coordinator import SINK_PROPERTY, RetryPolicy, SinkCoordinator
@@ -68,18 +69,29 @@ ARROW_BATCH_ROWS = 200_000
 SubtaskAcknowledgement = Tuple[SubtaskState, str, Tuple[int, int], Optional[Dict[str, Any]]]
 
 
+class KeyedOutput(NamedTuple):
+    """An epoch's output and its side output of late rows (``late_rows="side_output"``): the rows
+    that came too late, with the input's columns and types."""
+
+    output: DataFrame | None  # None where a transactional sink took the output
+    late: DataFrame
+
+
 def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFunction,
                   schema: str | StructType, *, operator_id: str = "keyed-process", job_id: str | None = None,
                   conf: StatekitConf | None = None, processing_time_ms: int | None = None,
                   event_time: str | None = None, watermark_delay: Any = None, late_rows: str = "drop",
-                  pre_aggregate: Mapping[str, Column] | None = None, end_of_input: bool = False) -> DataFrame:
+                  pre_aggregate: Mapping[str, Column] | None = None,
+                  end_of_input: bool = False) -> DataFrame | KeyedOutput:
     """Process a bounded DataFrame as the job's next epoch; returns the output.
     ``processing_time_ms``: the epoch's processing time (what state TTL and processing-time timers
     measure against); default now, or what an earlier run of the same epoch recorded.
     ``event_time`` (a timestamp or epoch-millisecond column) with ``watermark_delay`` (e.g.
     ``"10 minutes"``): the epoch's watermark is derived from the earlier epochs' event times
     (``runtime.event_time``), event-time timers up to it fire at the end of the epoch, and late
-    rows are dropped and counted (``late_rows="process"`` keeps them).
+    rows are dropped and counted; ``late_rows="process"`` keeps them, and ``"side_output"``
+    returns them: the call then returns a ``KeyedOutput`` (output, late rows). Event-time windows
+    judge lateness themselves: a row is late when all its windows are past their lateness.
     ``pre_aggregate`` (output column -> aggregate, e.g. ``{"count": F.count("*")}``): the rows are
     combined per key in Spark SQL first, and the function gets one row per key with the key columns
     and these aggregates (``spark.pre_aggregation``).
@@ -153,8 +165,14 @@ class KeyedJob:
                    EventTimeColumn.of(input_schema, event_time, watermark_delay, late_rows),
                    tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink, pre_aggregation)
 
+    @property
+    def side_output(self) -> bool:
+        """Whether the job returns its late rows (``late_rows="side_output"``)."""
+        return self.event_time is not None and self.event_time.rule.late_rows is LateRows.SIDE_OUTPUT
+
     def run_epoch(self, df: DataFrame, epoch: int | None = None, progress: StreamProgress | None = None,
-                  processing_time_ms: int | None = None, end_of_input: bool = False) -> DataFrame | None:
+                  processing_time_ms: int | None = None,
+                  end_of_input: bool = False) -> DataFrame | KeyedOutput | None:
         """Run one epoch (default: after the latest checkpoint) and commit its checkpoint.
         Epoch N restores from the latest completed checkpoint with an id below N, so a replayed
         epoch recomputes the same state; ``progress`` (streaming) is what Spark's own checkpoint
@@ -162,13 +180,14 @@ class KeyedJob:
         Returns the output, or None when the job has a sink: then the output is committed to it
         once the checkpoint is complete, and a replayed epoch whose checkpoint completed is not
         computed again (its output is committed again instead, ``runtime.sink_coordinator``).
+        With a side output of late rows, returns a ``KeyedOutput`` (its output None with a sink).
         ``end_of_input``: every event-time timer fires after the epoch's rows (``process_keyed``)."""
         with signing(self.conf.signing_secret) as signed:
             return _run_epoch(self, df, epoch, progress, processing_time_ms, signed, end_of_input)
 
 
 def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progress: StreamProgress | None,
-               processing_time_ms: int | None, signed: bool, end_of_input: bool) -> DataFrame | None:
+               processing_time_ms: int | None, signed: bool, end_of_input: bool) -> DataFrame | KeyedOutput | None:
     # the session of the epoch's rows: under Spark Connect, a streaming query's micro-batches are run
     # by a Python process of the server, in a session of its own
     spark, conf, key_columns, function = df.sparkSession, job.conf, job.key_columns, job.function
@@ -215,21 +234,22 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progre
     trusted = signed or restore_trusted(conf.trust_pickle, backend, conf.checkpoint_format)
     with trusting(trusted):  # an untrusted restore point of pickled keys is refused here, on the driver
         key_serializer = job_key_serializer(previous, job.key_types)
+    if job.pre_aggregation is not None:
+        df = job.pre_aggregation.apply(df)
     spec = SubtaskSpec(function, backend, storage, job_id, operator_id, epoch, parallelism,
                        max_parallelism, key_columns, to_arrow_schema(output, timezone="UTC"), conf.incremental,
                        chosen.checkpoint.metadata.to_bytes() if chosen.checkpoint else None, restore_url,
                        conf.local_dir, conf.batch_max_bytes, processing_time, conf.ttl_sweep_seconds,
-                       subtask_event_time(job.event_time, restored_properties),
+                       subtask_event_time(job.event_time, restored_properties, function),
                        sink=job.sink.sink if job.sink is not None else None,
                        sink_run=job.sink.run if job.sink is not None else "0",
                        checkpoint_format=conf.checkpoint_format,
                        local_retention_seconds=conf.local_retention_seconds, key_types=job.key_types,
                        local_scope=job_scope(conf.storage, conf.checkpoint_dir, conf.storage_options, storage.durable),
-                       key_serializer=key_serializer, trust_pickle=trusted, signed=signed, end_of_input=end_of_input)
+                       key_serializer=key_serializer, trust_pickle=trusted, signed=signed, end_of_input=end_of_input,
+                       late_schema=to_arrow_schema(df.schema, timezone="UTC") if job.side_output else None)
 
     run = SubtaskRun(spec)
-    if job.pre_aggregation is not None:
-        df = job.pre_aggregation.apply(df)
     try:
         result = run.run(df, output, keep_output=job.sink is None)
     except BaseException:
@@ -260,7 +280,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progre
     if job.sink is not None and recorded is not None:
         job.sink.complete(epoch, recorded["outputs"], job.access.restore_streams())
         job.sink.abort_lingering()  # failed attempts' transactions
-    return result
+    return KeyedOutput(result, run.late_output) if run.late_output is not None else result
 
 
 #: Spark SQL key types that hash alike (Spark's xxhash64 of an int) and give equal Python keys
@@ -298,6 +318,9 @@ def _output_committed(sink: SinkCoordinator, store: CheckpointStore, epoch: int,
 
 #: the stage's column of acknowledgements (a subtask's JSON record on its last row, else null)
 ACKNOWLEDGEMENT_COLUMN = "__statekit_ack"
+#: the stage's column of late rows, where the job has a side output of them (a struct of the input
+#: row on a late row, else null)
+LATE_COLUMN = "__statekit_late"
 #: what ``run_subtask`` acknowledges: subtask index, snapshot (JSON), recovery, (largest event time,
 #: late rows), sink record (JSON or None)
 SubtaskAcknowledgementRecord = Tuple[int, str, str, Tuple[int, int], Optional[str]]
@@ -313,16 +336,24 @@ class SubtaskRun:
     def __init__(self, spec: SubtaskSpec) -> None:
         self.spec = spec
         self._acknowledgements: list[str] = []
+        #: the late rows of the stage, where the job has a side output of them (``SubtaskSpec.late_schema``)
+        self.late_output: DataFrame | None = None
 
     def run(self, df: DataFrame, output: StructType, keep_output: bool = True) -> DataFrame | None:
         """Run the stage now; returns its output, locally checkpointed (``keep_output``), or
-        None when the subtasks wrote their output to a sink."""
+        None when the subtasks wrote their output to a sink. The late rows of a side output are in
+        ``late_output`` afterwards (locally checkpointed with the output, sink or not)."""
         spec = self.spec
-        if ACKNOWLEDGEMENT_COLUMN in output.names:
-            raise ConfigurationError(f"the output schema has a column {ACKNOWLEDGEMENT_COLUMN!r}, the name statekit "
-                                     f"gives its own column: rename it")
-        stage_schema = StructType([*output.fields, StructField(ACKNOWLEDGEMENT_COLUMN, StringType())])
-        arrow_schema = spec.output_schema.append(pa.field(ACKNOWLEDGEMENT_COLUMN, pa.string()))
+        for name in (ACKNOWLEDGEMENT_COLUMN, LATE_COLUMN):
+            if name in output.names:
+                raise ConfigurationError(f"the output schema has a column {name!r}, the name statekit gives its own "
+                                         f"column: rename it")
+        side_output = spec.late_schema is not None
+        engine_fields = [StructField(ACKNOWLEDGEMENT_COLUMN, StringType())]
+        if side_output:
+            engine_fields.append(StructField(LATE_COLUMN, df.schema))
+        stage_schema = StructType([*output.fields, *engine_fields])
+        arrow_schema = to_arrow_schema(stage_schema, timezone="UTC")
 
         def subtask(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             context = TaskContext.get()
@@ -330,9 +361,13 @@ class SubtaskRun:
             index = context.partitionId()  # partition i holds subtask i's rows
             key_groups = KeyGroupRange.of_subtask(spec.max_parallelism, spec.parallelism, index)
             acknowledged: list[SubtaskAcknowledgementRecord] = []
-            for batch in run_subtask(spec, index, _of_subtask(batches, key_groups, index), acknowledged.append):
-                yield pa.RecordBatch.from_arrays([*batch.columns, pa.nulls(batch.num_rows, pa.string())],
-                                                 schema=arrow_schema)
+            late: list[pa.RecordBatch] = []
+            for batch in run_subtask(spec, index, _of_subtask(batches, key_groups, index), acknowledged.append,
+                                     late.append if side_output else None):
+                engine = [pa.nulls(batch.num_rows, field.type) for field in arrow_schema][batch.num_columns:]
+                yield pa.RecordBatch.from_arrays([*batch.columns, *engine], schema=arrow_schema)
+                yield from _late_batches(arrow_schema, late)
+            yield from _late_batches(arrow_schema, late)
             for record in acknowledged:
                 yield acknowledgement_batch(arrow_schema, json.dumps(record))
 
@@ -343,7 +378,7 @@ class SubtaskRun:
         acknowledgement = F.col(ACKNOWLEDGEMENT_COLUMN)
         with _session_conf(df.sparkSession, ARROW_BATCH_ROWS_SETTING, str(ARROW_BATCH_ROWS)):
             try:
-                if keep_output:
+                if keep_output or side_output:
                     stage = materialized(stage)
                 rows = stage.where(acknowledgement.isNotNull()).select(acknowledgement).collect()
             except Exception as exc:
@@ -352,7 +387,12 @@ class SubtaskRun:
                     raise
                 raise raised from exc
         self._acknowledgements = [row[0] for row in rows]
-        return stage.where(acknowledgement.isNull()).drop(ACKNOWLEDGEMENT_COLUMN) if keep_output else None
+        outputs = acknowledgement.isNull()
+        if side_output:
+            late = F.col(LATE_COLUMN)
+            self.late_output = stage.where(late.isNotNull()).select(f"{LATE_COLUMN}.*")
+            outputs = outputs & late.isNull()
+        return stage.where(outputs).select(*output.names) if keep_output else None
 
     def states(self) -> dict[int, SubtaskAcknowledgement]:
         """The snapshot of each subtask that acknowledged, how it recovered, its (largest event
@@ -362,11 +402,26 @@ class SubtaskRun:
 
 
 def acknowledgement_batch(schema: pa.Schema, record: str) -> pa.RecordBatch:
-    """One row of the stage's ``schema`` carrying ``record``: null in every other nullable column,
-    and a placeholder in every NOT NULL one (Spark reads every value of a NOT NULL column and fails
-    on a null; the row is filtered out before anything sees its values)."""
-    columns = [pa.array([record], pa.string()) if field.name == ACKNOWLEDGEMENT_COLUMN
-               else pa.nulls(1, field.type) if field.nullable else pa.array([_placeholder(field.type)], field.type)
+    """One row of the stage's ``schema`` carrying ``record`` (``_engine_rows``)."""
+    return _engine_rows(schema, ACKNOWLEDGEMENT_COLUMN, pa.array([record], pa.string()))
+
+
+def _late_batches(schema: pa.Schema, late: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The late rows set aside so far as rows of the stage's ``schema``, taken out of ``late``."""
+    while late:
+        batch = late.pop(0)
+        yield _engine_rows(schema, LATE_COLUMN, pa.StructArray.from_arrays(
+            batch.columns, fields=list(schema.field(LATE_COLUMN).type)))
+
+
+def _engine_rows(schema: pa.Schema, name: str, values: pa.Array) -> pa.RecordBatch:
+    """Rows of the stage's ``schema`` carrying ``values`` in the engine's column ``name``: null in
+    every other nullable column, and a placeholder in every NOT NULL one (Spark reads every value
+    of a NOT NULL column and fails on a null; the rows are filtered out before anything sees
+    those values)."""
+    n = len(values)
+    columns = [values if field.name == name
+               else pa.nulls(n, field.type) if field.nullable else pa.array([_placeholder(field.type)] * n, field.type)
                for field in schema]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 

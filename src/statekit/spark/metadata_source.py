@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from statekit.inspection import describe, list_checkpoints
-from statekit.runtime.event_time import LATE_ROWS, WATERMARK
+from statekit.runtime.event_time import LATE_ROWS, LATE_ROWS_OUTPUT, WATERMARK
 from statekit.spark.state_source import SnapshotLocation, snapshot_location_of
 from statekit.spi.errors import RestoreError
 
@@ -31,7 +31,7 @@ SCHEMA = ("path string, checkpoint_id bigint, savepoint boolean, time timestamp,
           "incremental boolean, snapshot_size bigint, operator_id string, parallelism int, max_parallelism int, "
           "operator_size bigint, key_serializer string, state string, kind string, ttl_seconds double, "
           "serializers map<string,string>, recovery map<string,string>, watermark_ms bigint, "
-          "late_rows_dropped bigint, properties string")
+          "late_rows_dropped bigint, late_rows_side_output bigint, properties string")
 
 
 def snapshot_paths(location: SnapshotLocation) -> list[str]:
@@ -60,7 +60,8 @@ def metadata_rows(path: str, storage_options: dict[str, Any]) -> Iterator[tuple[
     snapshot = (doc["path"], doc["checkpoint_id"], doc["savepoint"], time, doc["backend"], doc["incremental"],
                 doc["state_size"])
     recorded = ({str(k): str(v) for k, v in recovery.items()} if isinstance(recovery, dict) else None,
-                properties.get(WATERMARK), properties.get(LATE_ROWS), json.dumps(properties, sort_keys=True))
+                properties.get(WATERMARK), properties.get(LATE_ROWS), properties.get(LATE_ROWS_OUTPUT),
+                json.dumps(properties, sort_keys=True))
     for operator in doc["operators"]:
         head = (operator["operator_id"], operator["parallelism"], operator["max_parallelism"], operator["state_size"],
                 _serializer_name(operator["key_serializer"]))

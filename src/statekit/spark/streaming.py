@@ -36,7 +36,7 @@ from statekit.checkpoint.ownership import check_identity
 from statekit.runtime.event_time import duration_ms
 from statekit.runtime.function import ProcessFunction
 from statekit.spark.conf import PREFIX, StatekitConf
-from statekit.spark.keyed import KeyedJob
+from statekit.spark.keyed import KeyedJob, KeyedOutput
 from statekit.spark.query_checkpoint import QueryCheckpoint
 from statekit.spark.restore_point import StreamProgress
 from statekit.spark.session import is_connect
@@ -50,7 +50,8 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
                          conf: StatekitConf | None = None, trigger: dict[str, Any] | None = None,
                          query_name: str | None = None, event_time: str | None = None, watermark_delay: Any = None,
                          late_rows: str = "drop", heartbeat: Any = None,
-                         pre_aggregate: Mapping[str, Column] | None = None) -> StreamingQuery:
+                         pre_aggregate: Mapping[str, Column] | None = None,
+                         late_sink: Callable[[DataFrame, int], Any] | None = None) -> StreamingQuery:
     """Start the streaming query; ``trigger`` takes ``DataStreamWriter.trigger`` keywords.
 
     ``event_time``, ``watermark_delay``, ``late_rows``: as for ``process_keyed``; micro-batch N's
@@ -60,7 +61,11 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
     triggers one every interval (unless ``trigger`` says otherwise), so processing time, and the
     processing-time timers due by it, keep advancing when the input is quiet. The watermark moves
     only with event times that arrive, as in Spark and Flink. ``pre_aggregate``: as for
-    ``process_keyed``, per micro-batch."""
+    ``process_keyed``, per micro-batch. ``late_rows="side_output"`` needs ``late_sink(df,
+    batch_id)``: it gets each micro-batch's late rows once the micro-batch's checkpoint is
+    complete (after ``sink``), again when Spark replays the micro-batch, as a function sink is
+    called; a transactional ``sink`` does not compute a micro-batch whose output it committed
+    again, so its late rows are delivered then only if the first attempt got as far."""
     if not df.isStreaming:
         raise ConfigurationError("process_keyed_stream needs a streaming DataFrame; use process_keyed for a "
                                  "bounded one")
@@ -73,6 +78,11 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
                                  f"batch_id)")
     job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
                           event_time, watermark_delay, late_rows, transactional, pre_aggregate)
+    if late_sink is not None and not callable(late_sink):
+        raise ConfigurationError(f"late_sink={late_sink!r} is not a function (DataFrame, batch_id)")
+    if job.side_output != (late_sink is not None):
+        raise ConfigurationError("late_rows='side_output' and late_sink go together: late_sink(df, batch_id) gets the "
+                                 "late rows of each micro-batch; give both, or neither")
     if is_connect(df.sparkSession) and not job.storage.durable:
         raise ConfigurationError(
             f"the checkpoint storage {job.storage.name!r} keeps checkpoints in the memory of the process that "
@@ -93,9 +103,12 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
                                   query_checkpoint.last_committed_batch(), query_checkpoint.batch_timestamp_ms(batch_id))
         if heartbeat is not None:
             batch = without_heartbeat(batch)
-        output = job.run_epoch(batch, epoch=batch_id + 1, progress=progress)
+        result = job.run_epoch(batch, epoch=batch_id + 1, progress=progress)
+        output, late = result if isinstance(result, KeyedOutput) else (result, None)
         if output is not None:  # a function sink; a transactional one got the output already
             sink(output, batch_id)  # type: ignore[operator]
+        if late is not None and late_sink is not None:
+            late_sink(late, batch_id)
 
     writer = df.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint_location)
     if trigger:

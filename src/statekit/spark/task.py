@@ -1,5 +1,5 @@
 """Executor side: one subtask of one epoch, called by ``mapInArrow`` on its own partition's rows:
-restore, process the rows (late ones dropped when the job has event time), fire due timers,
+restore, process the rows (late ones dropped or set aside when the job has event time), fire due timers,
 snapshot, and stream the output back while the snapshot uploads.
 
 Everything the task needs travels in a picklable ``SubtaskSpec``; native state (RocksDB, LMDB) is
@@ -104,17 +104,47 @@ class SubtaskSpec:
     signed: bool = False
     #: the epoch's rows are the last of the input: every event-time timer fires after them
     end_of_input: bool = False
+    #: the schema of the function's input rows, where late rows are the job's side output (None: they are not)
+    late_schema: pa.Schema | None = None
+
+
+class LateRowsOutput:
+    """A subtask's side output of late rows, as batches of the input rows' schema: those late by
+    their timestamp (found by the ``EventTimeTracker``) and those the function reported late."""
+
+    def __init__(self, schema: pa.Schema, deliver: Callable[[pa.RecordBatch], None]) -> None:
+        self.schema, self._deliver = schema, deliver
+
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        """Late rows of a batch of the stage's input (with the engine's key-group column)."""
+        self._deliver(batch.select(self.schema.names))
+
+    def add_reported(self, rows: list[Any]) -> None:
+        """Rows the function reported (``KeyedContext.report_late``), taken out of ``rows``."""
+        if not rows:
+            return
+        try:
+            batch = pa.RecordBatch.from_pylist(rows, schema=self.schema)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise FunctionResultError(f"a late row the function reported, {short_repr(rows[0])}, is not a row of its "
+                                      f"input ({self.schema.names}): report the row as the function got it ({exc})") \
+                from exc
+        rows.clear()
+        self._deliver(batch)
 
 
 def run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
-                acknowledge: Callable[[tuple], None]) -> Iterator[pa.RecordBatch]:
-    """One subtask's epoch on an executor: its output batches, then its acknowledgement."""
+                acknowledge: Callable[[tuple], None],
+                set_aside: Callable[[pa.RecordBatch], None] | None = None) -> Iterator[pa.RecordBatch]:
+    """One subtask's epoch on an executor: its output batches, then its acknowledgement;
+    ``set_aside`` gets the late rows where the job has a side output of them (``late_schema``)."""
     with cryptographic_checksums(spec.signed):
-        yield from _run_subtask(spec, subtask_index, batches, acknowledge)
+        yield from _run_subtask(spec, subtask_index, batches, acknowledge, set_aside)
 
 
 def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.RecordBatch],
-                 acknowledge: Callable[[tuple], None]) -> Iterator[pa.RecordBatch]:
+                 acknowledge: Callable[[tuple], None],
+                 set_aside: Callable[[pa.RecordBatch], None] | None) -> Iterator[pa.RecordBatch]:
     subtask = SubtaskInfo(spec.job_id, spec.operator_id, subtask_index, spec.parallelism, spec.max_parallelism)
     access = spec.storage.create_access(spec.job_id)
     restore, own_state = _restore_of(spec, subtask_index, access)
@@ -127,7 +157,9 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
         raise
     outputs: list[Any] = []
     writer: SubtaskSinkWriter | None = None
-    tracker = EventTimeTracker(spec.event_time, rows_mask) if spec.event_time is not None else None
+    late = LateRowsOutput(spec.late_schema, set_aside) if spec.late_schema is not None and set_aside else None
+    tracker = (EventTimeTracker(spec.event_time, rows_mask, late.add_batch if late is not None else None)
+               if spec.event_time is not None else None)
     if tracker is not None:
         batches = tracker.filtered(batches)
     try:
@@ -135,6 +167,8 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
                          spec.ttl_sweep_seconds,
                          spec.event_time.watermark_ms if spec.event_time is not None else MIN_TIMESTAMP,
                          spec.event_time.type_name if spec.event_time is not None else None)
+        if late is not None:
+            task.context.late_output = []
         task.open()
         if spec.sink is not None:
             writer = SubtaskSinkWriter(spec.sink, _sink_context(spec, subtask_index),
@@ -154,6 +188,8 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
                     outputs.extend(produced)
             if not checked and outputs:
                 checked = check_first_rows(outputs, spec.output_schema, spec.function)
+            if late is not None:
+                late.add_reported(task.context.late_output)
             while len(outputs) >= OUTPUT_BATCH_ROWS:
                 yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer)
                 del outputs[:OUTPUT_BATCH_ROWS]
@@ -199,7 +235,8 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
                       on_disk=spec.state_backend.capabilities.local_recovery)
     else:
         lease.release()
-    seen = (tracker.max_event_time_ms, tracker.late_rows) if tracker is not None else (MIN_TIMESTAMP, 0)
+    seen = ((tracker.max_event_time_ms, tracker.late_rows + task.context.late_rows) if tracker is not None
+            else (MIN_TIMESTAMP, 0))
     acknowledge((subtask_index, json.dumps(state.to_json()), recovery, seen,
                  json.dumps(sink_entry) if sink_entry is not None else None))
 

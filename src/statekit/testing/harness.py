@@ -15,7 +15,8 @@ elements, watermarks and processing times interleaved in any order, snapshots ta
 A runner's epoch derives its watermark from earlier epochs and fires timers after its rows; the
 harness instead sets the watermark and the processing time as told and fires what is due at once
 (Flink's order), with one subtask of the whole key space and every row processed (none is dropped
-as late: the function judges). It runs the function through the same ``KeyedTask`` the runners use.
+as late: the function judges, and ``take_late_output`` gives the rows it reported late, Flink's
+side output of late data). It runs the function through the same ``KeyedTask`` the runners use.
 """
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ class KeyedHarness:
         self._task = KeyedTask.create(function, state_backend or HeapStateBackend(),
                                       SubtaskInfo("harness", "keyed-process", 0, 1, MAX_PARALLELISM),
                                       self._checkpoint_id + 1, restore=task_restore, local_dir=local_dir)
+        self._task.context.late_output = []
         try:
             self._task.begin_epoch(restore.processing_time_ms if restore is not None else processing_time_ms, 0.0,
                                    restore.watermark_ms if restore is not None else MIN_TIMESTAMP)
@@ -130,6 +132,11 @@ class KeyedHarness:
         """The output rows since the last call, in the order the function produced them."""
         output, self._output = self._output, []
         return output
+
+    def take_late_output(self) -> list[Any]:
+        """The rows the function reported late since the last call (``KeyedContext.report_late``)."""
+        late, self._task.context.late_output = self._task.context.late_output, []
+        return late
 
     def snapshot(self) -> HarnessSnapshot:
         """The state now, in the canonical format, held in memory."""

@@ -13,7 +13,8 @@ moves no state; when an element bridges two sessions, the later one's contents a
 the earlier one's, and the trigger merges its state. As in Flink, a session element is late only
 if the session it merges into is: its own window may be past the allowed lateness while the live
 session it touches is not. Cleanup times stop at the largest timestamp, as Flink's ``cleanupTime``
-does.
+does. The operator judges lateness itself (``judges_lateness``): the runner hands it every row,
+and it reports those that every window skipped as late (dropped, or the job's side output).
 """
 from __future__ import annotations
 
@@ -230,8 +231,9 @@ class WindowOperator(KeyedProcessFunction):
         if assigner.merging and not self.trigger.can_merge():
             raise ConfigurationError(f"{self.trigger!r} cannot merge windows (its can_merge() is false), which "
                                      f"{type(assigner).__name__} needs: give a trigger that can")
-        #: windows end at the watermark: late elements are judged by their windows' cleanup times
-        self._judges_lateness = event_time and assigner.ends
+        #: windows end at the watermark: the operator gets every row and judges it by its windows'
+        #: cleanup times (``KeyedFunction.judges_lateness``)
+        self.judges_lateness = event_time and assigner.ends
         #: elements are timed by their event time (``timestamp=``), read for those windows and for
         #: contents that keep it (evictors)
         self._event_time_windows = event_time and timestamp is not None
@@ -306,18 +308,20 @@ class WindowOperator(KeyedProcessFunction):
         value = self.value(row) if self.value is not None else row
         watermark = timers.current_watermark()
         trigger, trigger_context = self.trigger, self._trigger_context
+        skipped = True  # by every window, as late
         for window in self.assigner.assign_element(row, timestamp):
             if self.assigner.merging:
                 # as Flink: merge first, then ask whether the merged session is late, so an element
                 # whose own window is past its lateness still joins a live session it touches
-                merged = self._merge(window, timers, watermark if self._judges_lateness else None)
+                merged = self._merge(window, timers, watermark if self.judges_lateness else None)
                 if merged is None:
-                    continue  # late beyond the allowed lateness: dropped, as in Flink
+                    continue  # late beyond the allowed lateness
                 window, state_window = merged
-            elif self._judges_lateness and self._cleanup_time(window) <= watermark:
-                continue  # late beyond the allowed lateness: dropped, as in Flink
+            elif self.judges_lateness and self._cleanup_time(window) <= watermark:
+                continue  # late beyond the allowed lateness
             else:
                 state_window = window
+            skipped = False
             self.contents.add(state_window, value, event_time)
             trigger_context.window = window
             result = trigger.on_element(row, timestamp, window, trigger_context)
@@ -326,6 +330,8 @@ class WindowOperator(KeyedProcessFunction):
             if result.purge:
                 self.contents.clear(state_window)
             self._register_cleanup(timers, window)
+        if skipped and self.judges_lateness and event_time + self.lateness_ms <= watermark:
+            ctx.report_late(row)  # Flink's isSkippedElement && isElementLate: dropped, or the side output
 
     def _merge(self, new: TimeWindow, timers: TimerService,
                watermark: int | None) -> tuple[TimeWindow, TimeWindow] | None:
@@ -413,8 +419,10 @@ def aggregate(assigner: WindowAssigner, function: AggregateFunction, *, timestam
     """Windows that keep one accumulator each (Flink's ``window(...).aggregate(...)``): each element's
     ``value(row)`` (default: the row) is added; when a window fires, ``emit(key, window, result)``
     gives its output row (default ``(key..., start, end, result)``). ``timestamp``: the row's
-    event-time column or a function of the row (event-time windows). ``allowed_lateness`` acts on
-    late rows, which reach the operator only when the job keeps them (``late_rows="process"``).
+    event-time column or a function of the row (event-time windows). ``allowed_lateness``: how
+    long after its end a window still takes rows (each one fires it again); a row is late when
+    every window it belongs to is past that, and is then dropped or, with the job's
+    ``late_rows="side_output"``, returned in the side output.
     ``trigger`` (``windows.triggers``): when windows fire and purge; by default at their end."""
     if not isinstance(function, AggregateFunction):
         raise ConfigurationError(f"windows.aggregate needs an AggregateFunction instance, got {function!r}")
