@@ -5,6 +5,7 @@ windows, a process-window function, windows kept open across a rescale and a bac
 a savepoint, and windows and cleanup times at the largest timestamp."""
 from __future__ import annotations
 
+import datetime
 import random
 from collections import defaultdict
 
@@ -562,3 +563,25 @@ def test_a_bad_dynamic_gap_names_the_element():
     run = runner(function, HeapStateBackend(), delay="1 minute")
     with pytest.raises(ConfigurationError, match=r"gap must be a positive duration, got -5 ms, for \{.*'gap': -5"):
         run.run_epoch([{"k": "a", "ts": T0, "v": 1, "gap": -5}])
+
+
+@pytest.mark.parametrize("zone", [datetime.timezone.utc, None], ids=["timestamp", "timestamp_ntz"])
+def test_windows_over_datetime_event_times_start_and_end_at_datetimes_in_the_local_runner(backend, zone):
+    """As under Spark for a TIMESTAMP (or TIMESTAMP_NTZ) column: records whose event times are aware
+    (or naive) datetimes get window bounds of that kind, also from an epoch without records (the
+    type is recorded with the checkpoint); a ProcessWindowFunction gets them with window.bounds."""
+
+    class Bounds(windows.ProcessWindowFunction):
+        def process(self, key, window, elements, ctx):
+            yield (key, *window.bounds(ctx.time.event_time_type), len(elements))
+
+    base = datetime.datetime(2024, 3, 1, 9, 0, tzinfo=zone)
+    rows = [{"k": "a", "ts": base + datetime.timedelta(seconds=s)} for s in (1, 4, 12)]
+    for function in (windows.aggregate(windows.TumblingWindows.of("10 seconds"), windows.Count(), timestamp="ts"),
+                     windows.process(windows.TumblingWindows.of("10 seconds"), Bounds(), timestamp="ts")):
+        run = runner(function, backend, parallelism=1)
+        assert run.run_epoch(rows) == []
+        assert run.run_epoch([]) == [("a", base, base + datetime.timedelta(seconds=10), 2)]
+        assert run.latest_metadata().properties["event_time_type"] == ("timestamp" if zone else "timestamp_ntz")
+        assert run.run_epoch([], end_of_input=True) == [("a", base + datetime.timedelta(seconds=10),
+                                                          base + datetime.timedelta(seconds=20), 1)]

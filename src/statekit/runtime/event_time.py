@@ -117,6 +117,17 @@ class EventTime:
 #: the Spark types of event-time columns whose values are datetimes: windows of such a job start and
 #: end at datetimes of the same type (an aware one in UTC for ``timestamp``, a naive one for ``timestamp_ntz``)
 TIMESTAMP_TYPES = ("timestamp", "timestamp_ntz")
+#: checkpoint property of the local runner: the type of its records' event times (one of
+#: ``TIMESTAMP_TYPES``, absent for milliseconds), so that an epoch without records keeps it
+EVENT_TIME_TYPE = "event_time_type"
+
+
+def time_type_of(value: Any) -> str | None:
+    """The Spark type an event-time value stands for: ``timestamp`` for an aware datetime,
+    ``timestamp_ntz`` for a naive one, None for epoch milliseconds."""
+    if isinstance(value, datetime.datetime):
+        return "timestamp" if value.tzinfo is not None else "timestamp_ntz"
+    return None
 
 
 def timestamp_of_ms(ms: int, type_name: str) -> datetime.datetime:

@@ -15,7 +15,7 @@ from statekit.checkpoint.signing import signing
 from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.event_time import (
-    EventTime, LateRows, event_time_ms, is_late, judged_by_timestamp,
+    EVENT_TIME_TYPE, EventTime, LateRows, event_time_ms, is_late, judged_by_timestamp, time_type_of,
 )
 from statekit.runtime.function import Calls, ProcessFunction, calls_of, check_function
 from statekit.runtime.grouped_rows import GroupedRows
@@ -105,9 +105,11 @@ class LocalRunner:
         self._event_time_name = event_time if isinstance(event_time, str) else None
         self._watermark_ms = MIN_TIMESTAMP
         self._event_time_properties: dict[str, int] = {}
-        #: the epoch's largest event time and its late rows so far (the runner's and the function's)
+        #: the epoch's largest event time and its late rows so far (the runner's and the function's),
+        #: and the type of its records' event times (``time_type_of``: windows give bounds of it)
         self._largest_event_time = MIN_TIMESTAMP
         self._late_count = 0
+        self._event_time_type: str | None = None
         #: under ``late_rows="side_output"``: the last epoch's late records, in the order found
         self.late_output: list[Any] = []
 
@@ -167,6 +169,8 @@ class LocalRunner:
         if self.event_time is not None:
             self._event_time_properties = self.event_time.recorded(previous, self._largest_event_time,
                                                                    self._late_count, end_of_input)
+            if self._event_time_type is not None:
+                self._event_time_properties[EVENT_TIME_TYPE] = self._event_time_type
         own = restored[0].checkpoint_id if restored is not None and self._restore_override is None else None
         self._commit(epoch, subtasks, fresh_start=restored is None, restore_point=own)
         return outputs
@@ -206,6 +210,7 @@ class LocalRunner:
         watermark, seen = self.event_time.epoch_start(previous)
         policy = self.event_time.late_rows
         by_timestamp = judged_by_timestamp(self.function)
+        time_type, typed = (previous or {}).get(EVENT_TIME_TYPE), False
         largest = seen
         kept, late = [], 0
         record = None
@@ -213,6 +218,8 @@ class LocalRunner:
             for record in records:
                 value = self._event_time_of(record)
                 if value is not None:  # as under Spark, a record without event time is processed and moves nothing
+                    if not typed:  # the epoch's first event time says the type
+                        time_type, typed = time_type_of(value), True
                     timestamp = event_time_ms(value)
                     largest = max(largest, timestamp)
                     if by_timestamp and is_late(timestamp, watermark):
@@ -225,7 +232,7 @@ class LocalRunner:
         except (KeyError, IndexError, TypeError, ConfigurationError) as exc:  # named here, off the per-row path
             raise _event_time_problem(self._event_time_name, record, exc) from exc
         self._watermark_ms = watermark
-        self._largest_event_time, self._late_count = largest, late
+        self._largest_event_time, self._late_count, self._event_time_type = largest, late, time_type
         return kept
 
     def _next_checkpoint_id(self) -> int:
@@ -264,7 +271,8 @@ class LocalRunner:
         task = KeyedTask.create(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
                                 key_serializer=key_serializer, restore=restore, local_dir=self.local_dir)
         try:
-            task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds, self._watermark_ms)
+            task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds, self._watermark_ms,
+                             self._event_time_type)
             if self.event_time is not None and self.event_time.late_rows is LateRows.SIDE_OUTPUT:
                 task.context.late_output = self.late_output
             task.open()

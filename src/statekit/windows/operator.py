@@ -21,7 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterable, Iterator
 
-from statekit.runtime.event_time import TIMESTAMP_TYPES, event_time_ms, timestamp_of_ms
+from statekit.runtime.event_time import event_time_ms
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction
 from statekit.runtime.timers import TimerService
 from statekit.spi.descriptors import AggregateFunction, ListStateDescriptor, ValueStateDescriptor
@@ -195,10 +195,7 @@ def default_emit(key: Any, window: TimeWindow, result: Any, time_type: str | Non
     """``(key columns..., window start, window end, result)``: the window's bounds in epoch
     milliseconds, or as datetimes of the job's event-time column's type (``time_type``, a Spark
     ``timestamp`` or ``timestamp_ntz``), as Spark's ``window()`` gives them."""
-    if time_type in TIMESTAMP_TYPES:
-        return (*(key if isinstance(key, tuple) else (key,)), timestamp_of_ms(window.start, time_type),
-                timestamp_of_ms(window.end, time_type), result)
-    return (*(key if isinstance(key, tuple) else (key,)), window.start, window.end, result)
+    return (*(key if isinstance(key, tuple) else (key,)), *window.bounds(time_type), result)
 
 
 class WindowOperator(KeyedProcessFunction):

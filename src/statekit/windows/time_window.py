@@ -2,9 +2,11 @@
 and its serializer (the namespace of a window's state and timers)."""
 from __future__ import annotations
 
+import datetime
 import struct
 from typing import NamedTuple
 
+from statekit.runtime.event_time import TIMESTAMP_TYPES, timestamp_of_ms
 from statekit.spi.errors import SerializationError
 from statekit.spi.serializer import TypeSerializer
 
@@ -29,6 +31,14 @@ class TimeWindow(NamedTuple):
 
     def cover(self, other: "TimeWindow") -> "TimeWindow":
         return TimeWindow(min(self.start, other.start), max(self.end, other.end))
+
+    def bounds(self, time_type: str | None) -> "tuple[int, int] | tuple[datetime.datetime, datetime.datetime]":
+        """(start, end) in the type of the job's event time, ``ctx.time.event_time_type``: epoch
+        milliseconds, or datetimes for a ``timestamp`` (aware, UTC) or ``timestamp_ntz`` (naive)
+        event time, as Spark's ``window()`` gives them."""
+        if time_type in TIMESTAMP_TYPES:
+            return timestamp_of_ms(self.start, time_type), timestamp_of_ms(self.end, time_type)  # type: ignore[arg-type]
+        return self.start, self.end
 
 
 class TimeWindowSerializer(TypeSerializer[TimeWindow]):
