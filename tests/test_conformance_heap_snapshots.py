@@ -1,4 +1,4 @@
-"""The heap backend against the snapshot/restore, rescale, TTL and timers levels, with both storages."""
+"""The heap backend against the snapshot/restore, rescale, TTL (processing and event time) and timers levels, with both storages."""
 import pytest
 
 from statekit.backends.heap import HeapStateBackend, snapshot_columns
@@ -7,10 +7,10 @@ from statekit.conformance_tests.migration import MigrationTests
 from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.snapshots import OnFilesystemStorage, SavepointConversionTests, SnapshotRestoreTests
 from statekit.conformance_tests.timers import TimerTests
-from statekit.conformance_tests.ttl import TtlTests
+from statekit.conformance_tests.ttl import EventTimeTtlTests, TtlTests
 
 
-class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests,
+class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests, EventTimeTtlTests,
                         SavepointConversionTests, TimerTests, MigrationTests):
     @pytest.fixture
     def state_backend(self):

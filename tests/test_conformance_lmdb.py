@@ -12,11 +12,11 @@ from statekit.conformance_tests.snapshots import (
 )
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.timers import TimerTests
-from statekit.conformance_tests.ttl import TtlTests
+from statekit.conformance_tests.ttl import EventTimeTtlTests, TtlTests
 
 
 class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
-               TtlTests, SavepointConversionTests, TimerTests, MigrationTests):
+               TtlTests, EventTimeTtlTests, SavepointConversionTests, TimerTests, MigrationTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return LMDBStateBackend(**{"local-dir": str(tmp_path / "lmdb"), "map-size": "64k"})

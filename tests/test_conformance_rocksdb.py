@@ -12,11 +12,11 @@ from statekit.conformance_tests.snapshots import (
 )
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.timers import TimerTests
-from statekit.conformance_tests.ttl import TtlTests
+from statekit.conformance_tests.ttl import EventTimeTtlTests, TtlTests
 
 
 class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
-                  TtlTests, SavepointConversionTests, TimerTests, MigrationTests):
+                  TtlTests, EventTimeTtlTests, SavepointConversionTests, TimerTests, MigrationTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return RocksDBStateBackend(**{"local-dir": str(tmp_path / "rocksdb"), "block-cache-size": "16m",
@@ -24,7 +24,7 @@ class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests
 
 
 class TestRocksDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests,
-                              TtlTests, TimerTests):
+                              TtlTests, EventTimeTtlTests, TimerTests):
     state_backend = TestRocksDB.state_backend
 
 

@@ -21,7 +21,7 @@ from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.storage import StorageTests
 from statekit.conformance_tests.target import SuiteTarget
 from statekit.conformance_tests.timers import TimerTests
-from statekit.conformance_tests.ttl import TtlTests
+from statekit.conformance_tests.ttl import EventTimeTtlTests, TtlTests
 from statekit.spi.backend import StateBackend
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 
@@ -64,7 +64,7 @@ class TestMigration(Configured, MigrationTests):
     pass
 
 
-class TestTtl(Configured, TtlTests):
+class TestTtl(Configured, TtlTests, EventTimeTtlTests):
     pass
 
 

@@ -15,7 +15,7 @@ from statekit.checkpoint.signing import signing
 from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.event_time import (
-    EventTime, LateRows, event_time_ms, is_late,
+    ElementTimes, EventTime, LateRows, event_time_ms, is_late,
 )
 from statekit.runtime.function import Calls, ProcessFunction, calls_of, check_function
 from statekit.runtime.grouped_rows import GroupedRows
@@ -102,6 +102,7 @@ class LocalRunner:
                                      "record and how far the watermark trails it) or neither")
         self.event_time = EventTime.of(watermark_delay, late_rows) if watermark_delay is not None else None
         self._event_time_of = _event_time_reader(event_time)
+        self._element_times = ElementTimes.of_function(self._event_time_of) if self._event_time_of else None
         self._event_time_name = event_time if isinstance(event_time, str) else None
         self._watermark_ms = MIN_TIMESTAMP
         self._event_time_properties: dict[str, int] = {}
@@ -249,7 +250,8 @@ class LocalRunner:
         task = KeyedTask.create(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
                                 key_serializer=key_serializer, restore=restore, local_dir=self.local_dir)
         try:
-            task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds, self._watermark_ms)
+            task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds, self._watermark_ms,
+                             element_times=self._element_times)
             task.open()
             calls = calls_of(self.function)
             if calls is Calls.KEY_RUNS:

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     ByteType, DataType, IntegerType, LongType, ShortType, StructType, TimestampNTZType, TimestampType,
 )
 
-from statekit.runtime.event_time import EventTime, LateRows
+from statekit.runtime.event_time import EventTime, LateRows, milliseconds
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.timers import MIN_TIMESTAMP
 
@@ -71,7 +71,7 @@ class EventTimeTracker:
 
     def filtered(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            times = _milliseconds(batch.column(self._spec.column))
+            times = milliseconds(batch.column(self._spec.column))
             rows = self._rows_mask(batch)
             largest = pc.max(pc.filter(times, rows)).as_py()
             if largest is not None and largest > self.max_event_time_ms:
@@ -80,14 +80,6 @@ class EventTimeTracker:
             count = pc.sum(late.cast(pa.int64())).as_py() or 0
             self.late_rows += count
             yield batch.filter(pc.invert(late)) if count and self._spec.drop_late else batch
-
-
-def _milliseconds(column: pa.Array) -> pa.Array:
-    """Epoch milliseconds, rounded down as Spark and ``event_time_ms`` round (-0.5 ms is -1)."""
-    if pa.types.is_timestamp(column.type):
-        micros = column.cast(pa.timestamp("us", column.type.tz)).cast(pa.timestamp("us"))
-        return pc.divide(pc.floor_temporal(micros, unit="millisecond").cast(pa.int64()), 1000)
-    return column.cast(pa.int64())
 
 
 def subtask_event_time(event_time: EventTimeColumn | None, previous: dict[str, Any] | None) -> SubtaskEventTime | None:
