@@ -10,7 +10,7 @@ from statekit.conformance_tests.timers import TimerTests
 from statekit.conformance_tests.ttl import EventTimeTtlTests, TtlTests
 
 
-class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests, EventTimeTtlTests,
+class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests,
                         SavepointConversionTests, TimerTests, MigrationTests):
     @pytest.fixture
     def state_backend(self):
@@ -18,6 +18,14 @@ class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleT
 
 
 class TestHeapSnapshotsOnFilesystem(OnFilesystemStorage, TestHeapSnapshots):
+    pass
+
+
+class TestHeapEventTimeTtl(EventTimeTtlTests):
+    state_backend = TestHeapSnapshots.state_backend
+
+
+class TestHeapEventTimeTtlOnFilesystem(OnFilesystemStorage, TestHeapEventTimeTtl):
     pass
 
 

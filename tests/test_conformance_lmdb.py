@@ -16,13 +16,17 @@ from statekit.conformance_tests.ttl import EventTimeTtlTests, TtlTests
 
 
 class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
-               TtlTests, EventTimeTtlTests, SavepointConversionTests, TimerTests, MigrationTests):
+               TtlTests, SavepointConversionTests, TimerTests, MigrationTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return LMDBStateBackend(**{"local-dir": str(tmp_path / "lmdb"), "map-size": "64k"})
 
 
 class TestLMDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+    state_backend = TestLMDB.state_backend
+
+
+class TestLMDBEventTimeTtl(EventTimeTtlTests):
     state_backend = TestLMDB.state_backend
 
 

@@ -16,7 +16,7 @@ from statekit.conformance_tests.ttl import EventTimeTtlTests, TtlTests
 
 
 class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
-                  TtlTests, EventTimeTtlTests, SavepointConversionTests, TimerTests, MigrationTests):
+                  TtlTests, SavepointConversionTests, TimerTests, MigrationTests):
     @pytest.fixture
     def state_backend(self, tmp_path):
         return RocksDBStateBackend(**{"local-dir": str(tmp_path / "rocksdb"), "block-cache-size": "16m",
@@ -24,7 +24,15 @@ class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests
 
 
 class TestRocksDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests,
-                              TtlTests, EventTimeTtlTests, TimerTests):
+                              TtlTests, TimerTests):
+    state_backend = TestRocksDB.state_backend
+
+
+class TestRocksDBEventTimeTtl(EventTimeTtlTests):
+    state_backend = TestRocksDB.state_backend
+
+
+class TestRocksDBEventTimeTtlOnFilesystem(OnFilesystemStorage, EventTimeTtlTests):
     state_backend = TestRocksDB.state_backend
 
 

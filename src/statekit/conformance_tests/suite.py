@@ -64,7 +64,11 @@ class TestMigration(Configured, MigrationTests):
     pass
 
 
-class TestTtl(Configured, TtlTests, EventTimeTtlTests):
+class TestTtl(Configured, TtlTests):
+    pass
+
+
+class TestEventTimeTtl(Configured, EventTimeTtlTests):
     pass
 
 

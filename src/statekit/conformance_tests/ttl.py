@@ -610,6 +610,8 @@ class EventTimeTtlTests(BackendTestBase):
         restored = open_keyed_backend(state_backend, str(tmp_path / "restored"), restore_handles=[handle],
                                       restore_streams=snapshot_streams)
         try:
+            restored.set_processing_time(T0)
+            restored.set_watermark(T0)
             with expect_error(IncompatibleSerializerError, "registering a restored state with TTL on the other "
                               "time must be refused") as caught:
                 restored.get_state(ValueStateDescriptor("switched", ttl=after))

@@ -38,15 +38,16 @@ class Capabilities:
     incremental_snapshots: bool = False
     async_snapshots: bool = True
     ttl: bool = False
-    #: TTL on event time (``TtlTimeCharacteristic.EVENT_TIME``): entries stamped with the element's
-    #: event time and expired by the watermark (``KeyedStateBackend.set_watermark``); needs ``ttl``
-    event_time_ttl: bool = False
     out_of_core: bool = False  # state may exceed memory
     #: the working state survives ``dispose`` in ``KeyedBackendParams.working_dir`` and is reopened
     #: there with ``resume_local_state`` (local recovery without reading checkpoint storage)
     local_recovery: bool = False
     #: full checkpoints in the backend's own format on request (``SnapshotFormat.NATIVE``)
     native_snapshots: bool = False
+    #: TTL on event time (``TtlTimeCharacteristic.EVENT_TIME``): entries stamped with the element's
+    #: event time and expired by the watermark (``KeyedStateBackend.set_watermark``); needs ``ttl``.
+    #: Last, so that capabilities given by position keep their meaning
+    event_time_ttl: bool = False
 
     def declared(self) -> dict[str, bool]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

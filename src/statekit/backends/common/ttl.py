@@ -120,7 +120,8 @@ def timestamp_of(data: bytes) -> int:
     return TIMESTAMP.unpack_from(data)[0]
 
 
-def expiry_deadlines(states: Iterable[StateMetaInfo], processing_time_ms: int, watermark_ms: int) -> dict[str, int]:
+def expiry_deadlines(states: Iterable[StateMetaInfo], processing_time_ms: int,
+                     watermark_ms: int = MIN_TIMESTAMP) -> dict[str, int]:
     """For each state with TTL, the latest write time that is expired at ``processing_time_ms``
     (event-time TTL: at ``watermark_ms``): an entry written at or before it is expired. A state
     none of whose entries can be expired (event time before any watermark) is left out."""
@@ -208,13 +209,14 @@ def inner_descriptor(descriptor: StateDescriptor, clocks: TtlClocks) -> StateDes
 
 
 def ttl_state(descriptor: StateDescriptor, create: Callable[[StateDescriptor], State],
-              backend: KeyedStateBackend) -> State:
+              time: KeyedStateBackend | Clock) -> State:
     """The state of a descriptor with TTL: ``create`` (the backend's own ``get_state``) makes the
-    inner state of ``inner_descriptor``, which the returned state wraps; its times are
-    ``backend``'s (``TtlClocks.of``)."""
+    inner state of ``inner_descriptor``, which the returned state wraps. ``time``: the backend
+    whose times the state uses (``TtlClocks.of``), or, as plugins passed it before event-time TTL,
+    a function that gives the processing time (processing-time TTL only)."""
     config = descriptor.ttl
     assert config is not None
-    clocks = TtlClocks.of(config, backend)
+    clocks = TtlClocks.of(config, time) if isinstance(time, KeyedStateBackend) else TtlClocks(time, time)
     inner = create(inner_descriptor(descriptor, clocks))
     kind = descriptor.kind
     if kind is StateKind.VALUE:
