@@ -7,6 +7,7 @@ import pytest
 from statekit.backends.heap import HeapStateBackend
 from statekit.conformance_tests.semantics import StateSemantics, TtlSemantics
 from statekit.conformance_tests.spark import SparkTests
+from statekit.conformance_tests.ttl import EventTimeTtlTests
 from statekit.spi import Capabilities, StateBackend
 
 
@@ -29,6 +30,25 @@ class TestHeapWithoutTtlRefusesTtl(TtlSemantics):
     @pytest.fixture
     def state_backend(self) -> StateBackend:
         return HeapWithoutTtl()
+
+
+class HeapWithoutEventTimeTtl(HeapStateBackend):
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True)
+
+
+class TestHeapWithoutEventTimeTtl(TtlSemantics):
+    """A backend that declares ``ttl`` but not ``event_time_ttl`` refuses event-time TTL descriptors
+    (the heap implements it, so only its declaration decides)."""
+
+    @pytest.fixture
+    def state_backend(self) -> StateBackend:
+        return HeapWithoutEventTimeTtl()
+
+
+class TestHeapWithoutEventTimeTtlSkips(EventTimeTtlTests):
+    """The event-time TTL tests skip, with the reason, for a backend that does not declare it."""
+
+    state_backend = TestHeapWithoutEventTimeTtl.state_backend
 
 
 class TestHeapSpark(SparkTests):

@@ -1,4 +1,4 @@
-"""The heap backend against the snapshot/restore, rescale, TTL and timers levels, with both storages."""
+"""The heap backend against the snapshot/restore, rescale, TTL (processing and event time) and timers levels, with both storages."""
 import pytest
 
 from statekit.backends.heap import HeapStateBackend, snapshot_columns
@@ -7,7 +7,7 @@ from statekit.conformance_tests.migration import MigrationTests
 from statekit.conformance_tests.rescale import RescaleTests
 from statekit.conformance_tests.snapshots import OnFilesystemStorage, SavepointConversionTests, SnapshotRestoreTests
 from statekit.conformance_tests.timers import TimerTests
-from statekit.conformance_tests.ttl import TtlTests
+from statekit.conformance_tests.ttl import EventTimeTtlTests, TtlTests
 
 
 class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests, TtlTests,
@@ -18,6 +18,14 @@ class TestHeapSnapshots(SnapshotRestoreTests, IncrementalSnapshotTests, RescaleT
 
 
 class TestHeapSnapshotsOnFilesystem(OnFilesystemStorage, TestHeapSnapshots):
+    pass
+
+
+class TestHeapEventTimeTtl(EventTimeTtlTests):
+    state_backend = TestHeapSnapshots.state_backend
+
+
+class TestHeapEventTimeTtlOnFilesystem(OnFilesystemStorage, TestHeapEventTimeTtl):
     pass
 
 

@@ -12,7 +12,7 @@ from statekit.conformance_tests.snapshots import (
 )
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.timers import TimerTests
-from statekit.conformance_tests.ttl import TtlTests
+from statekit.conformance_tests.ttl import EventTimeTtlTests, TtlTests
 
 
 class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
@@ -23,6 +23,10 @@ class TestLMDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, L
 
 
 class TestLMDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests):
+    state_backend = TestLMDB.state_backend
+
+
+class TestLMDBEventTimeTtl(EventTimeTtlTests):
     state_backend = TestLMDB.state_backend
 
 

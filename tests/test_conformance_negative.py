@@ -218,9 +218,11 @@ def test_a_storage_that_declares_itself_not_durable_and_without_shared_files_sti
 
 def test_a_backend_without_ttl_that_accepts_ttl_descriptors_fails_the_semantics_level(tmp_path):
     """Every built-in backend declares ``ttl``, so only a backend that does not runs the rule that
-    a TTL descriptor is then refused: here it can fail, and the rest of the level still passes."""
+    a TTL descriptor (event-time TTL too) is then refused: here it can fail, and the rest of the
+    level still passes."""
     run = run_suite(tmp_path, "--backend", "broken_backends.false_ttl:SilentTtlBackend", "--level", "semantics")
-    assert_fails_exactly(run, {f"TestSemantics::test_ttl_without_capability_raises[{kind}]": ("CapabilityError",)
+    assert_fails_exactly(run, {f"TestSemantics::test_{ttl}_without_capability_raises[{kind}]": ("CapabilityError",)
+                               for ttl in ("ttl", "event_time_ttl")
                                for kind in ("value", "list", "map", "reducing", "aggregating")}, "semantics")
 
 

@@ -12,7 +12,7 @@ from statekit.conformance_tests.snapshots import (
 )
 from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.timers import TimerTests
-from statekit.conformance_tests.ttl import TtlTests
+from statekit.conformance_tests.ttl import EventTimeTtlTests, TtlTests
 
 
 class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests, LocalRecoveryTests, RescaleTests,
@@ -25,6 +25,14 @@ class TestRocksDB(StateSemantics, SnapshotRestoreTests, IncrementalSnapshotTests
 
 class TestRocksDBOnFilesystem(OnFilesystemStorage, SnapshotRestoreTests, IncrementalSnapshotTests, RescaleTests,
                               TtlTests, TimerTests):
+    state_backend = TestRocksDB.state_backend
+
+
+class TestRocksDBEventTimeTtl(EventTimeTtlTests):
+    state_backend = TestRocksDB.state_backend
+
+
+class TestRocksDBEventTimeTtlOnFilesystem(OnFilesystemStorage, EventTimeTtlTests):
     state_backend = TestRocksDB.state_backend
 
 

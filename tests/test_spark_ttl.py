@@ -2,17 +2,23 @@
 time) over 20 epochs six minutes apart, on every backend. No duplicate within the hour is emitted,
 an id seen again after its hour is emitted again, and the state stays bounded: the latest
 checkpoint holds exactly the ids of the last hour, and its bytes stay within 10% of those of
-the checkpoint at epoch 10, the first that held a full hour."""
+the checkpoint at epoch 10, the first that held a full hour.
+
+And the same de-duplication on event-time TTL: entries written at each row's event time and
+expired by the watermark, over epochs whose processing time never moves (no wall clock, no
+sleep), against a plain-Python recomputation."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from statekit import KeyedProcessFunction, StateTtlConfig, ValueStateDescriptor
+from statekit import KeyedProcessFunction, StateTtlConfig, TtlTimeCharacteristic, ValueStateDescriptor
 from statekit.backends.common import read_key_groups
 from statekit.spark import latest_checkpoint, process_keyed
 from statekit.spi import KeyGroupsStateHandle
+from test_event_time_ttl import DELAY_MS, TTL_MS, oracle
+from test_event_time_ttl import EPOCHS as EVENT_EPOCHS
 
 pytestmark = pytest.mark.spark
 
@@ -94,3 +100,42 @@ def test_deduplication_with_a_one_hour_ttl_stays_bounded(spark, statekit_setting
         assert live == within_hour, f"epoch {epoch}: the checkpoint holds {live} ids, the last hour has {within_hour}"
     assert abs(sizes[EPOCHS] / sizes[10] - 1) <= 0.10, (
         f"checkpoint bytes grew from {sizes[10]} (epoch 10, one hour of ids) to {sizes[EPOCHS]} (epoch {EPOCHS})")
+
+
+def first_sighting_in_event_time() -> KeyedProcessFunction:
+    """Emits an id the first time it is seen within TTL_MS of event time."""
+
+    class FirstSightingInEventTime(KeyedProcessFunction):
+        def open(self, ctx):
+            self.seen = ctx.get_state(ValueStateDescriptor("seen", ttl=StateTtlConfig(
+                TTL_MS / 1000, time_characteristic=TtlTimeCharacteristic.EVENT_TIME)))
+
+        def process(self, row, ctx):
+            if self.seen.value() is None:
+                self.seen.update(True)
+                yield (row["id"], row["ts"])
+
+    return FirstSightingInEventTime()
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb", "lmdb"])
+def test_deduplication_within_the_watermark_needs_no_wall_clock(spark, statekit_settings, tmp_path, backend):
+    """Epochs at one fixed processing time: a duplicate whose first sighting's event time + ttl the
+    watermark passed is emitted again, one within it is suppressed, late rows are dropped."""
+    statekit_settings({"backend": backend, "checkpoint.storage": "filesystem",
+                       "checkpoint.dir": (tmp_path / "checkpoints").as_uri(), "parallelism": 2})
+    expected, alive, _ = oracle(EVENT_EPOCHS)
+    for number, (rows, wanted) in enumerate(zip(EVENT_EPOCHS, expected), start=1):
+        df = spark.createDataFrame(rows, "id string, ts long")
+        emitted = process_keyed(df, "id", first_sighting_in_event_time(), "id string, ts long",
+                                job_id=f"event-dedup-{backend}", processing_time_ms=T0, event_time="ts",
+                                watermark_delay=f"{DELAY_MS} ms").collect()
+        assert sorted((r["id"], r["ts"]) for r in emitted) == sorted(wanted), f"epoch {number}"
+    latest, streams = latest_checkpoint(spark, f"event-dedup-{backend}")
+    held = set()
+    for subtask in latest.metadata.operators["keyed-process"].subtasks:
+        for handle in subtask.keyed:
+            for _, batch in read_key_groups(handle, streams, handle.key_group_range):
+                held.update(k for k, s in zip(batch.column("key").to_pylist(), batch.column("state").to_pylist())
+                            if s == "seen")
+    assert len(held) == len(alive), "the full checkpoint holds exactly the entries the watermark keeps"

@@ -18,7 +18,8 @@ _EXPORTS = {
     **dict.fromkeys(["CheckpointedFunction", "FunctionInitializationContext", "FunctionSnapshotContext",
                      "KeyedBatchFunction", "KeyedContext", "KeyedProcessFunction", "KeyedVectorFunction"], "statekit.runtime.function"),
     **dict.fromkeys(["AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
-                     "ReducingStateDescriptor", "StateTtlConfig", "ValueStateDescriptor"], "statekit.spi.descriptors"),
+                     "ReducingStateDescriptor", "StateTtlConfig", "TtlTimeCharacteristic", "ValueStateDescriptor"],
+                    "statekit.spi.descriptors"),
     "StatekitError": "statekit.spi.errors",
 }
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     )
     from statekit.spi.descriptors import (
         AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
-        ReducingStateDescriptor, StateTtlConfig, ValueStateDescriptor,
+        ReducingStateDescriptor, StateTtlConfig, TtlTimeCharacteristic, ValueStateDescriptor,
     )
     from statekit.spi.errors import StatekitError
 

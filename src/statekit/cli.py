@@ -67,6 +67,7 @@ the epoch, from the metadata) and ``time`` (the same instant, ISO 8601 UTC).
                     "state_size": int,
                     "key_serializer": SERIALIZER or null,
                     "states": [{"name": str, "kind": str, "ttl_seconds": float or null,
+                                "ttl_time": "processing-time" or "event-time" or null,
                                 "serializers": {role: SERIALIZER}}],
                     "operator_states": [{"name": str, "mode": str, "size": int,
                                          "serializers": {role: SERIALIZER}}],
@@ -236,7 +237,7 @@ def _print_describe(doc: dict[str, Any], out: Callable[[str], None]) -> None:
             for state in op["states"]:
                 serializers = ", ".join(f"{role}={_serializer_text(s)}" for role, s in state["serializers"].items())
                 if state["ttl_seconds"] is not None:
-                    serializers += f"; ttl {state['ttl_seconds']}s"
+                    serializers += f"; ttl {state['ttl_seconds']}s {state['ttl_time']}"
                 rows.append([state["name"], state["kind"], serializers])
             for line in _table(rows):
                 out("    " + line)

@@ -172,6 +172,7 @@ def _operator_doc(operator: OperatorState) -> dict[str, Any]:
     key_serializer = next((snapshot for s in operator.subtasks for h in s.keyed
                            if (snapshot := h.key_serializer_snapshot())), None)
     states = [{"name": meta.name, "kind": meta.kind, "ttl_seconds": meta.ttl_seconds,
+               "ttl_time": meta.ttl_time.value if meta.ttl_seconds is not None else None,
                "serializers": {role: _serializer(s) for role, s in sorted(meta.serializers.items())}}
               for _, meta in sorted(operator.states().items())]
     operator_states: dict[str, dict[str, Any]] = {}

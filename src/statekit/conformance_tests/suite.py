@@ -21,7 +21,7 @@ from statekit.conformance_tests.spark import SparkTests
 from statekit.conformance_tests.storage import StorageTests
 from statekit.conformance_tests.target import SuiteTarget
 from statekit.conformance_tests.timers import TimerTests
-from statekit.conformance_tests.ttl import TtlTests
+from statekit.conformance_tests.ttl import EventTimeTtlTests, TtlTests
 from statekit.spi.backend import StateBackend
 from statekit.spi.storage import CheckpointStorage, CheckpointStreams
 
@@ -65,6 +65,10 @@ class TestMigration(Configured, MigrationTests):
 
 
 class TestTtl(Configured, TtlTests):
+    pass
+
+
+class TestEventTimeTtl(Configured, EventTimeTtlTests):
     pass
 
 

@@ -7,6 +7,12 @@ a rescale and a backend switch, and TTL that is turned on or off for checkpointe
 Time is the backend's processing time, set by the test (``set_processing_time``), as the runtime
 sets it once per epoch. Every test skips for a backend that does not declare ``ttl``; the
 semantics level checks that such a backend refuses TTL descriptors instead.
+
+``EventTimeTtlTests``, for backends that declare ``event_time_ttl``: entries written at the
+element's event time (``set_element_time``, never before the watermark) and expired by the
+watermark (``set_watermark``), whatever the processing time does; sweeps, full snapshots and
+restores on the watermark; a state's time kept in its snapshot (absent: processing time) and a
+change of it refused.
 """
 from __future__ import annotations
 
@@ -19,12 +25,13 @@ from statekit.conformance_tests.base import BackendTestBase, open_keyed_backend,
 from statekit.conformance_tests.expect import expect_error
 from statekit.conformance_tests.semantics.common import Average
 from statekit.spi import (
-    AggregatingStateDescriptor, KeyedStateBackend, ListStateDescriptor,
+    AggregatingStateDescriptor, IncompatibleSerializerError, KeyedStateBackend, ListStateDescriptor,
     MapStateDescriptor, ReducingStateDescriptor, StateAccessError, StateBackend, StateDescriptor, StateTtlConfig,
-    TtlStateVisibility, TtlUpdateType, ValueStateDescriptor,
+    TtlStateVisibility, TtlTimeCharacteristic, TtlUpdateType, ValueStateDescriptor,
 )
 from statekit.spi.backend import SnapshotOptions, SnapshotType
 from statekit.spi.storage import CheckpointStreams
+from statekit.spi.timers import MAX_TIMESTAMP
 from statekit.storage.inline import InlineStreams
 
 TTL_SECONDS = 10.0
@@ -436,4 +443,250 @@ class TtlTests(BackendTestBase):
         return found
 
 
-__all__ = ["KINDS", "TtlTests"]
+EVENT_TTL = StateTtlConfig(TTL_SECONDS, time_characteristic=TtlTimeCharacteristic.EVENT_TIME)
+PROCESSING_TTL = StateTtlConfig(TTL_SECONDS)
+
+
+def at_event(backend: KeyedStateBackend, watermark: int, element: int | None, key: Any = "k") -> None:
+    """The watermark, and the event time of the element processed now (None: none)."""
+    backend.set_watermark(watermark)
+    backend.set_element_time(element)
+    set_key(backend, key)
+
+
+class EventTimeTtlTests(BackendTestBase):
+    """The TTL level's event-time part: override ``state_backend``."""
+
+    @pytest.fixture(autouse=True)
+    def _requires_event_time_ttl(self, state_backend: StateBackend) -> None:
+        requires(state_backend, "event_time_ttl")
+
+    @pytest.fixture
+    def snapshot_streams(self) -> CheckpointStreams:
+        return InlineStreams()
+
+    # --- expiry by the watermark, from the element's event time
+    @pytest.mark.parametrize("kind", KINDS, ids=repr)
+    def test_an_entry_expires_when_the_watermark_passes_its_event_time_plus_ttl(self, keyed_backend, kind):
+        state = keyed_backend.get_state(kind.descriptor(EVENT_TTL))
+        keyed_backend.set_processing_time(T0)
+        at_event(keyed_backend, T0 - 5 * TTL, T0)  # a watermark far behind the element's event time
+        kind.write(state, 1)
+        written = kind.read(state)
+        at_event(keyed_backend, T0 + TTL - 1, None)
+        assert kind.read(state) == written, f"{kind}: an entry of event time t disappeared before watermark t + ttl"
+        at_event(keyed_backend, T0 + TTL, None)
+        assert kind.read(state) == kind.empty, (
+            f"{kind}: an entry written by an element of event time t is visible at watermark t + ttl: "
+            f"{kind.read(state)!r}")
+
+    @pytest.mark.parametrize("kind", KINDS, ids=repr)
+    def test_processing_time_does_not_expire_event_time_entries(self, keyed_backend, kind):
+        state = keyed_backend.get_state(kind.descriptor(EVENT_TTL))
+        keyed_backend.set_processing_time(T0)
+        at_event(keyed_backend, T0, T0 + 1)
+        kind.write(state, 1)
+        written = kind.read(state)
+        keyed_backend.set_processing_time(T0 + 1000 * TTL)
+        assert kind.read(state) == written, \
+            f"{kind}: an event-time TTL entry expired while the watermark stood still and processing time moved"
+        assert keyed_backend.sweep_expired(10.0) == 0, "a sweep removed event-time entries the watermark keeps"
+
+    def test_the_watermark_does_not_expire_processing_time_entries(self, keyed_backend):
+        processing = keyed_backend.get_state(ValueStateDescriptor("by-processing-time", ttl=PROCESSING_TTL))
+        event = keyed_backend.get_state(ValueStateDescriptor("by-event-time", ttl=EVENT_TTL))
+        keyed_backend.set_processing_time(T0)
+        at_event(keyed_backend, T0, T0 + 1)
+        processing.update("p")
+        event.update("e")
+        at_event(keyed_backend, T0 + 1000 * TTL, None)
+        assert (processing.value(), event.value()) == ("p", None), \
+            "the watermark must expire event-time entries only, processing time the others"
+
+    def test_the_write_time_is_never_before_the_watermark(self, keyed_backend):
+        """Without an element time (a timer, or a runtime that knows none) and for a late element,
+        an entry is written at the watermark: it lives a full TTL from now on, not expired at once."""
+        state = keyed_backend.get_state(ValueStateDescriptor("stamped", ttl=EVENT_TTL))
+        for key, element in (("no-element-time", None), ("late", T0 - 3 * TTL)):
+            at_event(keyed_backend, T0, element, key)
+            state.update(key)
+        for key in ("no-element-time", "late"):
+            at_event(keyed_backend, T0 + TTL - 1, None, key)
+            assert state.value() == key, f"{key}: an entry written at watermark w expired before w + ttl"
+            at_event(keyed_backend, T0 + TTL, None, key)
+            assert state.value() is None, f"{key}: an entry written at watermark w is visible at w + ttl"
+
+    def test_on_read_and_write_refreshes_with_the_element_time(self, keyed_backend):
+        state = keyed_backend.get_state(ValueStateDescriptor("refreshed", ttl=StateTtlConfig(
+            TTL_SECONDS, TtlUpdateType.ON_READ_AND_WRITE, time_characteristic=TtlTimeCharacteristic.EVENT_TIME)))
+        at_event(keyed_backend, T0, T0 + 1)
+        state.update("v")
+        at_event(keyed_backend, T0 + TTL // 2, T0 + TTL)  # read by an element of a later event time
+        assert state.value() == "v"
+        at_event(keyed_backend, T0 + 2 * TTL - 1, None)
+        assert state.value() == "v", "a read refreshes an event-time entry to the reading element's event time"
+        at_event(keyed_backend, T0 + 3 * TTL, None)
+        assert state.value() is None
+
+    def test_the_end_of_input_expires_every_entry(self, keyed_backend):
+        """The watermark of an ended input is the largest timestamp: every entry is expired, those
+        written at that watermark (by the last timers) too."""
+        state = keyed_backend.get_state(ValueStateDescriptor("final", ttl=EVENT_TTL))
+        at_event(keyed_backend, T0, T0 + 1, "early")
+        state.update("early")
+        at_event(keyed_backend, MAX_TIMESTAMP, None, "at-the-end")
+        state.update("at-the-end")
+        for key in ("early", "at-the-end"):
+            set_key(keyed_backend, key)
+            assert state.value() is None, f"{key}: an entry is visible at the largest watermark"
+
+    # --- sweeps, snapshots and restores on the watermark
+    def test_a_sweep_removes_entries_the_watermark_expired(self, keyed_backend):
+        self._write_generations(keyed_backend)
+        keyed_backend.set_processing_time(T0 + 1000 * TTL)
+        assert _sweep_all(keyed_backend) == 0, "a sweep removed event-time entries by processing time"
+        keyed_backend.set_watermark(T0 + TTL + 1)
+        assert _sweep_all(keyed_backend) >= 50 * 2, "a sweep left entries the watermark expired"
+        keyed_backend.set_watermark(T0)
+        assert self._generations(keyed_backend) == {"young": 50, "old": 0}, \
+            "after a sweep the expired entries must be gone even for an earlier watermark"
+
+    @pytest.mark.parametrize("options", [SnapshotOptions(SnapshotType.CHECKPOINT), SnapshotOptions(SnapshotType.SAVEPOINT),
+                                         SnapshotOptions(incremental=True)], ids=["full", "savepoint", "incremental"])
+    def test_snapshots_and_restores_expire_by_the_watermark(self, state_backend, keyed_backend, snapshot_streams,
+                                                            tmp_path, options):
+        """A full snapshot leaves out what the watermark expired; an incremental one may keep it (its
+        restore expires it); either way the restored entries keep their event times and event-time
+        TTL, whatever the processing time."""
+        self._write_generations(keyed_backend)
+        keyed_backend.set_processing_time(T0 + 1000 * TTL)
+        keyed_backend.set_watermark(T0 + TTL + 1)  # the first generation expired, the second not
+        handle = keyed_backend.snapshot(1, options).write(snapshot_streams)
+        restored = open_keyed_backend(state_backend, str(tmp_path / "restored"), restore_handles=[handle],
+                                      restore_streams=snapshot_streams)
+        try:
+            restored.set_processing_time(T0 + 1000 * TTL)
+            restored.set_watermark(T0)  # an earlier watermark: whatever was written would be visible
+            found = self._generations(restored)
+            full = not options.incremental or not state_backend.capabilities.incremental_snapshots
+            if full:
+                assert found == {"young": 50, "old": 0}, (
+                    f"a full {options.snapshot_type.value} taken at a watermark past the ttl of 'old' holds {found}: "
+                    f"entries the watermark expired must be left out")
+            restored.set_watermark(T0 + TTL + 1)
+            assert self._generations(restored) == {"young": 50, "old": 0}, \
+                "restored entries expire by the watermark from their own event times"
+            restored.set_watermark(T0 + TTL // 2 + TTL)
+            assert self._generations(restored) == {"young": 0, "old": 0}
+        finally:
+            restored.dispose()
+
+    # --- the time of a state's TTL is recorded and kept
+    def test_snapshots_record_the_time_of_the_ttl(self, keyed_backend, snapshot_streams):
+        from statekit.spi.handles import StateMetaInfo
+
+        at_event(keyed_backend, T0, T0)
+        keyed_backend.set_processing_time(T0)
+        keyed_backend.get_state(ValueStateDescriptor("by-event-time", ttl=EVENT_TTL)).update(1)
+        keyed_backend.get_state(ValueStateDescriptor("by-processing-time", ttl=PROCESSING_TTL)).update(1)
+        metas = {m.name: m for m in keyed_backend.snapshot(1).write(snapshot_streams).state_meta_infos()}
+        if not metas:
+            pytest.skip("the backend's handles do not record their states")
+        event, processing = metas["by-event-time"], metas["by-processing-time"]
+        assert event.ttl_time is TtlTimeCharacteristic.EVENT_TIME, f"the snapshot recorded {event}"
+        assert "ttl_time" not in processing.to_json(), \
+            "processing-time TTL is recorded as before event-time TTL existed (no ttl_time field)"
+        old = StateMetaInfo.from_json({k: v for k, v in event.to_json().items() if k != "ttl_time"})
+        assert old.ttl_time is TtlTimeCharacteristic.PROCESSING_TIME, "a record without ttl_time is processing time"
+
+    @pytest.mark.parametrize("before, after", [(PROCESSING_TTL, EVENT_TTL), (EVENT_TTL, PROCESSING_TTL)],
+                             ids=["to-event-time", "to-processing-time"])
+    def test_a_restore_refuses_a_changed_time(self, state_backend, keyed_backend, snapshot_streams, tmp_path,
+                                              before, after):
+        at_event(keyed_backend, T0, T0)
+        keyed_backend.set_processing_time(T0)
+        keyed_backend.get_state(ValueStateDescriptor("switched", ttl=before)).update("v")
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        restored = open_keyed_backend(state_backend, str(tmp_path / "restored"), restore_handles=[handle],
+                                      restore_streams=snapshot_streams)
+        try:
+            restored.set_processing_time(T0)
+            restored.set_watermark(T0)
+            with expect_error(IncompatibleSerializerError, "registering a restored state with TTL on the other "
+                              "time must be refused") as caught:
+                restored.get_state(ValueStateDescriptor("switched", ttl=after))
+            message = str(caught.value)
+            assert before.time_characteristic.value in message and after.time_characteristic.value in message, \
+                f"the error does not name both times: {message}"
+            set_key(restored, "k")
+            assert restored.get_state(ValueStateDescriptor("switched", ttl=before)).value() == "v", \
+                "the state registered with its own time still reads"
+        finally:
+            restored.dispose()
+
+    def test_registering_a_state_again_with_the_other_time_is_refused(self, keyed_backend):
+        keyed_backend.get_state(ValueStateDescriptor("twice", ttl=PROCESSING_TTL))
+        with expect_error(StateAccessError, "registering a state again with TTL on the other time must be refused"):
+            keyed_backend.get_state(ValueStateDescriptor("twice", ttl=EVENT_TTL))
+
+    def test_turning_event_time_ttl_on_writes_entries_at_the_watermark(self, state_backend, keyed_backend,
+                                                                        snapshot_streams, tmp_path):
+        set_key(keyed_backend, "k")
+        keyed_backend.get_state(ValueStateDescriptor("enabled")).update("v")
+        handle = keyed_backend.snapshot(1).write(snapshot_streams)
+        restored = open_keyed_backend(state_backend, str(tmp_path / "restored"), restore_handles=[handle],
+                                      restore_streams=snapshot_streams)
+        try:
+            restored.set_watermark(T0)
+            state = restored.get_state(ValueStateDescriptor("enabled", ttl=EVENT_TTL))
+            at_event(restored, T0 + TTL - 1, None)
+            assert state.value() == "v", "an entry that got event-time TTL expired before watermark + ttl"
+            at_event(restored, T0 + TTL, None)
+            assert state.value() is None, "an entry that got event-time TTL at watermark w lives until w + ttl"
+        finally:
+            restored.dispose()
+
+    # --- helpers
+    GENERATIONS = {"old": T0, "young": T0 + TTL // 2}
+
+    def _states(self, backend: KeyedStateBackend) -> tuple[Any, Any]:
+        return (backend.get_state(ValueStateDescriptor("event-value", ttl=EVENT_TTL)),
+                backend.get_state(ListStateDescriptor("event-list", ttl=EVENT_TTL)))
+
+    def _write_generations(self, backend: KeyedStateBackend) -> None:
+        """50 keys written by elements of event time T0 ('old'), 50 of T0 + ttl/2 ('young'), while
+        the watermark stands at T0 - ttl and processing time at T0."""
+        value, elements = self._states(backend)
+        backend.set_processing_time(T0)
+        for generation, event_time in self.GENERATIONS.items():
+            for i in range(50):
+                at_event(backend, T0 - TTL, event_time, f"{generation}-{i}")
+                value.update(i)
+                elements.add_all([i, i + 1])
+        backend.set_element_time(None)
+
+    def _generations(self, backend: KeyedStateBackend) -> dict[str, int]:
+        value, elements = self._states(backend)
+        found = {"young": 0, "old": 0}
+        for generation in self.GENERATIONS:
+            for i in range(50):
+                set_key(backend, f"{generation}-{i}")
+                visible = (value.value() is not None, bool(elements.get()))
+                if visible[0] != visible[1]:
+                    raise AssertionError(f"key {generation}-{i}: entries written together expire together: {visible}")
+                found[generation] += visible[0]
+        return found
+
+
+def _sweep_all(backend: KeyedStateBackend) -> int:
+    """What sweeps remove until one removes nothing (each may stop early)."""
+    removed = 0
+    for _ in range(100):
+        swept = backend.sweep_expired(10.0)
+        removed += swept
+        if not swept:
+            break
+    return removed
+
+
+__all__ = ["EventTimeTtlTests", "KINDS", "TtlTests"]

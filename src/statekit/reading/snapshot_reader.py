@@ -5,7 +5,8 @@ straight from its files, only the byte ranges of its key groups. Any other range
 shared SST files, a changelog chain, a plugin's own format) is restored into the backend that
 wrote the checkpoint and snapshotted to memory in the canonical format first, as a savepoint
 conversion does, so every backend's checkpoints read alike. Either way, TTL entries expired at
-the checkpoint's own processing time are left out, as a restore would drop them.
+the checkpoint's own processing time (event-time TTL: its own watermark) are left out, as a
+restore would drop them.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import OperatorState, read_metadata
 from statekit.reading.cells import CellDecoder, StateCell
 from statekit.registry import backend_class
+from statekit.runtime.event_time import WATERMARK
 from statekit.runtime.savepoints import convert_subtask
 from statekit.runtime.task import PROCESSING_TIME
 from statekit.checkpoint.signing import signing
@@ -33,6 +35,7 @@ from statekit.spi.key_groups import KeyGroupRange, key_group_for_key
 from statekit.spi.names import check_job_id
 from statekit.spi.serializer import trusting
 from statekit.spi.storage import CheckpointStreams, ResolvedCheckpoint
+from statekit.spi.timers import MIN_TIMESTAMP
 from statekit.storage.inline import InlineStreams
 from statekit.storage.layout import METADATA_FILE
 from statekit.storage.pointers import resolve
@@ -127,18 +130,20 @@ class SnapshotReader:
                 local_dir: str | None = None) -> Iterator[tuple[CellDecoder, int, pa.RecordBatch]]:
         """The canonical rows of the key groups of subtask ``index`` of ``parallelism``
         (``parallelism`` = max parallelism: one key group), of ``states`` only when given, as
-        ``(decoder, key group, batch)``; TTL entries expired at the checkpoint are left out."""
+        ``(decoder, key group, batch)``; TTL entries expired at the checkpoint are left out (by its
+        recorded processing time and watermark; a time it did not record expires nothing)."""
         target = KeyGroupRange.of_subtask(operator.max_parallelism, parallelism, index)
         handles: Sequence[KeyedStateHandle] = assign(operator, index, parallelism).keyed
         streams = self.streams
         if not all(isinstance(h, KeyGroupsStateHandle) and h.format == FORMAT for h in handles):
             handles, streams = self._converted(operator, index, parallelism, local_dir), InlineStreams()
-        recorded = self.metadata.properties.get(PROCESSING_TIME)
+        times = [self.metadata.properties.get(name) for name in (PROCESSING_TIME, WATERMARK)]
+        processing_time, watermark = (t if isinstance(t, int) else MIN_TIMESTAMP for t in times)
         wanted = pa.array(sorted(states), pa.string()) if states is not None else None
         for handle in handles:
             assert isinstance(handle, KeyGroupsStateHandle)
             metas = handle.state_meta_infos()
-            deadlines = expiry_deadlines(metas, recorded) if isinstance(recorded, int) else {}
+            deadlines = expiry_deadlines(metas, processing_time, watermark)
             with trusting(self.trust_pickle):
                 decoder = CellDecoder(handle.key_serializer_snapshot(), metas)
             for key_group, batch in read_key_groups(handle, streams, target):

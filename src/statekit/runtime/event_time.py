@@ -21,10 +21,13 @@ import datetime
 import enum
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: checkpoint properties: the epoch's watermark, the largest event time of this and earlier epochs,
 #: how many late rows this epoch dropped, and how many it gave back as its side output
@@ -154,3 +157,50 @@ def event_time_ms(value: Any) -> int:
                                  f"{MAX_TIMESTAMP}] ms: no watermark or timer can hold it; give epoch milliseconds "
                                  f"(a datetime's are timestamp() * 1000)")
     return int(value)  # an int subclass (an IntEnum) as the int it is
+
+
+def milliseconds(column: "pa.Array") -> "pa.Array":
+    """An event-time column (a timestamp, or an integer of epoch milliseconds) as epoch
+    milliseconds, rounded down as Spark and ``event_time_ms`` round (-0.5 ms is -1)."""
+    import pyarrow as pa  # noqa: PLC0415 - keeps this module light for the drivers' settings
+    import pyarrow.compute as pc  # noqa: PLC0415
+
+    if pa.types.is_timestamp(column.type):
+        micros = column.cast(pa.timestamp("us", column.type.tz)).cast(pa.timestamp("us"))
+        return pc.divide(pc.floor_temporal(micros, unit="millisecond").cast(pa.int64()), 1000)
+    return column.cast(pa.int64())
+
+
+@dataclass(frozen=True)
+class ElementTimes:
+    """How the runtime reads the event time of what it processes, for state whose TTL runs on
+    event time (``KeyedStateBackend.set_element_time``): ``of_row`` gives a row's (None: it has
+    none), ``of_rows`` the largest of a batch of rows (None: none has one)."""
+
+    of_row: Callable[[Any], int | None]
+    of_rows: Callable[["pa.RecordBatch"], int | None]
+
+    @classmethod
+    def of_column(cls, column: str) -> "ElementTimes":
+        """Rows whose event time is column ``column`` (rows as dicts, batches as Arrow)."""
+        def of_row(row: Any) -> int | None:
+            value = row[column]
+            return None if value is None else event_time_ms(value)
+
+        def of_rows(rows: "pa.RecordBatch") -> int | None:
+            import pyarrow.compute as pc  # noqa: PLC0415
+
+            return pc.max(milliseconds(rows.column(column))).as_py()
+        return cls(of_row, of_rows)
+
+    @classmethod
+    def of_function(cls, event_time: Callable[[Any], Any]) -> "ElementTimes":
+        """Records whose event time is ``event_time(record)`` (the local runner's); a batch's rows
+        are given to it as dicts."""
+        def of_row(row: Any) -> int | None:
+            value = event_time(row)
+            return None if value is None else event_time_ms(value)
+
+        def of_rows(rows: "pa.RecordBatch") -> int | None:
+            return max((t for t in map(of_row, rows.to_pylist()) if t is not None), default=None)
+        return cls(of_row, of_rows)

@@ -15,7 +15,7 @@ from statekit.checkpoint.signing import signing
 from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.event_time import (
-    EVENT_TIME_TYPE, EventTime, LateRows, event_time_ms, is_late, judged_by_timestamp, time_type_of,
+    EVENT_TIME_TYPE, ElementTimes, EventTime, LateRows, event_time_ms, is_late, judged_by_timestamp, time_type_of,
 )
 from statekit.runtime.function import Calls, ProcessFunction, calls_of, check_function
 from statekit.runtime.grouped_rows import GroupedRows
@@ -102,6 +102,7 @@ class LocalRunner:
                                      "record and how far the watermark trails it) or neither")
         self.event_time = EventTime.of(watermark_delay, late_rows) if watermark_delay is not None else None
         self._event_time_of = _event_time_reader(event_time)
+        self._element_times = ElementTimes.of_function(self._event_time_of) if self._event_time_of else None
         self._event_time_name = event_time if isinstance(event_time, str) else None
         self._watermark_ms = MIN_TIMESTAMP
         self._event_time_properties: dict[str, int] = {}
@@ -272,7 +273,7 @@ class LocalRunner:
                                 key_serializer=key_serializer, restore=restore, local_dir=self.local_dir)
         try:
             task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds, self._watermark_ms,
-                             self._event_time_type)
+                             self._event_time_type, self._element_times)
             if self.event_time is not None and self.event_time.late_rows is LateRows.SIDE_OUTPUT:
                 task.context.late_output = self.late_output
             task.open()

@@ -149,7 +149,7 @@ def _passed(handle: KeyGroupsStateHandle, streams: CheckpointStreams, rewrite: S
                     rows = batch.slice(start, end - start)
                     writer.add_columns(key_group, target, rows.column("key"), rows.column("namespace"),
                                        rows.column("user_key"), rows.column("value"))
-        metas = [StateMetaInfo(target, m.kind, m.serializers, m.ttl_seconds)
+        metas = [dataclasses.replace(m, name=target)
                  for m in handle.states if (target := rewrite.passes(m.name)) is not None]
         return writer.finish(handle.key_group_range, SerializerSnapshot.from_json(handle.key_serializer), metas)
     except BaseException:

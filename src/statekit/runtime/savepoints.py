@@ -15,12 +15,14 @@ from typing import Any, Callable, Iterable
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.snapshot_format import FORMAT_PROPERTY
+from statekit.runtime.event_time import WATERMARK
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction
 from statekit.runtime.sink_coordinator import SINK_PROPERTY
 from statekit.runtime.sink_writer import with_logs_copied
 from statekit.runtime.task import PROCESSING_TIME, KeyedTask, TaskRestore, wall_clock_ms
 from statekit.spi.backend import SnapshotOptions, SnapshotType, StateBackend, SubtaskInfo
 from statekit.spi.storage import CheckpointStreams, CompletedCheckpointPointer, SavepointTarget
+from statekit.spi.timers import MIN_TIMESTAMP
 
 SAVEPOINT = SnapshotOptions(SnapshotType.SAVEPOINT)
 
@@ -79,9 +81,11 @@ def convert_subtask(source: CheckpointMetadata, operator: OperatorState, index: 
     # KeyedTask.create disposes the keyed backend if the operator backend cannot be created
     task = KeyedTask.create(RestoreOnly(), state_backend, subtask, source.checkpoint_id,
                             restore=restore, local_dir=local_dir)
-    # TTL: entries expired at the checkpoint's own processing time are left out, no others
-    recorded = source.properties.get(PROCESSING_TIME)
-    task.begin_epoch(recorded if isinstance(recorded, int) else wall_clock_ms(), ttl_sweep_seconds=0.0)
+    # TTL: entries expired at the checkpoint's own processing time (event-time TTL: its own
+    # watermark) are left out, no others
+    recorded, watermark = source.properties.get(PROCESSING_TIME), source.properties.get(WATERMARK)
+    task.begin_epoch(recorded if isinstance(recorded, int) else wall_clock_ms(), ttl_sweep_seconds=0.0,
+                     watermark_ms=watermark if isinstance(watermark, int) else MIN_TIMESTAMP)
     try:
         return task.snapshot(SAVEPOINT).write(streams_for(subtask.name))
     finally:

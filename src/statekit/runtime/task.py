@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from statekit.checkpoint.metadata import OperatorState, SubtaskState
+from statekit.runtime.event_time import ElementTimes
 from statekit.runtime.function import (
     CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext, KeyedProcessFunction,
     ProcessFunction,
@@ -83,6 +84,14 @@ def _poll_first(queues: list[TimerQueue], up_to: int) -> Timer | None:
         if timestamp is not None and timestamp <= up_to and (earliest is None or timestamp < earliest[0]):
             earliest = (timestamp, queue)
     return None if earliest is None else earliest[1].poll(up_to)
+
+
+def _stamped(rows: Iterable[Any], of_row: Callable[[Any], int | None],
+             set_element_time: Callable[[int | None], None]) -> Iterator[Any]:
+    """``rows``, each one's event time made the backend's element time before it is processed."""
+    for row in rows:
+        set_element_time(of_row(row))
+        yield row
 
 
 def short_repr(value: Any) -> str:
@@ -157,6 +166,8 @@ class KeyedTask:
         self.keyed_backend = keyed_backend
         self.operator_backend = operator_backend
         self.context = KeyedContext(keyed_backend, subtask, checkpoint_id)
+        #: how the rows' event times are read (None: the job has no event time)
+        self.element_times: ElementTimes | None = None
         self._opened = False
 
     @classmethod
@@ -188,14 +199,23 @@ class KeyedTask:
         return cls(function, subtask, checkpoint_id, keyed, operator, restore)
 
     def begin_epoch(self, processing_time_ms: int, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS,
-                    watermark_ms: int = MIN_TIMESTAMP, event_time_type: str | None = None) -> None:
+                    watermark_ms: int = MIN_TIMESTAMP, event_time_type: str | None = None,
+                    element_times: ElementTimes | None = None) -> None:
         """The epoch's processing time and watermark (both recorded, so identical on replay): what
-        state TTL measures against and timers fire by; and the sweep budget of its snapshot."""
+        state TTL measures against and timers fire by; the sweep budget of its snapshot; and how
+        the rows' event times are read (``element_times``), which event-time TTL writes with."""
         self.keyed_backend.set_processing_time(processing_time_ms)
         self.context.time.processing_time_ms = int(processing_time_ms)
-        self.context.time.watermark_ms = int(watermark_ms)
+        self.set_watermark(watermark_ms)
+        self.keyed_backend.set_element_time(None)
         self.context.time.event_time_type = event_time_type
+        self.element_times = element_times
         self.ttl_sweep_seconds = ttl_sweep_seconds
+
+    def set_watermark(self, watermark_ms: int) -> None:
+        """The watermark timers fire by and event-time TTL expires by."""
+        self.context.time.watermark_ms = int(watermark_ms)
+        self.keyed_backend.set_watermark(watermark_ms)
 
     def open(self) -> None:
         if isinstance(self.function, CheckpointedFunction):
@@ -210,14 +230,20 @@ class KeyedTask:
 
     def process_row_runs(self, runs: Iterable[tuple[Any, int, Iterable[Any]]], out: list[Any]) -> None:
         """For a ``KeyedProcessFunction``: ``runs`` are (key, key group, rows of the key), each row
-        processed by its own call, the key made current once per run; appends the output to ``out``."""
-        set_key = self.keyed_backend.set_current_key
+        processed by its own call, the key made current once per run; appends the output to ``out``.
+        While a state with event-time TTL is registered, each row's event time is the backend's
+        element time as it is processed (checked once per key: nothing is added per row otherwise)."""
+        backend = self.keyed_backend
+        set_key = backend.set_current_key
         assert isinstance(self.function, KeyedProcessFunction)
         process = self.function.process
         ctx = self.context
         extend, usual, check = out.extend, _ROW_ITERABLES, not inspect.isgeneratorfunction(process)
+        of_row = self.element_times.of_row if self.element_times is not None else None
         for key, key_group, rows in runs:
             set_key(key, key_group)
+            if of_row is not None and backend.uses_element_time:
+                rows = _stamped(rows, of_row, backend.set_element_time)
             for row in rows:
                 produced = process(row, ctx)
                 if produced is not None:
@@ -226,13 +252,19 @@ class KeyedTask:
                     extend(produced)
 
     def process_key_runs(self, runs: Iterable[tuple[Any, int, Any]], out: list[Any]) -> None:
-        """For a ``KeyedBatchFunction``: ``runs`` are (key, key group, that key's rows)."""
-        set_key = self.keyed_backend.set_current_key
+        """For a ``KeyedBatchFunction``: ``runs`` are (key, key group, that key's rows). While a
+        state with event-time TTL is registered, the largest event time of the key's rows is the
+        backend's element time during the call."""
+        backend = self.keyed_backend
+        set_key = backend.set_current_key
         process_rows = self.function.process_rows  # type: ignore[union-attr]
         ctx = self.context
         extend, usual, check = out.extend, _ROW_ITERABLES, not inspect.isgeneratorfunction(process_rows)
+        of_rows = self.element_times.of_rows if self.element_times is not None else None
         for key, key_group, rows in runs:
             set_key(key, key_group)
+            if of_rows is not None and backend.uses_element_time:
+                backend.set_element_time(of_rows(rows))
             produced = process_rows(key, rows, ctx)
             if produced is not None:
                 if check and produced.__class__ not in usual:
@@ -241,9 +273,13 @@ class KeyedTask:
 
     def process_grouped(self, groups: GroupedRows) -> "pa.Table | list[Any] | None":
         """For a ``KeyedVectorFunction``: one call over a batch grouped by key. Returns its output
-        as columns (a table), as a list of rows, or None (also for a batch without rows)."""
+        as columns (a table), as a list of rows, or None (also for a batch without rows). While a
+        state with event-time TTL is registered, the largest event time of the whole batch is the
+        backend's element time during the call: its state is written for many keys at once."""
         if groups.num_keys == 0:
             return None
+        if self.element_times is not None and self.keyed_backend.uses_element_time:
+            self.keyed_backend.set_element_time(self.element_times.of_rows(groups.rows))
         produced = self.function.process_groups(groups, self.context)  # type: ignore[union-attr]
         if produced is None:
             return None
@@ -257,16 +293,20 @@ class KeyedTask:
     def end_input(self) -> None:
         """The input has ended (Flink's end of a bounded input): the watermark moves to the largest
         timestamp, so that ``fire_timers`` fires every event-time timer, registered so far or
-        while firing (windows close, sessions end)."""
-        self.context.time.watermark_ms = MAX_TIMESTAMP
+        while firing (windows close, sessions end), and every entry of event-time TTL expires (the
+        epoch's snapshot holds none)."""
+        self.set_watermark(MAX_TIMESTAMP)
 
     def fire_timers(self, out: list[Any]) -> int:
         """After the epoch's rows: fire every due timer, the function's ``on_timer`` output going to
         ``out``. Event-time timers up to the watermark first, then processing-time timers up to the
         processing time; within a domain in the order of ``spi.timers`` (by timestamp), timers of
         several services merged. A timer registered while firing fires too if it is due. Returns
-        how many fired."""
+        how many fired. Timers have no element time: event-time TTL writes in ``on_timer`` are at
+        the watermark, which is what an event-time timer's own time would give (a timer fires once
+        the watermark reached it)."""
         backend, ctx, on_timer = self.keyed_backend, self.context, self.function.on_timer
+        backend.set_element_time(None)
         fired = 0
         for domain, up_to in ((TimeDomain.EVENT_TIME, ctx.time.watermark_ms),
                               (TimeDomain.PROCESSING_TIME, ctx.time.processing_time_ms)):

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     ByteType, DataType, IntegerType, LongType, ShortType, StructType, TimestampNTZType, TimestampType,
 )
 
-from statekit.runtime.event_time import EventTime, LateRows, judged_by_timestamp
+from statekit.runtime.event_time import EventTime, LateRows, judged_by_timestamp, milliseconds
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.timers import MIN_TIMESTAMP
 
@@ -77,7 +77,7 @@ class EventTimeTracker:
     def filtered(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         spec = self._spec
         for batch in batches:
-            times = _milliseconds(batch.column(spec.column))
+            times = milliseconds(batch.column(spec.column))
             rows = self._rows_mask(batch)
             largest = pc.max(pc.filter(times, rows)).as_py()
             if largest is not None and largest > self.max_event_time_ms:
@@ -94,14 +94,6 @@ class EventTimeTracker:
             if spec.late_rows is LateRows.SIDE_OUTPUT and self._set_aside is not None:
                 self._set_aside(batch.filter(late))
             yield batch.filter(pc.invert(late))
-
-
-def _milliseconds(column: pa.Array) -> pa.Array:
-    """Epoch milliseconds, rounded down as Spark and ``event_time_ms`` round (-0.5 ms is -1)."""
-    if pa.types.is_timestamp(column.type):
-        micros = column.cast(pa.timestamp("us", column.type.tz)).cast(pa.timestamp("us"))
-        return pc.divide(pc.floor_temporal(micros, unit="millisecond").cast(pa.int64()), 1000)
-    return column.cast(pa.int64())
 
 
 def subtask_event_time(event_time: EventTimeColumn | None, previous: dict[str, Any] | None,

@@ -21,6 +21,7 @@ from pyspark.sql.pandas.types import from_arrow_type
 from statekit.backends.common.local_dirs import default_local_dir
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
+from statekit.runtime.event_time import ElementTimes
 from statekit.runtime.function import Calls, ProcessFunction, calls_of
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.local_recovery import DEFAULT_RETENTION_SECONDS, SlotLease, lease_slot
@@ -166,7 +167,8 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
         task.begin_epoch(spec.processing_time_ms if spec.processing_time_ms is not None else wall_clock_ms(),
                          spec.ttl_sweep_seconds,
                          spec.event_time.watermark_ms if spec.event_time is not None else MIN_TIMESTAMP,
-                         spec.event_time.type_name if spec.event_time is not None else None)
+                         spec.event_time.type_name if spec.event_time is not None else None,
+                         ElementTimes.of_column(spec.event_time.column) if spec.event_time is not None else None)
         if late is not None:
             task.context.late_output = []
         task.open()

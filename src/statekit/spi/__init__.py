@@ -15,8 +15,8 @@ from statekit.spi.bulk_state import (
 )
 from statekit.spi.descriptors import (
     AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
-    ReducingStateDescriptor, StateDescriptor, StateKind, StateTtlConfig, TtlStateVisibility, TtlUpdateType,
-    ValueStateDescriptor,
+    ReducingStateDescriptor, StateDescriptor, StateKind, StateTtlConfig, TtlStateVisibility, TtlTimeCharacteristic,
+    TtlUpdateType, ValueStateDescriptor,
 )
 from statekit.spi.errors import (
     CapabilityError, ConfigurationError, CorruptStateError, FunctionResultError, IncompatibleSerializerError,

@@ -26,7 +26,7 @@ from statekit.spi.key_groups import KeyGroupRange
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import BroadcastState, ListState, State, VOID_NAMESPACE
 from statekit.spi.storage import CheckpointStreams
-from statekit.spi.timers import TimerQueue
+from statekit.spi.timers import MIN_TIMESTAMP, TimerQueue
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,10 @@ class Capabilities:
     local_recovery: bool = False
     #: full checkpoints in the backend's own format on request (``SnapshotFormat.NATIVE``)
     native_snapshots: bool = False
+    #: TTL on event time (``TtlTimeCharacteristic.EVENT_TIME``): entries stamped with the element's
+    #: event time and expired by the watermark (``KeyedStateBackend.set_watermark``); needs ``ttl``.
+    #: Last, so that capabilities given by position keep their meaning
+    event_time_ttl: bool = False
 
     def declared(self) -> dict[str, bool]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -160,6 +164,12 @@ class KeyedStateBackend(ABC):
         self._key: Any = None
         self._key_group = -1
         self._processing_time_ms: int | None = None
+        self._watermark_ms = MIN_TIMESTAMP
+        self._element_time_ms: int | None = None
+
+    #: whether a registered state stamps its writes with the element's event time (event-time TTL):
+    #: the runtime calls ``set_element_time`` per row only while this is true, off the per-row path otherwise
+    uses_element_time = False
 
     # --- time
     def set_processing_time(self, timestamp_ms: int) -> None:
@@ -174,6 +184,31 @@ class KeyedStateBackend(ABC):
         if self._processing_time_ms is None:
             return int(time.time() * 1000)
         return self._processing_time_ms
+
+    def set_watermark(self, timestamp_ms: int) -> None:
+        """The watermark (epoch milliseconds) state sees until the next call: what event-time TTL
+        measures against. The runtime sets the epoch's recorded watermark before the epoch's first
+        record, and the largest timestamp when the input ends."""
+        self._watermark_ms = int(timestamp_ms)
+
+    @property
+    def watermark_ms(self) -> int:
+        """The time set by ``set_watermark``; ``spi.timers.MIN_TIMESTAMP`` until it is first set."""
+        return self._watermark_ms
+
+    def set_element_time(self, timestamp_ms: int | None) -> None:
+        """The event time of what is processed now (a row, a key's rows, a timer), None when it has
+        none: event-time TTL stamps writes with it (``event_write_time_ms``). The runtime sets it
+        only while ``uses_element_time`` is true."""
+        self._element_time_ms = timestamp_ms
+
+    @property
+    def event_write_time_ms(self) -> int:
+        """The write time of an event-time TTL entry written now: the element's event time, never
+        before the watermark (a late row's entry, or one written without an element time, is
+        written at the watermark)."""
+        element, watermark = self._element_time_ms, self._watermark_ms
+        return watermark if element is None or element < watermark else element
 
     # --- current key
     @abstractmethod

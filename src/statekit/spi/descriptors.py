@@ -52,18 +52,34 @@ class TtlStateVisibility(str, enum.Enum):
     RETURN_EXPIRED_IF_NOT_CLEANED_UP = "return-expired-if-not-cleaned-up"
 
 
+class TtlTimeCharacteristic(str, enum.Enum):
+    """The time an entry's time-to-live runs on.
+
+    ``PROCESSING_TIME``: written at the epoch's processing time, expired when the processing time
+    reaches write time + ttl (Flink's only kind). ``EVENT_TIME``: written at the event time of the
+    row being processed (in ``on_timer``: the timer's time; never before the watermark), expired
+    when the watermark reaches write time + ttl, as Spark's ``dropDuplicatesWithinWatermark``
+    keeps state: no wall clock is involved, so a replay or a backfill expires the same entries."""
+
+    PROCESSING_TIME = "processing-time"
+    EVENT_TIME = "event-time"
+
+
 @dataclass(frozen=True)
 class StateTtlConfig:
     """Time-to-live of a state's entries (a value; each list element; each map entry; a
-    reducing or aggregating state's accumulator), in processing time: under Spark the epoch's
-    recorded processing time, identical when a micro-batch is replayed. Honoured by backends
-    that declare the ``ttl`` capability. An expired entry is never returned (by default), is
-    removed when it is accessed, is left out of full snapshots and savepoints, and is swept
-    from the backend after each epoch (within ``spark.statekit.ttl.sweep-seconds``)."""
+    reducing or aggregating state's accumulator), in processing time (under Spark the epoch's
+    recorded processing time, identical when a micro-batch is replayed) or, with
+    ``time_characteristic=TtlTimeCharacteristic.EVENT_TIME``, in event time (measured by the
+    watermark). Honoured by backends that declare the ``ttl`` capability (and, for event time,
+    ``event_time_ttl``). An expired entry is never returned (by default), is removed when it is
+    accessed, is left out of full snapshots and savepoints, and is swept from the backend after
+    each epoch (within ``spark.statekit.ttl.sweep-seconds``)."""
 
     ttl_seconds: float
     update_type: TtlUpdateType = TtlUpdateType.ON_CREATE_AND_WRITE
     visibility: TtlStateVisibility = TtlStateVisibility.NEVER_RETURN_EXPIRED
+    time_characteristic: TtlTimeCharacteristic = TtlTimeCharacteristic.PROCESSING_TIME
 
     def __post_init__(self) -> None:
         if isinstance(self.ttl_seconds, bool) or not isinstance(self.ttl_seconds, (int, float)) \
@@ -73,10 +89,24 @@ class StateTtlConfig:
             raise ConfigurationError(f"update_type must be a TtlUpdateType, got {self.update_type!r}")
         if not isinstance(self.visibility, TtlStateVisibility):
             raise ConfigurationError(f"visibility must be a TtlStateVisibility, got {self.visibility!r}")
+        if not isinstance(self.time_characteristic, TtlTimeCharacteristic):
+            raise ConfigurationError(
+                f"time_characteristic must be a TtlTimeCharacteristic, got {self.time_characteristic!r}; pass "
+                f"TtlTimeCharacteristic.PROCESSING_TIME (the default) or TtlTimeCharacteristic.EVENT_TIME "
+                f"(from statekit import TtlTimeCharacteristic)")
 
     @property
     def ttl_ms(self) -> int:
-        return max(1, round(self.ttl_seconds * 1000))
+        return ttl_ms(self.ttl_seconds)
+
+    @property
+    def event_time(self) -> bool:
+        return self.time_characteristic is TtlTimeCharacteristic.EVENT_TIME
+
+
+def ttl_ms(ttl_seconds: float) -> int:
+    """A TTL in whole milliseconds, at least one."""
+    return max(1, round(ttl_seconds * 1000))
 
 
 class AggregateFunction(ABC, Generic[IN, ACC, OUT]):

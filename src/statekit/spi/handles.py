@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping, TypeVar
 
 import xxhash
 
-from statekit.spi.descriptors import StateKind
+from statekit.spi.descriptors import StateKind, TtlTimeCharacteristic
 from statekit.spi.errors import ConfigurationError, CorruptStateError, RestoreError, StatekitError
 from statekit.spi.json_fields import JsonArray, JsonObject, as_object, malformed
 from statekit.spi.key_groups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
@@ -360,26 +360,35 @@ def read_key_group_index(data: JsonObject, key: str, key_group_range: KeyGroupRa
 
 @dataclass(frozen=True)
 class StateMetaInfo:
-    """What a snapshot records of one state: its kind and the serializers that wrote it."""
+    """What a snapshot records of one state: its kind, the serializers that wrote it, its TTL and
+    the time its TTL runs on. The time is in the JSON only when it is event time: a state recorded
+    without it (every checkpoint written before event-time TTL existed) runs on processing time."""
 
     name: str
     kind: str
     serializers: dict[str, Any]  # role -> SerializerSnapshot JSON
     ttl_seconds: float | None = None
+    ttl_time: TtlTimeCharacteristic = TtlTimeCharacteristic.PROCESSING_TIME
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "serializers": self.serializers,
+        data = {"name": self.name, "kind": self.kind, "serializers": self.serializers,
                 "ttl_seconds": self.ttl_seconds}
+        if self.ttl_time is not TtlTimeCharacteristic.PROCESSING_TIME:
+            data["ttl_time"] = self.ttl_time.value
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "StateMetaInfo":
-        obj = as_object(data).expect_fields(("name", "kind", "serializers"), ("ttl_seconds",))
+        obj = as_object(data).expect_fields(("name", "kind", "serializers"), ("ttl_seconds", "ttl_time"))
         kind = obj.text("kind")
         if kind not in {k.value for k in StateKind}:
             malformed(obj.path_of("kind"), f"must be one of {[k.value for k in StateKind]}", kind)
+        ttl_time = obj.text("ttl_time") if obj.has("ttl_time") else TtlTimeCharacteristic.PROCESSING_TIME.value
+        if ttl_time not in {t.value for t in TtlTimeCharacteristic}:
+            malformed(obj.path_of("ttl_time"), f"must be one of {[t.value for t in TtlTimeCharacteristic]}", ttl_time)
         serializers = obj.object("serializers")
         return cls(obj.text("name"), kind, {role: read_serializer_snapshot(serializers, role) for role in serializers},
-                   obj.number("ttl_seconds", 0) if obj.has("ttl_seconds") else None)
+                   obj.number("ttl_seconds", 0) if obj.has("ttl_seconds") else None, TtlTimeCharacteristic(ttl_time))
 
 
 class KeyedStateHandle(StateHandle):

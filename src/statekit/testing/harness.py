@@ -110,7 +110,7 @@ class KeyedHarness:
         """Move the watermark to ``watermark_ms`` (never back) and fire the event-time timers up to it."""
         if watermark_ms < self.watermark_ms:
             raise ConfigurationError(f"the watermark moves forward only: it is {self.watermark_ms}, got {watermark_ms}")
-        self._task.context.time.watermark_ms = watermark_ms
+        self._task.set_watermark(watermark_ms)
         self._task.fire_timers(self._output)
 
     def set_processing_time(self, processing_time_ms: int) -> None:

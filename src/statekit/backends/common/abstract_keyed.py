@@ -26,10 +26,10 @@ from statekit.backends.common.changelog import (
 )
 from statekit.backends.common.migration import Migration, value_migration
 from statekit.backends.common.registration import RegisteredState, register
-from statekit.backends.common.ttl import expiry_deadlines, ttl_state
+from statekit.backends.common.ttl import TtlClocks, expiry_deadlines, ttl_state
 from statekit.spi.backend import KeyedBackendParams, KeyedStateBackend, PendingSnapshot, SnapshotOptions, SnapshotType
 from statekit.spi.bulk_state import BulkState, per_key_bulk_state
-from statekit.spi.descriptors import StateDescriptor, TimerStateDescriptor
+from statekit.spi.descriptors import StateDescriptor, TimerStateDescriptor, TtlTimeCharacteristic
 from statekit.spi.errors import IncompatibleSerializerError, RestoreError, SerializationError, StateAccessError
 from statekit.spi.handles import KeyedStateHandle, KeyGroupsStateHandle, StateHandle, StateMetaInfo
 from statekit.spi.key_format import read_key_serializer
@@ -51,13 +51,16 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
     backend_name = "keyed"
 
     def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig(),
-                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION) -> None:
+                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION,
+                 supports_event_time_ttl: bool = False) -> None:
         super().__init__(params)
         #: how the canonical writer compresses full, savepoint and changelog snapshots
         self.snapshot_compression = snapshot_compression
         #: TTL is implemented for every backend (``common/ttl.py``); honoured when the factory
         #: declares the ``ttl`` capability, which passes it here
         self.supports_ttl = supports_ttl
+        #: event-time TTL likewise, when the factory declares ``event_time_ttl``
+        self.supports_event_time_ttl = supports_event_time_ttl
         #: changelog incremental snapshots (unused by backends with native incremental snapshots)
         self._changelog = ChangelogTracker(self.key_group_range, changelog)
         self._registrations: dict[str, RegisteredState] = {}
@@ -79,8 +82,7 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
     # --- states
     def get_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None = None) -> State:
         if descriptor.ttl is not None and self.supports_ttl:
-            return ttl_state(descriptor, lambda inner: self._registered_state(inner, namespace_serializer),
-                             lambda: self.processing_time_ms)
+            return ttl_state(descriptor, lambda inner: self._registered_state(inner, namespace_serializer), self)
         return self._registered_state(descriptor, namespace_serializer)
 
     def _registered_state(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> State:
@@ -101,7 +103,7 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
         if descriptor.ttl is not None and self.supports_ttl:
             return per_key_bulk_state(self, ttl_state(
                 descriptor, lambda inner: self._create_state(inner, self._register(inner, namespace_serializer)),
-                lambda: self.processing_time_ms))
+                self))
         self._registered_state(descriptor, namespace_serializer)  # registered, and the kind checked
         registration = self._registrations[descriptor.name]
         bulk = self._create_bulk_state(descriptor, registration)
@@ -113,23 +115,33 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
 
     def _register(self, descriptor: StateDescriptor, namespace_serializer: TypeSerializer | None) -> RegisteredState:
         registration = register(self._registrations.get(descriptor.name), descriptor, namespace_serializer,
-                                self.supports_ttl, self.backend_name)
+                                self.supports_ttl, self.backend_name, self.supports_event_time_ttl)
+        if registration.ttl_time is TtlTimeCharacteristic.EVENT_TIME:
+            self.uses_element_time = True
         if registration.migrated_from is not None:
             previous = registration.migrated_from
             try:
-                self._migrate(registration, previous, value_migration(
-                    previous, registration.value_serializer, registration.migrated_ttl_seconds,
-                    self.processing_time_ms))
+                self._migrate(registration, previous, self._value_migration(registration))
             except SerializationError as exc:
                 raise IncompatibleSerializerError(
                     f"state {descriptor.name!r} cannot be migrated from {type(previous).__name__} to "
                     f"{type(registration.value_serializer).__name__}: {exc}. Declare the state's type (type=...) "
                     f"or a serializer that writes its values (serializer=PickleSerializer() keeps pickle)") from exc
             self._changelog.rebase()
-            registration.migrated_from = registration.migrated_ttl_seconds = None
+            registration.migrated_from = registration.migrated_meta = None
         self._registrations[descriptor.name] = registration
         self._state_known(registration)
         return registration
+
+    def _value_migration(self, registration: RegisteredState) -> Migration:
+        """The migration of a registered state's restored values: entries that get TTL are written
+        now (on the TTL's clock); entries that lose it are dropped when expired (on the old TTL's)."""
+        assert registration.migrated_from is not None and registration.migrated_meta is not None
+        descriptor = registration.descriptor
+        ttl = descriptor.ttl if descriptor is not None else None
+        written = TtlClocks.of(ttl, self).write() if ttl is not None else self.processing_time_ms
+        expired_by = self.expired_now([registration.migrated_meta]).get(registration.name)
+        return value_migration(registration.migrated_from, registration.value_serializer, written, expired_by)
 
     def _migrate(self, registration: RegisteredState, previous: TypeSerializer, migration: Migration) -> None:
         """Rewrite every value of a restored state (each list element, each map value) as
@@ -187,8 +199,10 @@ class AbstractKeyedStateBackend(KeyedStateBackend):
         None) or a delta of the ``changed`` cells of each key group, extending the chain."""
 
     def expired_now(self, metas: Sequence[StateMetaInfo] | None = None) -> dict[str, int]:
-        """Per state with TTL, the latest write time that is expired now (``ttl.expiry_deadlines``)."""
-        return expiry_deadlines(self.state_metas() if metas is None else metas, self.processing_time_ms)
+        """Per state with TTL, the latest write time that is expired now (``ttl.expiry_deadlines``:
+        processing-time TTL by the processing time, event-time TTL by the watermark)."""
+        return expiry_deadlines(self.state_metas() if metas is None else metas, self.processing_time_ms,
+                                self.watermark_ms)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self._changelog.complete(checkpoint_id)

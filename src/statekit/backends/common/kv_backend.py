@@ -63,13 +63,15 @@ _STATE_CLASSES = {StateKind.VALUE: KVValueState, StateKind.LIST: KVListState, St
 class KVKeyedStateBackend(AbstractKeyedStateBackend):
     """The skeleton over a ``KVTable`` per state: a subclass provides ``_table``, ``_view`` and
     ``dispose``. TTL is implemented here (``common/ttl.py``); the factory passes its declared
-    ``ttl`` capability as ``supports_ttl``, the one source of truth."""
+    ``ttl`` and ``event_time_ttl`` capabilities as ``supports_ttl`` and ``supports_event_time_ttl``,
+    the one source of truth."""
 
     backend_name = "kv"
 
     def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig(),
-                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION) -> None:
-        super().__init__(params, changelog, supports_ttl, snapshot_compression)
+                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION,
+                 supports_event_time_ttl: bool = False) -> None:
+        super().__init__(params, changelog, supports_ttl, snapshot_compression, supports_event_time_ttl)
         self._key: Any = None
         self._key_group = -1
         #: the current key's stored-key prefix and its cell in the void namespace (the prefix and

@@ -3,9 +3,10 @@ or with TTL turned on or off: one function from a value as the restored serializ
 the value the registered one writes (``DROPPED``: the entry goes).
 
 - a serializer that answers ``COMPATIBLE_AFTER_MIGRATION``: ``migrate`` of each value;
-- TTL turned on: each entry is written now (the epoch's processing time), so it lives a full TTL;
-- TTL turned off: entries expired by the old TTL are dropped (as a read would have), the others
-  keep their values and never expire.
+- TTL turned on: each entry is written now (the epoch's processing time; with event-time TTL the
+  watermark, as no element is processed), so it lives a full TTL;
+- TTL turned off: entries expired by the old TTL (on its own clock) are dropped (as a read would
+  have), the others keep their values and never expire.
 """
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ DROPPED = object()
 Migration = Callable[[Any], Any]
 
 
-def value_migration(previous: TypeSerializer, new: TypeSerializer, previous_ttl_seconds: float | None,
-                    now_ms: int) -> Migration:
+def value_migration(previous: TypeSerializer, new: TypeSerializer, written_ms: int,
+                    expired_by_ms: int | None) -> Migration:
     """From a value ``previous`` read (with its TTL timestamp where it had TTL) to the one ``new``
-    writes."""
+    writes. ``written_ms``: the write time of entries that get TTL; ``expired_by_ms``: entries that
+    lose TTL and were written at or before it are dropped (None: none are expired)."""
     had_ttl, has_ttl = isinstance(previous, TtlSerializer), isinstance(new, TtlSerializer)
     old_inner = previous.inner if isinstance(previous, TtlSerializer) else previous
     new_inner = new.inner if isinstance(new, TtlSerializer) else new
@@ -35,10 +37,12 @@ def value_migration(previous: TypeSerializer, new: TypeSerializer, previous_ttl_
     if had_ttl and has_ttl:
         return lambda entry: (entry[0], inner(entry[1]))
     if has_ttl:
-        return lambda value: (now_ms, inner(value))
-    if had_ttl:
-        deadline = now_ms - max(1, round((previous_ttl_seconds or 0) * 1000))
+        return lambda value: (written_ms, inner(value))
+    if had_ttl and expired_by_ms is not None:
+        deadline = expired_by_ms
         return lambda entry: DROPPED if entry[0] <= deadline else inner(entry[1])
+    if had_ttl:
+        return lambda entry: inner(entry[1])
     return inner
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from statekit.serializers import declared_serializers, resolve
-from statekit.spi.descriptors import StateDescriptor, StateKind
-from statekit.spi.errors import CapabilityError, StateAccessError
+from statekit.spi.descriptors import StateDescriptor, StateKind, TtlTimeCharacteristic
+from statekit.spi.errors import CapabilityError, IncompatibleSerializerError, StateAccessError
 from statekit.spi.handles import StateMetaInfo
 from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer, check_compatibility
 
@@ -24,23 +24,25 @@ class RegisteredState:
     serializers: dict[str, TypeSerializer]
     descriptor: StateDescriptor | None = None  # None while only restored, not yet registered
     ttl_seconds: float | None = None
+    #: the time the TTL runs on (processing time also for a state without TTL)
+    ttl_time: TtlTimeCharacteristic = TtlTimeCharacteristic.PROCESSING_TIME
     #: the value serializer of the restored state, when its values must be migrated to this one's
     #: (another serializer, or TTL turned on or off: ``migration.value_migration``)
     migrated_from: TypeSerializer | None = None
-    #: the restored state's TTL while it is migrated (its expired entries are dropped)
-    migrated_ttl_seconds: float | None = None
+    #: the restored state's record while it is migrated (its TTL says which entries are dropped)
+    migrated_meta: StateMetaInfo | None = None
 
     @classmethod
     def from_meta(cls, meta: StateMetaInfo) -> "RegisteredState":
         """A restored state, with the serializers that wrote it recreated from their snapshots."""
         serializers = {role: SerializerSnapshot.from_json(snap).restore_serializer()
                        for role, snap in meta.serializers.items()}
-        return cls(meta.name, StateKind(meta.kind), serializers, ttl_seconds=meta.ttl_seconds)
+        return cls(meta.name, StateKind(meta.kind), serializers, ttl_seconds=meta.ttl_seconds, ttl_time=meta.ttl_time)
 
     def meta(self) -> StateMetaInfo:
         return StateMetaInfo(self.name, self.kind.value,
                              {role: s.snapshot().to_json() for role, s in sorted(self.serializers.items())},
-                             self.ttl_seconds)
+                             self.ttl_seconds, self.ttl_time)
 
     @property
     def value_serializer(self) -> TypeSerializer:
@@ -57,28 +59,33 @@ class RegisteredState:
 
 def register(existing: RegisteredState | None, descriptor: StateDescriptor,
              namespace_serializer: TypeSerializer | None, supports_ttl: bool,
-             backend_name: str) -> RegisteredState:
+             backend_name: str, supports_event_time_ttl: bool = False) -> RegisteredState:
     """Validate ``descriptor`` against what is known of its state and return the registration.
 
     Raises ``StateAccessError`` for a kind mismatch, ``IncompatibleSerializerError`` when a
-    restored state cannot be read by the new serializers, ``CapabilityError`` for TTL on a
-    backend that does not support it.
+    restored state cannot be read by the new serializers or its TTL runs on the other time,
+    ``CapabilityError`` for TTL (or event-time TTL) on a backend that does not support it.
     """
-    if descriptor.ttl is not None and not supports_ttl:
-        raise CapabilityError(
-            f"state {descriptor.name!r} asks for TTL, which the {backend_name} backend does not "
-            f"support; remove the TTL config or choose a backend that declares the 'ttl' capability")
+    _check_ttl_supported(descriptor, supports_ttl, supports_event_time_ttl, backend_name)
     declared = declared_serializers(descriptor)
     declared["namespace"] = namespace_serializer
     serializers = {role: resolve(s if s is not None else _undeclared(existing, role)) for role, s in declared.items()}
     ttl_seconds = descriptor.ttl.ttl_seconds if descriptor.ttl is not None else None
+    ttl_time = descriptor.ttl.time_characteristic if descriptor.ttl is not None \
+        else TtlTimeCharacteristic.PROCESSING_TIME
     if existing is None:
-        return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds)
+        return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds, ttl_time)
     if existing.kind is not descriptor.kind:
         raise StateAccessError(
             f"state {descriptor.name!r} is a {existing.kind.value} state and cannot be registered "
             f"as a {descriptor.kind.value} state; use another name")
+    ttl_time_changed = existing.ttl_seconds is not None and ttl_seconds is not None and existing.ttl_time is not ttl_time
     if existing.descriptor is not None:
+        if ttl_time_changed:
+            raise StateAccessError(
+                f"state {descriptor.name!r} is already registered with {existing.ttl_time.value} TTL and cannot be "
+                f"registered with {ttl_time.value} TTL as well; give every descriptor of the state the same "
+                f"time_characteristic")
         if existing.descriptor != descriptor and serializers_differ(existing.serializers, serializers):
             if (existing.ttl_seconds is None) != (ttl_seconds is None):
                 had, has = ("without", "with") if existing.ttl_seconds is None else ("with", "without")
@@ -89,6 +96,12 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
                 f"state {descriptor.name!r} is already registered with other serializers "
                 f"({existing.serializers}); register it once per name")
         return existing
+    if ttl_time_changed:
+        raise IncompatibleSerializerError(
+            f"state {descriptor.name!r} was checkpointed with {existing.ttl_time.value} TTL and is registered with "
+            f"{ttl_time.value} TTL: its entries' write times are {existing.ttl_time.value} timestamps, which the "
+            f"other clock cannot expire. Keep time_characteristic=TtlTimeCharacteristic.{existing.ttl_time.name}, "
+            f"or register the state under a new name to start it afresh")
     ttl_switched = (existing.ttl_seconds is None) != (ttl_seconds is None)
     migrated_from = existing.value_serializer if ttl_switched else None
     for role, new in serializers.items():
@@ -101,8 +114,24 @@ def register(existing: RegisteredState | None, descriptor: StateDescriptor,
         if check_compatibility(descriptor.name, role.replace("_", " "), new, previous.snapshot(),
                                may_migrate=role == "value") is Compatibility.COMPATIBLE_AFTER_MIGRATION:
             migrated_from = existing.serializers[role]
-    return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds, migrated_from,
-                           existing.ttl_seconds)
+    return RegisteredState(descriptor.name, descriptor.kind, serializers, descriptor, ttl_seconds, ttl_time,
+                           migrated_from, existing.meta() if migrated_from is not None else None)
+
+
+def _check_ttl_supported(descriptor: StateDescriptor, supports_ttl: bool, supports_event_time_ttl: bool,
+                         backend_name: str) -> None:
+    """A ``CapabilityError`` for a TTL the backend does not declare."""
+    if descriptor.ttl is None:
+        return
+    if not supports_ttl:
+        raise CapabilityError(
+            f"state {descriptor.name!r} asks for TTL, which the {backend_name} backend does not "
+            f"support; remove the TTL config or choose a backend that declares the 'ttl' capability")
+    if descriptor.ttl.event_time and not supports_event_time_ttl:
+        raise CapabilityError(
+            f"state {descriptor.name!r} asks for event-time TTL, which the {backend_name} backend does not "
+            f"support; use processing-time TTL (the default time_characteristic) or choose a backend that "
+            f"declares the 'event_time_ttl' capability")
 
 
 def _undeclared(existing: RegisteredState | None, role: str) -> TypeSerializer | None:

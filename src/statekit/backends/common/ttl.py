@@ -9,36 +9,71 @@ survive savepoints, backend switches and rescaling with no format of their own, 
 ``timestamp_of`` reads one from stored bytes without deserializing the value (snapshot cleanup
 and sweeps use it).
 
-*Expiry.* An entry written at ``t`` expires at ``t + ttl``, measured against the backend's
-processing time (``KeyedStateBackend.processing_time_ms``: the epoch's recorded time under the
-runtime). Reading an expired entry removes it and returns nothing (or, with
+*Expiry.* An entry written at ``t`` expires at ``t + ttl``. A state's ``TtlClocks`` give both
+times: with processing-time TTL, both are the backend's processing time
+(``KeyedStateBackend.processing_time_ms``: the epoch's recorded time under the runtime); with
+event-time TTL, an entry is written at the element's event time (never before the watermark:
+``KeyedStateBackend.event_write_time_ms``) and expires when the watermark reaches ``t + ttl``.
+An event-time write time is at most ``MAX_TIMESTAMP - ttl`` (``t + ttl`` stays a timestamp), so
+the watermark of an ended input (``MAX_TIMESTAMP``) expires every entry, those written while the
+last timers fire too. Reading an expired entry removes it and returns nothing (or, with
 ``RETURN_EXPIRED_IF_NOT_CLEANED_UP``, returns it once). ``ON_READ_AND_WRITE`` rewrites an entry
 with the current time when it is read alive.
 
 *TTL and its absence are not compatible.* A state checkpointed with TTL cannot be registered
 without it, nor the reverse (Flink raises ``StateMigrationException``); a different TTL duration
-is fine, since entries keep their write time, not their expiry.
+is fine, since entries keep their write time, not their expiry. Nor can a state checkpointed with
+TTL on one time be registered with TTL on the other: its write times are of the other clock.
 """
 from __future__ import annotations
 
 import copy
 import struct
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from statekit.backends.common.registration import checked_list_elements
 from statekit.serializers import declared_serializers, resolve
+from statekit.spi.backend import KeyedStateBackend
 from statekit.spi.descriptors import (
     AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
-    ReducingStateDescriptor, StateDescriptor, StateKind, StateTtlConfig, TtlStateVisibility, TtlUpdateType,
-    ValueStateDescriptor,
+    ReducingStateDescriptor, StateDescriptor, StateKind, StateTtlConfig, TtlStateVisibility, TtlTimeCharacteristic,
+    TtlUpdateType, ValueStateDescriptor, ttl_ms,
 )
 from statekit.spi.errors import CorruptStateError
 from statekit.spi.handles import StateMetaInfo
 from statekit.spi.serializer import Compatibility, SerializerSnapshot, TypeSerializer, compatibility
 from statekit.spi.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 TIMESTAMP = struct.Struct(">q")
 Clock = Callable[[], int]
+
+
+@dataclass(frozen=True)
+class TtlClocks:
+    """The two times of a TTL state: ``now``, against which an entry's write time + ttl is
+    compared, and ``write``, the time a write gives its entry."""
+
+    now: Clock
+    write: Clock
+
+    @classmethod
+    def of(cls, config: StateTtlConfig, backend: KeyedStateBackend) -> "TtlClocks":
+        """The clocks of a state with TTL ``config`` in ``backend``."""
+        if not config.event_time:
+            def processing_time() -> int:
+                return backend.processing_time_ms
+            return cls(processing_time, processing_time)
+        latest = MAX_TIMESTAMP - config.ttl_ms
+
+        def watermark() -> int:
+            return backend.watermark_ms
+
+        def event_time() -> int:
+            written = backend.event_write_time_ms
+            return written if written < latest else latest
+        return cls(watermark, event_time)
 
 
 # ---------------------------------------------------------------------------- stored form
@@ -85,11 +120,19 @@ def timestamp_of(data: bytes) -> int:
     return TIMESTAMP.unpack_from(data)[0]
 
 
-def expiry_deadlines(states: Iterable[StateMetaInfo], now_ms: int) -> dict[str, int]:
-    """For each state with TTL, the latest write time that is expired at ``now_ms``: an entry
-    written at or before it is expired."""
-    return {meta.name: now_ms - max(1, round(meta.ttl_seconds * 1000))
-            for meta in states if meta.ttl_seconds is not None}
+def expiry_deadlines(states: Iterable[StateMetaInfo], processing_time_ms: int,
+                     watermark_ms: int = MIN_TIMESTAMP) -> dict[str, int]:
+    """For each state with TTL, the latest write time that is expired at ``processing_time_ms``
+    (event-time TTL: at ``watermark_ms``): an entry written at or before it is expired. A state
+    none of whose entries can be expired (event time before any watermark) is left out."""
+    deadlines = {}
+    for meta in states:
+        if meta.ttl_seconds is not None:
+            now = watermark_ms if meta.ttl_time is TtlTimeCharacteristic.EVENT_TIME else processing_time_ms
+            deadline = now - ttl_ms(meta.ttl_seconds)
+            if deadline >= MIN_TIMESTAMP:
+                deadlines[meta.name] = deadline
+    return deadlines
 
 
 # ---------------------------------------------------------------------------- the inner state
@@ -99,14 +142,14 @@ class TtlReduceFunction:
     """The reduce function over ``(timestamp, value)``: an expired accumulator is dropped, and the
     result carries the time of the write."""
 
-    def __init__(self, reduce: Callable[[Any, Any], Any], ttl_ms: int, now: Clock) -> None:
-        self.reduce, self.ttl_ms, self.now = reduce, ttl_ms, now
+    def __init__(self, reduce: Callable[[Any, Any], Any], ttl_ms: int, clocks: TtlClocks) -> None:
+        self.reduce, self.ttl_ms, self.clocks = reduce, ttl_ms, clocks
 
     def __call__(self, held: tuple[int, Any], added: tuple[int, Any]) -> tuple[int, Any]:
-        now = self.now()
-        if held[0] + self.ttl_ms <= now:
-            return now, added[1]
-        return now, self.reduce(held[1], added[1])
+        written = self.clocks.write()
+        if held[0] + self.ttl_ms <= self.clocks.now():
+            return written, added[1]
+        return written, self.reduce(held[1], added[1])
 
 
 class _SetAccumulator:
@@ -122,18 +165,18 @@ class TtlAggregateFunction(AggregateFunction[Any, tuple[int, Any], tuple[int, An
     """The aggregate function over ``(timestamp, accumulator)``. ``get_result`` returns the held
     accumulator itself: ``TtlAggregatingState`` checks it before computing the user's result."""
 
-    def __init__(self, function: AggregateFunction, ttl_ms: int, now: Clock) -> None:
-        self.function, self.ttl_ms, self.now = function, ttl_ms, now
+    def __init__(self, function: AggregateFunction, ttl_ms: int, clocks: TtlClocks) -> None:
+        self.function, self.ttl_ms, self.clocks = function, ttl_ms, clocks
 
     def create_accumulator(self) -> tuple[int, Any]:
-        return self.now(), self.function.create_accumulator()
+        return self.clocks.write(), self.function.create_accumulator()
 
     def add(self, value: Any, accumulator: tuple[int, Any]) -> tuple[int, Any]:
         if isinstance(value, _SetAccumulator):
             return value.accumulator
-        now = self.now()
-        held = accumulator[1] if accumulator[0] + self.ttl_ms > now else self.function.create_accumulator()
-        return now, self.function.add(value, held)
+        alive = accumulator[0] + self.ttl_ms > self.clocks.now()
+        held = accumulator[1] if alive else self.function.create_accumulator()
+        return self.clocks.write(), self.function.add(value, held)
 
     def get_result(self, accumulator: tuple[int, Any]) -> tuple[int, Any]:
         return accumulator
@@ -142,7 +185,7 @@ class TtlAggregateFunction(AggregateFunction[Any, tuple[int, Any], tuple[int, An
         return max(a[0], b[0]), self.function.merge(a[1], b[1])
 
 
-def inner_descriptor(descriptor: StateDescriptor, now: Clock) -> StateDescriptor:
+def inner_descriptor(descriptor: StateDescriptor, clocks: TtlClocks) -> StateDescriptor:
     """The descriptor of the state that holds ``descriptor``'s entries with their timestamps."""
     config = descriptor.ttl
     assert config is not None
@@ -156,41 +199,45 @@ def inner_descriptor(descriptor: StateDescriptor, now: Clock) -> StateDescriptor
     if isinstance(descriptor, MapStateDescriptor):
         return MapStateDescriptor(descriptor.name, declared["user_key"], values, ttl=config)
     if isinstance(descriptor, ReducingStateDescriptor):
-        return ReducingStateDescriptor(descriptor.name, TtlReduceFunction(descriptor.reduce_function, ttl_ms, now),
+        return ReducingStateDescriptor(descriptor.name, TtlReduceFunction(descriptor.reduce_function, ttl_ms, clocks),
                                        values, ttl=config)
     if isinstance(descriptor, AggregatingStateDescriptor):
         return AggregatingStateDescriptor(
-            descriptor.name, TtlAggregateFunction(descriptor.aggregate_function, ttl_ms, now),
+            descriptor.name, TtlAggregateFunction(descriptor.aggregate_function, ttl_ms, clocks),
             values, ttl=config)
     raise TypeError(f"no TTL form for {type(descriptor).__name__}")
 
 
-def ttl_state(descriptor: StateDescriptor, create: Callable[[StateDescriptor], State], now: Clock) -> State:
+def ttl_state(descriptor: StateDescriptor, create: Callable[[StateDescriptor], State],
+              time: KeyedStateBackend | Clock) -> State:
     """The state of a descriptor with TTL: ``create`` (the backend's own ``get_state``) makes the
-    inner state of ``inner_descriptor``, which the returned state wraps."""
-    inner = create(inner_descriptor(descriptor, now))
+    inner state of ``inner_descriptor``, which the returned state wraps. ``time``: the backend
+    whose times the state uses (``TtlClocks.of``), or, as plugins passed it before event-time TTL,
+    a function that gives the processing time (processing-time TTL only)."""
     config = descriptor.ttl
     assert config is not None
+    clocks = TtlClocks.of(config, time) if isinstance(time, KeyedStateBackend) else TtlClocks(time, time)
+    inner = create(inner_descriptor(descriptor, clocks))
     kind = descriptor.kind
     if kind is StateKind.VALUE:
-        return TtlValueState(inner, config, now, getattr(descriptor, "default", None))
+        return TtlValueState(inner, config, clocks, getattr(descriptor, "default", None))
     if kind is StateKind.LIST:
-        return TtlListState(inner, config, now)
+        return TtlListState(inner, config, clocks)
     if kind is StateKind.MAP:
-        return TtlMapState(inner, config, now)
+        return TtlMapState(inner, config, clocks)
     if kind is StateKind.REDUCING:
-        return TtlReducingState(inner, config, now)
-    return TtlAggregatingState(inner, config, now, descriptor.aggregate_function)  # type: ignore[attr-defined]
+        return TtlReducingState(inner, config, clocks)
+    return TtlAggregatingState(inner, config, clocks, descriptor.aggregate_function)  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------- the states users see
 
 
 class _TtlState:
-    def __init__(self, inner: Any, config: StateTtlConfig, now: Clock) -> None:
+    def __init__(self, inner: Any, config: StateTtlConfig, clocks: TtlClocks) -> None:
         self.inner = inner
         self.ttl_ms = config.ttl_ms
-        self.now = now
+        self.now, self.written = clocks.now, clocks.write
         self.refresh_on_read = config.update_type is TtlUpdateType.ON_READ_AND_WRITE
         self.return_expired = config.visibility is TtlStateVisibility.RETURN_EXPIRED_IF_NOT_CLEANED_UP
 
@@ -205,8 +252,8 @@ class _TtlState:
 
 
 class TtlValueState(_TtlState, ValueState):
-    def __init__(self, inner: ValueState, config: StateTtlConfig, now: Clock, default: Any) -> None:
-        super().__init__(inner, config, now)
+    def __init__(self, inner: ValueState, config: StateTtlConfig, clocks: TtlClocks, default: Any) -> None:
+        super().__init__(inner, config, clocks)
         self.default = default
 
     def value(self) -> Any:
@@ -219,14 +266,14 @@ class TtlValueState(_TtlState, ValueState):
             self.inner.clear()
             return value if self.return_expired else copy.deepcopy(self.default)
         if self.refresh_on_read:
-            self.inner.update((now, value))
+            self.inner.update((self.written(), value))
         return value
 
     def update(self, value: Any) -> None:
         if value is None:
             self.inner.clear()
         else:
-            self.inner.update((self.now(), value))
+            self.inner.update((self.written(), value))
 
 
 class TtlListState(_TtlState, ListState):
@@ -237,7 +284,8 @@ class TtlListState(_TtlState, ListState):
         now = self.now()
         alive = [entry for entry in held if self._alive(entry[0], now)]
         if self.refresh_on_read and alive:
-            self.inner.update([(now, value) for _, value in alive])
+            written = self.written()
+            self.inner.update([(written, value) for _, value in alive])
         elif len(alive) != len(held):
             self.inner.update(alive)
         return [value for _, value in (held if self.return_expired else alive)]
@@ -248,13 +296,13 @@ class TtlListState(_TtlState, ListState):
     def add_all(self, values: Iterable[Any]) -> None:
         elements = checked_list_elements(values, adding=True)
         if elements:
-            now = self.now()
-            self.inner.add_all([(now, value) for value in elements])
+            written = self.written()
+            self.inner.add_all([(written, value) for value in elements])
 
     def update(self, values: Iterable[Any] | None) -> None:
         elements = checked_list_elements(values)
-        now = self.now()
-        self.inner.update([(now, value) for value in elements])
+        written = self.written()
+        self.inner.update([(written, value) for value in elements])
 
 
 class TtlMapState(_TtlState, MapState):
@@ -263,11 +311,11 @@ class TtlMapState(_TtlState, MapState):
         return None if held is None else self._checked(user_key, held, self.now())[1]
 
     def put(self, user_key: Any, value: Any) -> None:
-        self.inner.put(user_key, (self.now(), value))
+        self.inner.put(user_key, (self.written(), value))
 
     def put_all(self, entries: Mapping[Any, Any]) -> None:
-        now = self.now()
-        self.inner.put_all({key: (now, value) for key, value in entries.items()})
+        written = self.written()
+        self.inner.put_all({key: (written, value) for key, value in entries.items()})
 
     def remove(self, user_key: Any) -> None:
         self.inner.remove(user_key)
@@ -290,7 +338,7 @@ class TtlMapState(_TtlState, MapState):
             self.inner.remove(user_key)
             return (True, value) if self.return_expired else (False, None)
         if self.refresh_on_read:
-            self.inner.put(user_key, (now, value))
+            self.inner.put(user_key, (self.written(), value))
         return True, value
 
 
@@ -307,7 +355,7 @@ class _TtlAppending(_TtlState):
             self.inner.clear()
             return held if self.return_expired else None
         if self.refresh_on_read:
-            self._rewrite((now, held[1]))
+            self._rewrite((self.written(), held[1]))
         return held
 
     def _rewrite(self, held: tuple[int, Any]) -> None:
@@ -320,7 +368,7 @@ class TtlReducingState(_TtlAppending, ReducingState):
         return None if held is None else held[1]
 
     def add(self, value: Any) -> None:
-        self.inner.add((self.now(), value))
+        self.inner.add((self.written(), value))
 
     def _rewrite(self, held: tuple[int, Any]) -> None:
         self.inner.clear()
@@ -328,9 +376,9 @@ class TtlReducingState(_TtlAppending, ReducingState):
 
 
 class TtlAggregatingState(_TtlAppending, AggregatingState):
-    def __init__(self, inner: AggregatingState, config: StateTtlConfig, now: Clock,
+    def __init__(self, inner: AggregatingState, config: StateTtlConfig, clocks: TtlClocks,
                  function: AggregateFunction) -> None:
-        super().__init__(inner, config, now)
+        super().__init__(inner, config, clocks)
         self.function = function
 
     def get(self) -> Any:

@@ -49,7 +49,8 @@ class HeapStateBackend(StateBackend):
     checkpoints may be native, the key-group maps pickled (``native_snapshot``)."""
 
     name = "heap"
-    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, native_snapshots=True)
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, event_time_ttl=True,
+                                native_snapshots=True)
     native_snapshots_run_code = True
 
     def __init__(self, **options: Any) -> None:
@@ -60,7 +61,8 @@ class HeapStateBackend(StateBackend):
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "HeapKeyedStateBackend":
         return HeapKeyedStateBackend(params, self.changelog, supports_ttl=self.capabilities.ttl,
-                                     snapshot_compression=self.snapshot_compression)
+                                     snapshot_compression=self.snapshot_compression,
+                                     supports_event_time_ttl=self.capabilities.event_time_ttl)
 
     def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
         return DefaultOperatorStateBackend(params)
@@ -70,8 +72,9 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
     backend_name = "heap"
 
     def __init__(self, params: KeyedBackendParams, changelog: ChangelogConfig = ChangelogConfig(),
-                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION) -> None:
-        super().__init__(params, changelog, supports_ttl, snapshot_compression)
+                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION,
+                 supports_event_time_ttl: bool = True) -> None:
+        super().__init__(params, changelog, supports_ttl, snapshot_compression, supports_event_time_ttl)
         self._tables: dict[str, StateTable] = {}
         self._key: Any = None
         self._key_group = -1

@@ -109,8 +109,8 @@ class LMDBStateBackend(StateBackend):
 
     name = "lmdb"
     local_dir_option = "local-dir"
-    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, out_of_core=True,
-                                local_recovery=True, native_snapshots=True)
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, event_time_ttl=True,
+                                out_of_core=True, local_recovery=True, native_snapshots=True)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -122,7 +122,8 @@ class LMDBStateBackend(StateBackend):
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "LMDBKeyedStateBackend":
         return LMDBKeyedStateBackend(params, self.lmdb_options, self.local_dir, self.changelog,
-                                     supports_ttl=self.capabilities.ttl, snapshot_compression=self.snapshot_compression)
+                                     supports_ttl=self.capabilities.ttl, snapshot_compression=self.snapshot_compression,
+                                     supports_event_time_ttl=self.capabilities.event_time_ttl)
 
     def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
         return DefaultOperatorStateBackend(params)
@@ -133,8 +134,9 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
 
     def __init__(self, params: KeyedBackendParams, options: LMDBOptions | None = None,
                  local_dir: str | None = None, changelog: ChangelogConfig = ChangelogConfig(),
-                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION) -> None:
-        super().__init__(params, changelog, supports_ttl, snapshot_compression)
+                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION,
+                 supports_event_time_ttl: bool = True) -> None:
+        super().__init__(params, changelog, supports_ttl, snapshot_compression, supports_event_time_ttl)
         unknown = [h for h in params.restore_handles
                    if not isinstance(h, (KeyGroupsStateHandle, ChangelogStateHandle, NativeLMDBStateHandle))]
         if unknown:

@@ -47,8 +47,8 @@ class RocksDBStateBackend(StateBackend):
 
     name = "rocksdb"
     local_dir_option = "local-dir"
-    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, out_of_core=True,
-                                local_recovery=True, native_snapshots=True)
+    capabilities = Capabilities(incremental_snapshots=True, async_snapshots=True, ttl=True, event_time_ttl=True,
+                                out_of_core=True, local_recovery=True, native_snapshots=True)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -59,7 +59,8 @@ class RocksDBStateBackend(StateBackend):
 
     def create_keyed_backend(self, params: KeyedBackendParams) -> "RocksDBKeyedStateBackend":
         return RocksDBKeyedStateBackend(params, self.rocksdb_options, self.local_dir, supports_ttl=self.capabilities.ttl,
-                                        snapshot_compression=self.snapshot_compression)
+                                        snapshot_compression=self.snapshot_compression,
+                                        supports_event_time_ttl=self.capabilities.event_time_ttl)
 
     def create_operator_backend(self, params: OperatorBackendParams) -> OperatorStateBackend:
         return DefaultOperatorStateBackend(params)
@@ -69,8 +70,10 @@ class RocksDBKeyedStateBackend(KVKeyedStateBackend):
     backend_name = "rocksdb"
 
     def __init__(self, params: KeyedBackendParams, options: RocksDBOptions, local_dir: str | None = None,
-                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION) -> None:
-        super().__init__(params, supports_ttl=supports_ttl, snapshot_compression=snapshot_compression)
+                 supports_ttl: bool = True, snapshot_compression: str = DEFAULT_COMPRESSION,
+                 supports_event_time_ttl: bool = True) -> None:
+        super().__init__(params, supports_ttl=supports_ttl, snapshot_compression=snapshot_compression,
+                         supports_event_time_ttl=supports_event_time_ttl)
         self._options = options
         self.backend_id = uuid.uuid4().hex
         #: a working directory given for local recovery outlives this instance
