@@ -15,7 +15,8 @@ __version__ = "0.1.0"
 
 #: public name -> the module that defines it
 _EXPORTS = {
-    **dict.fromkeys(["CheckpointedFunction", "FunctionInitializationContext", "FunctionSnapshotContext",
+    **dict.fromkeys(["BroadcastContext", "CheckpointedFunction", "FunctionInitializationContext",
+                     "FunctionSnapshotContext", "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction",
                      "KeyedBatchFunction", "KeyedContext", "KeyedProcessFunction", "KeyedVectorFunction"], "statekit.runtime.function"),
     **dict.fromkeys(["AggregateFunction", "AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
                      "ReducingStateDescriptor", "StateTtlConfig", "TtlTimeCharacteristic", "ValueStateDescriptor"],
@@ -27,8 +28,9 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
     from statekit.runtime.function import (
-        CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedBatchFunction,
-        KeyedContext, KeyedProcessFunction, KeyedVectorFunction,
+        BroadcastContext, CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext,
+        KeyedBatchFunction, KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedContext,
+        KeyedProcessFunction, KeyedVectorFunction,
     )
     from statekit.spi.descriptors import (
         AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from statekit.lazy import lazy_exports
 
 _EXPORTS = {
-    **dict.fromkeys(["CheckpointedFunction", "FunctionInitializationContext", "FunctionSnapshotContext",
+    **dict.fromkeys(["BroadcastContext", "CheckpointedFunction", "FunctionInitializationContext",
+                     "FunctionSnapshotContext", "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction",
                      "KeyedBatchFunction", "KeyedContext", "KeyedProcessFunction", "KeyedVectorFunction", "ProcessFunction"],
                     "statekit.runtime.function"),
     "GroupedRows": "statekit.runtime.grouped_rows",
@@ -20,8 +21,9 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from statekit.runtime.function import (
-        CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedBatchFunction,
-        KeyedContext, KeyedProcessFunction, KeyedVectorFunction, ProcessFunction,
+        BroadcastContext, CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext,
+        KeyedBatchFunction, KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedContext,
+        KeyedProcessFunction, KeyedVectorFunction, ProcessFunction,
     )
     from statekit.runtime.grouped_rows import GroupedRows
     from statekit.runtime.local_runner import LocalRunner

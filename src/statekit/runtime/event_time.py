@@ -21,7 +21,7 @@ import datetime
 import enum
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP
@@ -35,6 +35,8 @@ WATERMARK = "watermark_ms"
 MAX_EVENT_TIME = "max_event_time_ms"
 LATE_ROWS = "late_rows_dropped"
 LATE_ROWS_OUTPUT = "late_rows_side_output"
+#: a job of two inputs: the largest event time of each input so far, in input order
+INPUT_EVENT_TIMES = "input_event_times_ms"
 
 _UNITS_MS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 1000, "second": 1000,
              "seconds": 1000, "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
@@ -88,12 +90,7 @@ class EventTime:
 
     @classmethod
     def of(cls, watermark_delay: Any, late_rows: Any = LateRows.DROP) -> "EventTime":
-        try:
-            policy = LateRows(late_rows)
-        except ValueError:
-            raise ConfigurationError(f"late_rows must be one of {[p.value for p in LateRows]}, got {late_rows!r}") \
-                from None
-        return cls(duration_ms(watermark_delay, "watermark_delay"), policy)
+        return cls(duration_ms(watermark_delay, "watermark_delay"), late_rows_policy(late_rows))
 
     def recorded(self, previous: Mapping[str, Any] | None, largest: int, late_rows: int,
                  end_of_input: bool = False) -> dict[str, int]:
@@ -102,8 +99,7 @@ class EventTime:
         so that every later row is late), the largest event time so far, and its late rows
         (dropped, or given back as the side output)."""
         watermark, seen = self.epoch_start(previous)
-        return {WATERMARK: MAX_TIMESTAMP if end_of_input else watermark, MAX_EVENT_TIME: max(seen, largest),
-                LATE_ROWS_OUTPUT if self.late_rows is LateRows.SIDE_OUTPUT else LATE_ROWS: late_rows}
+        return _recorded(watermark, max(seen, largest), self.late_rows, late_rows, end_of_input)
 
     def epoch_start(self, previous: Mapping[str, Any] | None) -> tuple[int, int]:
         """(the epoch's watermark, the largest event time before it) from the properties of the
@@ -115,6 +111,53 @@ class EventTime:
         if seen > MIN_TIMESTAMP:
             watermark = max(watermark, seen - self.delay_ms)
         return watermark, seen
+
+
+@dataclass(frozen=True)
+class InputsEventTime:
+    """The event time of a job of two inputs (connected keyed inputs), each with its own event
+    time and delay. The watermark is the smaller of the inputs' watermarks (Flink's rule, and
+    Spark's default ``multipleWatermarkPolicy``), never moving back: an input that has had no
+    event time yet holds it at the smallest timestamp. The largest event time of each input is
+    recorded (``INPUT_EVENT_TIMES``), so a replayed epoch computes the same watermark."""
+
+    delays_ms: tuple[int, ...]
+    late_rows: LateRows = LateRows.DROP
+
+    @classmethod
+    def of(cls, watermark_delays: Sequence[Any], late_rows: Any = LateRows.DROP) -> "InputsEventTime":
+        return cls(tuple(duration_ms(d, "watermark_delay") for d in watermark_delays), late_rows_policy(late_rows))
+
+    def epoch_start(self, previous: Mapping[str, Any] | None) -> tuple[int, tuple[int, ...]]:
+        """(the epoch's watermark, each input's largest event time before it) from the properties
+        of the checkpoint the epoch restores (None: the first epoch)."""
+        recorded = (previous or {}).get(INPUT_EVENT_TIMES)
+        seen = tuple(int(t) for t in recorded) if recorded and len(recorded) == len(self.delays_ms) else \
+            (MIN_TIMESTAMP,) * len(self.delays_ms)
+        watermark = int((previous or {}).get(WATERMARK, MIN_TIMESTAMP))
+        each = [t - delay if t > MIN_TIMESTAMP else MIN_TIMESTAMP for t, delay in zip(seen, self.delays_ms)]
+        return max(watermark, min(each)), seen
+
+    def recorded(self, previous: Mapping[str, Any] | None, largest: Sequence[int], late_rows: int,
+                 end_of_input: bool = False) -> dict[str, Any]:
+        """As ``EventTime.recorded``, with the largest event time ``largest`` of each input."""
+        watermark, seen = self.epoch_start(previous)
+        inputs = [max(before, now) for before, now in zip(seen, largest)]
+        return {**_recorded(watermark, max(inputs), self.late_rows, late_rows, end_of_input),
+                INPUT_EVENT_TIMES: inputs}
+
+
+def late_rows_policy(late_rows: Any) -> LateRows:
+    try:
+        return LateRows(late_rows)
+    except ValueError:
+        raise ConfigurationError(f"late_rows must be one of {[p.value for p in LateRows]}, got {late_rows!r}") \
+            from None
+
+
+def _recorded(watermark: int, largest: int, policy: LateRows, late_rows: int, end_of_input: bool) -> dict[str, int]:
+    return {WATERMARK: MAX_TIMESTAMP if end_of_input else watermark, MAX_EVENT_TIME: largest,
+            LATE_ROWS_OUTPUT if policy is LateRows.SIDE_OUTPUT else LATE_ROWS: late_rows}
 
 
 #: the Spark types of event-time columns whose values are datetimes: windows of such a job start and
@@ -203,4 +246,16 @@ class ElementTimes:
 
         def of_rows(rows: "pa.RecordBatch") -> int | None:
             return max((t for t in map(of_row, rows.to_pylist()) if t is not None), default=None)
+        return cls(of_row, of_rows)
+
+    @classmethod
+    def of_inputs(cls, inputs: Sequence["ElementTimes | None"]) -> "ElementTimes":
+        """Records of a job of several inputs, ``(input, row)`` pairs: the row's event time as its
+        input's ``ElementTimes`` reads it (None for an input without event time)."""
+        def of_row(record: tuple[int, Any]) -> int | None:
+            times = inputs[record[0]]
+            return times.of_row(record[1]) if times is not None else None
+
+        def of_rows(rows: "pa.RecordBatch") -> int | None:
+            raise NotImplementedError("rows of several inputs are read one at a time")
         return cls(of_row, of_rows)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Iterable, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar, Union, overload
 
 from statekit.spi.backend import KeyedStateBackend, OperatorStateBackend, SubtaskInfo
 from statekit.spi.bulk_state import BulkState
@@ -23,10 +23,12 @@ from statekit.spi.descriptors import (
     AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, StateDescriptor,
     ValueStateDescriptor,
 )
-from statekit.spi.errors import ConfigurationError
+from statekit.spi.errors import ConfigurationError, StateAccessError
 from statekit.spi.serializer import TypeSerializer
 from statekit.runtime.timers import USER_TIMERS, EpochTime, TimerService
-from statekit.spi.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+from statekit.spi.state import (
+    AggregatingState, BroadcastState, ListState, MapState, ReducingState, State, ValueState,
+)
 from statekit.spi.timers import TimeDomain, Timer
 
 if TYPE_CHECKING:
@@ -44,8 +46,9 @@ class KeyedContext:
     """Handed to ``open``, ``process`` and ``on_timer``: state, timers, and where the function runs."""
 
     def __init__(self, backend: KeyedStateBackend, subtask: SubtaskInfo, checkpoint_id: int,
-                 time: EpochTime | None = None) -> None:
+                 time: EpochTime | None = None, operator_backend: OperatorStateBackend | None = None) -> None:
         self._backend = backend
+        self._operator_backend = operator_backend
         self.subtask_index = subtask.subtask_index
         self.parallelism = subtask.parallelism
         self.max_parallelism = subtask.max_parallelism
@@ -132,6 +135,19 @@ class KeyedContext:
         """Every key of this subtask that has state ``state_name``."""
         return self._backend.keys(state_name, namespace)
 
+    def broadcast_state(self, descriptor: MapStateDescriptor[K, V]) -> BroadcastState[K, V]:
+        """The broadcast state of ``descriptor`` (a map, the same on every subtask) of a
+        ``KeyedBroadcastProcessFunction``: read-only here; ``process_broadcast`` changes it."""
+        return ReadOnlyBroadcastState(self._broadcast_state(descriptor))
+
+    def _broadcast_state(self, descriptor: MapStateDescriptor[K, V]) -> BroadcastState[K, V]:
+        if not isinstance(descriptor, MapStateDescriptor):
+            raise ConfigurationError(f"broadcast state is a map: give a MapStateDescriptor, got {descriptor!r}")
+        if self._operator_backend is None:
+            raise ConfigurationError("this context has no operator state, which broadcast state is")
+        return self._operator_backend.get_broadcast_state(descriptor.name, descriptor.key_serializer,
+                                                          descriptor.value_serializer)
+
 
 class KeyedFunction(ABC):
     """What both function kinds share: the epoch's ``open`` and ``close``, and ``on_timer``."""
@@ -216,8 +232,136 @@ class KeyedVectorFunction(KeyedFunction):
         name to array or list), or as rows like the other functions, or None."""
 
 
-#: what a task runs: one call per row, one call per key and batch of rows, or one call per batch
-ProcessFunction = Union[KeyedProcessFunction, KeyedBatchFunction, KeyedVectorFunction]
+class KeyedCoProcessFunction(KeyedFunction):
+    """Processes two keyed inputs (Flink's ``KeyedCoProcessFunction``): the rows of both, keyed
+    alike, share the key's state and timers. One instance per subtask.
+
+    ::
+
+        class UnpaidOrders(KeyedCoProcessFunction):
+            def open(self, ctx):
+                self.paid = ctx.get_state(ValueStateDescriptor("paid", default=False))
+
+            def process_left(self, order, ctx):     # an order: alert in 15 minutes unless paid
+                ctx.timer_service().register_event_time_timer(order["ts"] + 15 * 60_000)
+
+            def process_right(self, payment, ctx):
+                self.paid.update(True)
+
+            def on_timer(self, timestamp, ctx):
+                if not self.paid.value():
+                    yield (ctx.current_key, "unpaid")
+    """
+
+    @abstractmethod
+    def process_left(self, row: Any, ctx: KeyedContext) -> Iterable[Any] | None:
+        """Process one row of the first input, of ``ctx.current_key``; return or yield output rows."""
+
+    @abstractmethod
+    def process_right(self, row: Any, ctx: KeyedContext) -> Iterable[Any] | None:
+        """Process one row of the second input, of ``ctx.current_key``; return or yield output rows."""
+
+
+class KeyedBroadcastProcessFunction(KeyedFunction):
+    """The broadcast state pattern (Flink's ``KeyedBroadcastProcessFunction``): a keyed input,
+    and a broadcast input whose rows reach every subtask. ``process_broadcast`` keeps what they
+    say in broadcast state (``ctx.broadcast_state``, a map the same on every subtask, checkpointed
+    and copied on rescale); ``process`` reads it while it processes the keyed rows. Within an
+    epoch every subtask processes the epoch's broadcast rows first, in the same order, then its
+    keyed rows. One instance per subtask.
+
+    ::
+
+        THRESHOLDS = MapStateDescriptor("thresholds")
+
+        class Alerts(KeyedBroadcastProcessFunction):
+            def process_broadcast(self, rule, ctx):
+                ctx.broadcast_state(THRESHOLDS).put(rule["sensor_type"], rule["limit"])
+
+            def process(self, reading, ctx):
+                limit = ctx.broadcast_state(THRESHOLDS).get(reading["sensor_type"])
+                if limit is not None and reading["value"] > limit:
+                    yield (reading["sensor"], reading["value"])
+    """
+
+    @abstractmethod
+    def process(self, row: Any, ctx: KeyedContext) -> Iterable[Any] | None:
+        """Process one keyed row of ``ctx.current_key``; broadcast state is read-only here."""
+
+    @abstractmethod
+    def process_broadcast(self, row: Any, ctx: BroadcastContext) -> Iterable[Any] | None:
+        """Process one broadcast row, on every subtask: change broadcast state the same way on each
+        (nothing random, no wall clock). Output rows come from every subtask, once per subtask."""
+
+
+class BroadcastContext:
+    """Handed to ``process_broadcast``: broadcast state to change, keyed state of every key, and
+    where the function runs. No key is current."""
+
+    def __init__(self, keyed: KeyedContext) -> None:
+        self._keyed = keyed
+        self.subtask_index, self.parallelism = keyed.subtask_index, keyed.parallelism
+        self.max_parallelism, self.job_id = keyed.max_parallelism, keyed.job_id
+        self.checkpoint_id, self.time = keyed.checkpoint_id, keyed.time
+
+    def broadcast_state(self, descriptor: MapStateDescriptor[K, V]) -> BroadcastState[K, V]:
+        """The broadcast state of ``descriptor``, to read and change."""
+        return self._keyed._broadcast_state(descriptor)
+
+    def apply_to_keyed_state(self, descriptor: StateDescriptor, function: Callable[[Any, State], None]) -> None:
+        """Call ``function(key, state)`` for every key of this subtask that has state
+        ``descriptor`` (Flink's ``applyToKeyedState``), the key current during the call, so the
+        function may read, change or clear that key's state (this one's and others')."""
+        backend = self._keyed._backend
+        found = backend.keys_and_key_groups(descriptor.name)
+        if found is None:
+            raise ConfigurationError(f"{type(backend).__name__} does not list keys with their key groups "
+                                     f"(KeyedStateBackend.keys_and_key_groups), which apply_to_keyed_state needs: "
+                                     f"implement it in the backend")
+        state = backend.get_state(descriptor)
+        for key, key_group in list(found):  # listed first: the function may change what a scan would see
+            backend.set_current_key(key, key_group)
+            function(key, state)
+
+
+class ReadOnlyBroadcastState(BroadcastState[K, V]):
+    """Broadcast state while keyed rows are processed: the rows of one subtask must not change
+    what every subtask keeps the same."""
+
+    def __init__(self, state: BroadcastState[K, V]) -> None:
+        self._state = state
+
+    def get(self, key: K) -> V | None:
+        return self._state.get(key)
+
+    def contains(self, key: K) -> bool:
+        return self._state.contains(key)
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        return self._state.items()
+
+    def put(self, key: K, value: V) -> None:
+        self._refuse("put")
+
+    def remove(self, key: K) -> None:
+        self._refuse("remove")
+
+    def clear(self) -> None:
+        self._refuse("clear")
+
+    @staticmethod
+    def _refuse(method: str) -> None:
+        raise StateAccessError(f"broadcast state is read-only while keyed rows are processed ({method}): change it "
+                               f"in process_broadcast, which every subtask runs alike")
+
+
+#: what a task runs: one call per row, one call per key and batch of rows, or one call per batch;
+#: per row of either of two inputs; per keyed row after every broadcast row
+ProcessFunction = Union[KeyedProcessFunction, KeyedBatchFunction, KeyedVectorFunction, KeyedCoProcessFunction,
+                        KeyedBroadcastProcessFunction]
+#: the function kinds of one keyed input, and every kind
+ONE_INPUT_KINDS = (KeyedProcessFunction, KeyedBatchFunction, KeyedVectorFunction)
+FUNCTION_KINDS = (*ONE_INPUT_KINDS, KeyedCoProcessFunction, KeyedBroadcastProcessFunction)
 
 
 class Calls(Enum):
@@ -225,7 +369,8 @@ class Calls(Enum):
 
     GROUPS = "process_groups"  # a KeyedVectorFunction: once per batch grouped by key
     KEY_RUNS = "process_rows"  # a KeyedBatchFunction: once per key and batch of rows
-    ROWS = "process"  # a KeyedProcessFunction: once per row
+    ROWS = "process"  # a KeyedProcessFunction (and the keyed rows of a broadcast function): once per row
+    SIDE_ROWS = "process_left/process_right"  # a KeyedCoProcessFunction: once per row of either input
 
 
 def calls_of(function: ProcessFunction) -> Calls:
@@ -236,16 +381,30 @@ def calls_of(function: ProcessFunction) -> Calls:
         return Calls.GROUPS
     if isinstance(function, KeyedBatchFunction):
         return Calls.KEY_RUNS
+    if isinstance(function, KeyedCoProcessFunction):
+        return Calls.SIDE_ROWS
     return Calls.ROWS
 
 
-def check_function(function: object) -> None:
-    """A ``ConfigurationError`` unless ``function`` is an instance of one of the function kinds."""
-    if not isinstance(function, (KeyedProcessFunction, KeyedBatchFunction, KeyedVectorFunction)):
-        kind = "a class: pass an instance" if isinstance(function, type) else f"a {type(function).__name__}"
-        raise ConfigurationError(f"the function must be a KeyedProcessFunction, KeyedBatchFunction or "
-                                 f"KeyedVectorFunction instance, got {function!r} ({kind}); subclass one of them and "
-                                 f"implement process (or process_rows, or process_groups)")
+#: the entry points of each function kind, named in errors
+_ENTRY_POINTS = {KeyedCoProcessFunction: "two inputs: process_connected(left, right, ...) (LocalRunner.run_epoch("
+                                         "left=..., right=...))",
+                 KeyedBroadcastProcessFunction: "a keyed and a broadcast input: process_broadcast(df, broadcast, "
+                                                "...) (LocalRunner.run_epoch(rows, broadcast=...))"}
+
+
+def check_function(function: object, kinds: tuple[type, ...] = ONE_INPUT_KINDS) -> None:
+    """A ``ConfigurationError`` unless ``function`` is an instance of one of ``kinds``, the
+    function kinds the caller runs (by default those of one keyed input)."""
+    if isinstance(function, kinds):
+        return
+    for kind, entry in _ENTRY_POINTS.items():
+        if isinstance(function, kind):
+            raise ConfigurationError(f"{type(function).__name__} is a {kind.__name__}, which takes {entry}")
+    names = ", ".join(k.__name__ for k in kinds)
+    kind_of = "a class: pass an instance" if isinstance(function, type) else f"a {type(function).__name__}"
+    raise ConfigurationError(f"the function must be an instance of {names}, got {function!r} ({kind_of}); subclass "
+                             f"one of them and implement its methods (process, process_rows, process_groups, ...)")
 
 
 class FunctionInitializationContext:

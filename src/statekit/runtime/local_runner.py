@@ -15,9 +15,12 @@ from statekit.checkpoint.signing import signing
 from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStore, CompletedCheckpoint, RestoreMode
 from statekit.reading.snapshot_reader import KEY_SCHEMA
 from statekit.runtime.event_time import (
-    EVENT_TIME_TYPE, ElementTimes, EventTime, LateRows, event_time_ms, is_late, judged_by_timestamp, time_type_of,
+    EVENT_TIME_TYPE, LateRows, event_time_ms, is_late, judged_by_timestamp, time_type_of,
 )
-from statekit.runtime.function import Calls, ProcessFunction, calls_of, check_function
+from statekit.runtime.function import (
+    FUNCTION_KINDS, Calls, KeyedBroadcastProcessFunction, ProcessFunction, calls_of, check_function,
+)
+from statekit.runtime.inputs import JobInputs
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.savepoints import snapshot_as_savepoint, write_savepoint
 from statekit.checkpoint.snapshot_format import format_property
@@ -41,14 +44,15 @@ from statekit.storage.inline import InlineStreams
 class LocalRunner:
     """One run of a job: it takes the job's ownership when created (``checkpoint.ownership``)."""
 
-    def __init__(self, function: ProcessFunction, key_selector: Callable[[Any], Any], *,
+    def __init__(self, function: ProcessFunction,
+                 key_selector: Callable[[Any], Any] | Mapping[str, Callable[[Any], Any]], *,
                  parallelism: int = 2, max_parallelism: int | None = None,
                  state_backend: StateBackend | None = None, storage: CheckpointStorage | None = None,
                  job_id: str = "local-job", operator_id: str = "keyed-process",
                  key_types: Sequence[str] | None = None, num_retained: int = 3,
                  local_dir: str | None = None, incremental: bool = False,
                  clock: Callable[[], int] | None = None, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS,
-                 event_time: Callable[[Any], Any] | str | None = None, watermark_delay: Any = None,
+                 event_time: Callable[[Any], Any] | str | Mapping[str, Any] | None = None, watermark_delay: Any = None,
                  late_rows: str = "drop", checkpoint_format: SnapshotFormat = SnapshotFormat.CANONICAL,
                  key_serializer: TypeSerializer | None = None, trust_pickle: bool = False,
                  signing_secret: str | None = None) -> None:
@@ -56,6 +60,13 @@ class LocalRunner:
         is processed and moves no watermark), as a function of the record
         or the name of a dict record's field; with ``watermark_delay`` (e.g. ``"10 minutes"``) each
         epoch gets a watermark (``runtime.event_time``) and event-time timers fire.
+
+        A ``KeyedCoProcessFunction`` takes records of two inputs, ``("left", row)`` and
+        ``("right", row)`` pairs (``runtime.inputs``); ``key_selector``, ``event_time`` and
+        ``watermark_delay`` may be dicts of one per input (``{"left": ..., "right": ...}``), and the
+        watermark is the smaller of the inputs' (``InputsEventTime``). A
+        ``KeyedBroadcastProcessFunction`` gets each epoch's broadcast rows (``run_epoch(...,
+        broadcast=rows)``) on every subtask before its keyed records.
 
         Keys are written by ``key_serializer``, else as the restored state wrote them, else by the
         ``key_types`` (``KeyColumnsSerializer``), else by msgpack. ``trust_pickle``: restore state
@@ -66,13 +77,11 @@ class LocalRunner:
         from statekit.backends.heap import HeapStateBackend
         from statekit.registry import storage_class
 
-        check_function(function)
-        if not callable(key_selector):
-            raise ConfigurationError(f"key_selector must be a function from a record to its key, got {key_selector!r}")
+        check_function(function, FUNCTION_KINDS)
+        self.inputs = JobInputs.of(function, key_selector, event_time)
         check_job_id(job_id)
         check_operator_id(operator_id)
         self.function = function
-        self.key_selector = key_selector
         self.max_parallelism = max_parallelism or default_max_parallelism(parallelism)
         check_parallelism(parallelism, self.max_parallelism)
         self.parallelism = parallelism
@@ -97,18 +106,14 @@ class LocalRunner:
         self.clock = clock or wall_clock_ms
         self.ttl_sweep_seconds = ttl_sweep_seconds
         self._processing_time_ms = 0
-        if (event_time is None) != (watermark_delay is None):
-            raise ConfigurationError("event_time and watermark_delay go together: give both (the event time of a "
-                                     "record and how far the watermark trails it) or neither")
-        self.event_time = EventTime.of(watermark_delay, late_rows) if watermark_delay is not None else None
-        self._event_time_of = _event_time_reader(event_time)
-        self._element_times = ElementTimes.of_function(self._event_time_of) if self._event_time_of else None
-        self._event_time_name = event_time if isinstance(event_time, str) else None
+        self.event_time = self.inputs.event_time_rule(watermark_delay, late_rows)
+        self._element_times = self.inputs.element_times()
         self._watermark_ms = MIN_TIMESTAMP
-        self._event_time_properties: dict[str, int] = {}
-        #: the epoch's largest event time and its late rows so far (the runner's and the function's),
-        #: and the type of its records' event times (``time_type_of``: windows give bounds of it)
-        self._largest_event_time = MIN_TIMESTAMP
+        self._event_time_properties: dict[str, Any] = {}
+        #: the epoch's largest event time (of each input) and its late rows so far (the runner's and
+        #: the function's), and the type of its records' event times (``time_type_of``: windows give
+        #: bounds of it)
+        self._largest_event_times = [MIN_TIMESTAMP] * len(self.inputs.names)
         self._late_count = 0
         self._event_time_type: str | None = None
         #: under ``late_rows="side_output"``: the last epoch's late records, in the order found
@@ -131,29 +136,36 @@ class LocalRunner:
             self.store = CheckpointStore(self.storage, self.store.num_retained, restored, mode, self.ownership)
 
     # --- epochs
-    def run_epoch(self, records: Iterable[Any], checkpoint_id: int | None = None, *,
-                  end_of_input: bool = False) -> list[Any]:
+    def run_epoch(self, records: Iterable[Any] = (), checkpoint_id: int | None = None, *,
+                  end_of_input: bool = False, broadcast: Sequence[Any] = ()) -> list[Any]:
         """Process ``records`` as one epoch, commit its checkpoint, return the outputs.
         ``end_of_input``: the records are the last of the input, as at the end of a bounded input
         in Flink: after them the watermark moves to the largest timestamp, so every event-time
         timer fires (every window closes, every session ends), and later epochs find every
         record late. Under ``late_rows="side_output"`` the epoch's late records are in
-        ``late_output`` afterwards."""
+        ``late_output`` afterwards. ``broadcast``: the epoch's broadcast rows, in order, for a
+        ``KeyedBroadcastProcessFunction`` (they carry no event time)."""
+        if broadcast and not isinstance(self.function, KeyedBroadcastProcessFunction):
+            raise ConfigurationError(f"broadcast rows are for a KeyedBroadcastProcessFunction, and "
+                                     f"{type(self.function).__name__} is not one")
         with signing(self.signing_secret):
-            return self._run_epoch(records, checkpoint_id, end_of_input)
+            return self._run_epoch(records, checkpoint_id, end_of_input, list(broadcast))
 
-    def _run_epoch(self, records: Iterable[Any], checkpoint_id: int | None, end_of_input: bool) -> list[Any]:
+    def _run_epoch(self, records: Iterable[Any], checkpoint_id: int | None, end_of_input: bool,
+                   broadcast: list[Any]) -> list[Any]:
         epoch = checkpoint_id if checkpoint_id is not None else self._next_checkpoint_id()
         restored = self._restore_point(epoch)
         self._processing_time_ms = _processing_time(self.clock)
         previous = restored[0].properties if restored else None
         records = self._start_event_time(records, previous)
         partitions: list[list[tuple[Any, int, Any]]] = [[] for _ in range(self.parallelism)]
-        for row in records:
-            key = spark_key(self.key_selector(row), self.key_types)
+        split, selectors = self.inputs.split, self.inputs.key_selectors
+        for record in records:
+            side, row = split(record)
+            key = spark_key(selectors[side](row), self.key_types)
             key_group = key_group_for_key(key, self.max_parallelism, self.key_types)
             partitions[operator_index_for_key_group(self.max_parallelism, self.parallelism, key_group)].append(
-                (key, key_group, row))
+                (key, key_group, self.inputs.task_record(record)))
         outputs: list[Any] = []
         subtasks: list[SubtaskState] = []
         try:
@@ -163,12 +175,14 @@ class LocalRunner:
                 for i in range(self.parallelism):
                     subtasks.append(self._run_subtask(i, epoch, restored, partitions[i], outputs, key_serializer,
                                                       SnapshotOptions(SnapshotType.CHECKPOINT, self.incremental,
-                                                                      self.checkpoint_format), end_of_input))
+                                                                      self.checkpoint_format), end_of_input,
+                                                      broadcast))
         except BaseException:
             self.store.abort(epoch, subtasks)
             raise
         if self.event_time is not None:
-            self._event_time_properties = self.event_time.recorded(previous, self._largest_event_time,
+            largest = self._largest_event_times if self.inputs.connected else self._largest_event_times[0]
+            self._event_time_properties = self.event_time.recorded(previous, largest,  # type: ignore[arg-type]
                                                                    self._late_count, end_of_input)
             if self._event_time_type is not None:
                 self._event_time_properties[EVENT_TIME_TYPE] = self._event_time_type
@@ -212,17 +226,20 @@ class LocalRunner:
         policy = self.event_time.late_rows
         by_timestamp = judged_by_timestamp(self.function)
         time_type, typed = (previous or {}).get(EVENT_TIME_TYPE), False
-        largest = seen
+        largest = list(seen) if isinstance(seen, tuple) else [seen]
+        split, readers = self.inputs.split, self.inputs.event_times
         kept, late = [], 0
-        record = None
+        record = side = None
         try:
             for record in records:
-                value = self._event_time_of(record)
+                side, row = split(record)
+                value = readers[side](row)  # type: ignore[misc]
                 if value is not None:  # as under Spark, a record without event time is processed and moves nothing
                     if not typed:  # the epoch's first event time says the type
                         time_type, typed = time_type_of(value), True
                     timestamp = event_time_ms(value)
-                    largest = max(largest, timestamp)
+                    if timestamp > largest[side]:
+                        largest[side] = timestamp
                     if by_timestamp and is_late(timestamp, watermark):
                         late += 1
                         if policy is LateRows.SIDE_OUTPUT:
@@ -231,9 +248,10 @@ class LocalRunner:
                             continue
                 kept.append(record)
         except (KeyError, IndexError, TypeError, ConfigurationError) as exc:  # named here, off the per-row path
-            raise _event_time_problem(self._event_time_name, record, exc) from exc
+            field = self.inputs.event_time_fields[side] if side is not None else None
+            raise _event_time_problem(field, record, exc) from exc
         self._watermark_ms = watermark
-        self._largest_event_time, self._late_count, self._event_time_type = largest, late, time_type
+        self._largest_event_times, self._late_count, self._event_time_type = largest, late, time_type
         return kept
 
     def _next_checkpoint_id(self) -> int:
@@ -258,7 +276,7 @@ class LocalRunner:
 
     def _run_subtask(self, index: int, epoch: int, restored: tuple[CheckpointMetadata, CheckpointStreams] | None,
                      records: list[tuple[Any, int, Any]], outputs: list[Any], key_serializer: TypeSerializer,
-                     options: SnapshotOptions, end_of_input: bool) -> SubtaskState:
+                     options: SnapshotOptions, end_of_input: bool, broadcast: list[Any]) -> SubtaskState:
         subtask = SubtaskInfo(self.job_id, self.operator_id, index, self.parallelism, self.max_parallelism)
         restore = None
         if restored is not None:
@@ -277,8 +295,12 @@ class LocalRunner:
             if self.event_time is not None and self.event_time.late_rows is LateRows.SIDE_OUTPUT:
                 task.context.late_output = self.late_output
             task.open()
+            if broadcast:
+                task.process_broadcast(broadcast, outputs)
             calls = calls_of(self.function)
-            if calls is Calls.KEY_RUNS:
+            if calls is Calls.SIDE_ROWS:
+                task.process_side_row_runs(((key, key_group, (record,)) for key, key_group, record in records), outputs)
+            elif calls is Calls.KEY_RUNS:
                 task.process_key_runs(_rows_by_key(records).key_runs(), outputs)
             elif calls is Calls.GROUPS:
                 produced = task.process_grouped(_rows_by_key(records))
@@ -321,15 +343,6 @@ class LocalRunner:
     def _commit(self, epoch: int, subtasks: list[SubtaskState], fresh_start: bool, restore_point: int | None) -> None:
         self.store.add(self._metadata(epoch, subtasks, fresh_start, restore_point))
         self._restore_override = None
-
-
-def _event_time_reader(event_time: Callable[[Any], Any] | str | None) -> Callable[[Any], Any]:
-    if event_time is None or callable(event_time):
-        return event_time  # type: ignore[return-value]
-    if isinstance(event_time, str):
-        field = event_time
-        return lambda record: record[field]
-    raise ConfigurationError(f"event_time must be a function of a record or the name of a field, got {event_time!r}")
 
 
 def _event_time_problem(field: str | None, record: Any, exc: Exception) -> ConfigurationError:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 from statekit.checkpoint.metadata import OperatorState, SubtaskState
 from statekit.runtime.event_time import ElementTimes
 from statekit.runtime.function import (
-    CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext, KeyedContext, KeyedProcessFunction,
-    ProcessFunction,
+    BroadcastContext, Calls, CheckpointedFunction, FunctionInitializationContext, FunctionSnapshotContext,
+    KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedContext, ProcessFunction, calls_of,
 )
 from statekit.runtime.grouped_rows import GroupedRows, output_columns
 from statekit.runtime.timers import domain_of
@@ -165,7 +165,7 @@ class KeyedTask:
         self.restore = restore
         self.keyed_backend = keyed_backend
         self.operator_backend = operator_backend
-        self.context = KeyedContext(keyed_backend, subtask, checkpoint_id)
+        self.context = KeyedContext(keyed_backend, subtask, checkpoint_id, operator_backend=operator_backend)
         #: how the rows' event times are read (None: the job has no event time)
         self.element_times: ElementTimes | None = None
         self._opened = False
@@ -229,14 +229,32 @@ class KeyedTask:
         self.process_row_runs(((key, key_group, (row,)) for key, key_group, row in records), out)
 
     def process_row_runs(self, runs: Iterable[tuple[Any, int, Iterable[Any]]], out: list[Any]) -> None:
-        """For a ``KeyedProcessFunction``: ``runs`` are (key, key group, rows of the key), each row
-        processed by its own call, the key made current once per run; appends the output to ``out``.
-        While a state with event-time TTL is registered, each row's event time is the backend's
-        element time as it is processed (checked once per key: nothing is added per row otherwise)."""
+        """For a ``KeyedProcessFunction`` (and the keyed rows of a ``KeyedBroadcastProcessFunction``):
+        ``runs`` are (key, key group, rows of the key), each row processed by its own call, the key
+        made current once per run; appends the output to ``out``. While a state with event-time TTL
+        is registered, each row's event time is the backend's element time as it is processed
+        (checked once per key: nothing is added per row otherwise)."""
+        assert calls_of(self.function) is Calls.ROWS
+        self._process_runs(runs, self.function.process, "process", out)  # type: ignore[union-attr]
+
+    def process_side_row_runs(self, runs: Iterable[tuple[Any, int, Iterable[tuple[int, Any]]]],
+                              out: list[Any]) -> None:
+        """For a ``KeyedCoProcessFunction``: ``runs`` are (key, key group, (input, row) pairs of the
+        key in order), input 0 the first (``process_left``) and 1 the second (``process_right``)."""
+        function = self.function
+        assert isinstance(function, KeyedCoProcessFunction)
+        sides = (function.process_left, function.process_right)
+
+        def process(pair: tuple[int, Any], ctx: KeyedContext) -> Iterable[Any] | None:
+            return sides[pair[0]](pair[1], ctx)
+
+        self._process_runs(runs, process, "process_left/process_right", out)
+
+    def _process_runs(self, runs: Iterable[tuple[Any, int, Iterable[Any]]],
+                      process: Callable[[Any, KeyedContext], Iterable[Any] | None], method: str,
+                      out: list[Any]) -> None:
         backend = self.keyed_backend
         set_key = backend.set_current_key
-        assert isinstance(self.function, KeyedProcessFunction)
-        process = self.function.process
         ctx = self.context
         extend, usual, check = out.extend, _ROW_ITERABLES, not inspect.isgeneratorfunction(process)
         of_row = self.element_times.of_row if self.element_times is not None else None
@@ -248,8 +266,20 @@ class KeyedTask:
                 produced = process(row, ctx)
                 if produced is not None:
                     if check and produced.__class__ not in usual:
-                        produced = checked_rows(produced, self.function, "process", key)
+                        produced = checked_rows(produced, self.function, method, key)
                     extend(produced)
+
+    def process_broadcast(self, rows: Iterable[Any], out: list[Any]) -> None:
+        """For a ``KeyedBroadcastProcessFunction``, before the epoch's keyed rows: each broadcast
+        row in order, broadcast state writable and keyed state reached by ``apply_to_keyed_state``."""
+        function = self.function
+        assert isinstance(function, KeyedBroadcastProcessFunction)
+        context = BroadcastContext(self.context)
+        for row in rows:
+            produced = function.process_broadcast(row, context)
+            if produced is not None:
+                out.extend(produced if produced.__class__ in _ROW_ITERABLES
+                           else checked_rows(produced, function, "process_broadcast", None))
 
     def process_key_runs(self, runs: Iterable[tuple[Any, int, Any]], out: list[Any]) -> None:
         """For a ``KeyedBatchFunction``: ``runs`` are (key, key group, that key's rows). While a

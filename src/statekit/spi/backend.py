@@ -248,6 +248,13 @@ class KeyedStateBackend(ABC):
         """Every key that has state ``state_name`` in ``namespace``, in this range, as the keys were
         when the iteration began: state may be changed while iterating."""
 
+    def keys_and_key_groups(self, state_name: str,
+                            namespace: Any = VOID_NAMESPACE) -> Iterator[tuple[Any, int]] | None:
+        """``keys`` with the key group each is kept in, as of this call (state may be changed while
+        iterating): what ``apply_to_keyed_state`` of the broadcast pattern makes current key by
+        key. None (this default): the backend does not say, and the broadcast pattern refuses."""
+        return None
+
     @abstractmethod
     def state_names(self) -> list[str]:
         """Registered and restored state names."""

@@ -190,6 +190,9 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
             self._changelog.dirty[key_group - self.key_group_range.start].add((name, cell))
 
     def keys(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[Any]:
+        return (key for key, _ in self.keys_and_key_groups(state_name, namespace))
+
+    def keys_and_key_groups(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[tuple[Any, int]]:
         registration = self._registrations.get(state_name)
         if registration is None:
             return iter(())
@@ -200,14 +203,14 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
         lower, upper = key_group_bounds(self.key_group_range)
         return self._distinct_keys(self._table(state_name).items(lower, upper), wanted)
 
-    def _distinct_keys(self, entries: Iterator[tuple[bytes, bytes]], namespace: bytes) -> Iterator[Any]:
+    def _distinct_keys(self, entries: Iterator[tuple[bytes, bytes]], namespace: bytes) -> Iterator[tuple[Any, int]]:
         previous = None
         deserialize = self.key_serializer.deserialize
         for stored, _ in entries:
-            _, key, ns, _ = split_cell_key(stored)
+            key_group, key, ns, _ = split_cell_key(stored)
             if ns == namespace and key != previous:
                 previous = key
-                yield deserialize(key)
+                yield deserialize(key), key_group
 
     # --- snapshots: full (canonical) or changelog (a new base, or a delta of the changed cells)
     def _full_snapshot(self, checkpoint_id: int) -> PendingSnapshot:

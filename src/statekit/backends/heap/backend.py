@@ -148,6 +148,11 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         table = self._tables.get(state_name)
         return table.keys(namespace) if table is not None else iter(())
 
+    def keys_and_key_groups(self, state_name: str, namespace: Any = VOID_NAMESPACE) -> Iterator[tuple[Any, int]]:
+        table = self._tables.get(state_name)
+        start = self.key_group_range.start
+        return iter([(key, start + index) for key, index in table.keys_by_group(namespace)] if table else ())
+
     # --- snapshots: the key-group maps are shared with the pending snapshot (copy-on-write)
     def snapshot(self, checkpoint_id: int, options: SnapshotOptions = SnapshotOptions()) -> PendingSnapshot:
         if (options.snapshot_type is SnapshotType.CHECKPOINT and not options.incremental

@@ -138,6 +138,14 @@ class StateTable:
             return iter(())
         return iter([key for group in self.groups[:self.size] for key in group.get(held, ())])
 
+    def keys_by_group(self, namespace: Any) -> list[tuple[Any, int]]:
+        """(key, index of its key group in the range) of the keys with state in ``namespace``, as of this call."""
+        try:
+            held = self.namespaces.held(namespace)
+        except StateAccessError:
+            return []
+        return [(key, index) for index, group in enumerate(self.groups[:self.size]) for key in group.get(held, ())]
+
     def is_empty(self) -> bool:
         self._check_usable()
         return not any(self.groups[:self.size])

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import operator
 import threading
+from collections import Counter
 
 import pytest
 
 from statekit.conformance_tests.base import BackendTestBase, set_key
+from statekit.spi.key_groups import key_group_for_key
 from statekit.conformance_tests.expect import expect_error
 from statekit.conformance_tests.semantics.common import (
     mixed_keys, assert_keys, value_state, list_state, map_state, reducing_state,
@@ -86,6 +88,25 @@ class KeyIterationSemantics(BackendTestBase):
         assert_keys(keyed_backend, "b", [])
         for w in range(3):
             assert_keys(keyed_backend, "b", [i for i in range(0, 100, 5) if i % 3 == w], ("window", w))
+
+    def test_keys_and_key_groups_give_each_key_its_key_group(self, keyed_backend: KeyedStateBackend) -> None:
+        """``keys_and_key_groups``: every key with state once, with the key group it is kept in (what
+        ``apply_to_keyed_state`` of the broadcast pattern makes current). A backend that returns
+        None does not support that pattern."""
+        keys = mixed_keys(2_000)
+        state = value_state(keyed_backend, ValueStateDescriptor("v"))
+        for key in keys:
+            set_key(keyed_backend, key)
+            state.update(1)
+        found = keyed_backend.keys_and_key_groups("v")
+        if found is None:
+            pytest.skip("keys_and_key_groups returns None: the backend does not list key groups, and the broadcast "
+                        "pattern's apply_to_keyed_state refuses it")
+        expected = Counter((key, key_group_for_key(key, keyed_backend.max_parallelism)) for key in keys)
+        got = Counter(found)
+        assert got == expected, f"keys_and_key_groups('v') gave {sum(got.values())} pairs, {len(got - expected)} of " \
+                                f"them unexpected (e.g. {list(got - expected)[:3]}), {len(expected - got)} missing"
+        assert list(keyed_backend.keys_and_key_groups("no-such-state") or ()) == []
 
     def test_keys_while_keys_are_changed(self, keyed_backend: KeyedStateBackend) -> None:
         """State may be changed while iterating ``keys()`` (Flink's ``applyToAllKeys`` pattern): the
