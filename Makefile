@@ -8,12 +8,13 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo demo-local demo-windows test docs bench bench-quick clean distclean
+.PHONY: help venv demo demo-local demo-windows demo-orders test docs bench bench-quick clean distclean
 
 help:
 	@echo "make demo       run the main example on local Spark: examples/spark_demo.py (creates $(VENV) on first run)"
 	@echo "make demo-local the same pipeline on statekit's local runner, without Spark: examples/local_demo.py"
 	@echo "make demo-windows event-time windows and timers on local Spark: examples/windows_demo.py"
+	@echo "make demo-orders two inputs on local Spark, orders and payments with unpaid-order alerts: examples/orders_demo.py"
 	@echo "make test       run the test suite; extra pytest arguments via PYTEST_ARGS='...'"
 	@echo "make docs       build the documentation site strictly into site/ (MkDocs)"
 	@echo "make bench      run every benchmark at full size (long): bench-results.json, a table, and a chart"
@@ -60,6 +61,9 @@ demo-local: $(VENV)/.installed-demo
 
 demo-windows: $(VENV)/.installed-demo
 	$(VENV_PY) examples/windows_demo.py
+
+demo-orders: $(VENV)/.installed-demo
+	$(VENV_PY) examples/orders_demo.py
 
 test: $(VENV)/.installed-test
 	$(VENV_PY) -m pytest $(PYTEST_ARGS)

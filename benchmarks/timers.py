@@ -61,7 +61,7 @@ def run(n_timers: int = 20_000, session_rows: int = 200_000, backends: tuple[str
         shutil.rmtree(work, ignore_errors=True)
 
 
-class _Queries:
+class Queries:
     """The Parquet sources, Spark checkpoints and statekit settings of one run."""
 
     def __init__(self, spark: Any, work: str) -> None:
@@ -86,6 +86,13 @@ class _Queries:
             emitted[str(batch_id)] = out.count()
         return sink
 
+    def use(self, backend: str, name: str) -> None:
+        """statekit's settings for the job ``name`` on ``backend``: its own checkpoint directory."""
+        for option, value in {"backend": backend, "checkpoint.storage": "filesystem", "parallelism": "2",
+                              "checkpoint.dir": f"file://{self.work}/statekit-{name}", "checkpoint.incremental": "true",
+                              "local.dir": os.path.join(self.work, "local")}.items():
+            self.spark.conf.set(f"spark.statekit.{option}", value)
+
     def statekit(self, prefix: str, backend: str, key: str, function: Callable[[], Any], schema: str, output: str,
                  emitted: dict[str, int]) -> Callable[[str, str], Any]:
         """Starts statekit's query on ``backend`` over a source (event time ``ts``, watermark delay 0)
@@ -94,11 +101,7 @@ class _Queries:
 
         def start(source: str, phase: str) -> Any:
             name = f"{prefix}-{phase}"
-            for option, value in {"backend": backend, "checkpoint.storage": "filesystem", "parallelism": "2",
-                                  "checkpoint.dir": f"file://{self.work}/statekit-{name}",
-                                  "checkpoint.incremental": "true",
-                                  "local.dir": os.path.join(self.work, "local")}.items():
-                self.spark.conf.set(f"spark.statekit.{option}", value)
+            self.use(backend, name)
             return process_keyed_stream(self.stream(source, schema), key, function(), output,
                                         self.counting_sink(emitted), job_id=name, event_time="ts",
                                         watermark_delay="0 ms", checkpoint_location=self.checkpoint(name),
@@ -110,7 +113,7 @@ class _Queries:
                 .trigger(availableNow=True).start())
 
 
-def _timed(sides: dict[str, Callable[[str, str], Any]], warm_up: str, source: str,
+def timed(sides: dict[str, Callable[[Any, str], Any]], warm_up: Any, source: Any,
            emitted: dict[str, int]) -> tuple[dict[str, float], dict[str, int]]:
     """Seconds of each side's timed query, and the rows it emitted: statekit's sinks count into
     ``emitted``; a peer's are its progress reports' sink rows."""
@@ -131,7 +134,7 @@ def _timers(spark: Any, work: str, n_timers: int, backends: tuple[str, ...]) -> 
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-    queries = _Queries(spark, work)
+    queries = Queries(spark, work)
     emitted: dict[str, int] = {}
     schema, output = "k long, ts timestamp", "k long, fired long"
     keys = max(1, n_timers // 10)
@@ -165,7 +168,7 @@ def _timers(spark: Any, work: str, n_timers: int, backends: tuple[str, ...]) -> 
     sides["transformWithStateInPandas"] = lambda source, phase: queries.noop(
         queries.stream(source, schema).withWatermark("ts", "0 seconds").groupBy("k").transformWithStateInPandas(
             TwsTimerPerRow(), output, "Append", "EventTime"), f"tws-timers-{phase}", "append")
-    seconds, outputs = _timed(sides, queries.source("timers-warm-up", rows(WARM_UP)),
+    seconds, outputs = timed(sides, queries.source("timers-warm-up", rows(WARM_UP)),
                               queries.source("timers", rows(n_timers)), emitted)
     operations = 2 * n_timers  # each timer registered once and fired once
     peer = "transformWithStateInPandas"
@@ -180,7 +183,7 @@ def _timers(spark: Any, work: str, n_timers: int, backends: tuple[str, ...]) -> 
 def _sessions(spark: Any, work: str, n_rows: int, backends: tuple[str, ...]) -> list[dict]:
     from pyspark.sql import functions as F
 
-    queries = _Queries(spark, work)
+    queries = Queries(spark, work)
     emitted: dict[str, int] = {}
     schema, output = "user long, ts timestamp", "user long, start timestamp, end timestamp, events long"
     users = max(1, n_rows // 50)
@@ -205,7 +208,7 @@ def _sessions(spark: Any, work: str, n_rows: int, backends: tuple[str, ...]) -> 
     sides["built-in session_window"] = lambda source, phase: queries.noop(
         queries.stream(source, schema).withWatermark("ts", "0 seconds")
         .groupBy(F.session_window("ts", SESSION_GAP), "user").count(), f"builtin-sessions-{phase}", "append")
-    seconds, outputs = _timed(sides, queries.source("sessions-warm-up", rows(WARM_UP)),
+    seconds, outputs = timed(sides, queries.source("sessions-warm-up", rows(WARM_UP)),
                               queries.source("sessions", rows(n_rows)), emitted)
     peer = "built-in session_window"
     return [record(f"sessions {n_rows} rows: statekit {backend} vs {peer}", n_rows / seconds[f"statekit {backend}"],

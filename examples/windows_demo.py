@@ -11,36 +11,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from demo_session import demo_run  # noqa: E402
 import time_pipelines as tp  # noqa: E402
 
 
 def main() -> None:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark import cloudpickle
-    from pyspark.sql import SparkSession
-
     from statekit.spark import process_keyed_stream
 
-    cloudpickle.register_pickle_by_value(tp)  # executors need not import the example module
     started = time.perf_counter()
-    work = tempfile.mkdtemp(prefix="statekit-windows-demo-")
-    spark = (SparkSession.builder.master(os.environ.get("STATEKIT_DEMO_MASTER", "local[2]"))
-             .appName("statekit-windows-demo").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.bindAddress", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        for name, value in {"backend": "rocksdb", "checkpoint.storage": "filesystem", "parallelism": "3",
-                            "checkpoint.dir": f"file://{work}/checkpoints", "checkpoint.incremental": "true"}.items():
-            spark.conf.set(f"spark.statekit.{name}", value)
+    with demo_run("statekit-windows-demo", tp, **{"checkpoint.incremental": "true"}) as (spark, work):
         epochs = tp.sensor_epochs(8, 2_000, seed=3) + tp.closing_epochs("s00")
         source = os.path.join(work, "readings")
         os.makedirs(source)
@@ -80,9 +64,6 @@ def main() -> None:
             raise SystemExit(f"FAILED: output differs from the recomputation in {failures}")
         print(f"OK: every micro-batch's hourly averages and alerts match a plain-Python recomputation "
               f"({time.perf_counter() - started:.0f} s)")
-    finally:
-        spark.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

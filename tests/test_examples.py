@@ -17,9 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
     pytest.param("spark_demo.py", "local-cluster[2,1,1024]", "OK: all 500 sensors", marks=pytest.mark.spark),
     pytest.param("windows_demo.py", None, "OK: every micro-batch's hourly averages and alerts match",
                  marks=pytest.mark.spark),
+    pytest.param("orders_demo.py", None, "OK: every micro-batch's paid and unpaid orders match",
+                 marks=pytest.mark.spark),
     pytest.param("inspect_state.py", None, "OK: state read back as written", marks=pytest.mark.spark),
     pytest.param("exactly_once.py", None, "OK: every output row exactly once", marks=pytest.mark.spark),
-], ids=["local-runner", "spark-local", "spark-local-cluster", "windows", "inspect-state", "exactly-once"])
+], ids=["local-runner", "spark-local", "spark-local-cluster", "windows", "orders", "inspect-state", "exactly-once"])
 def test_example_runs_and_checks_itself(example, master, ok):
     env = short_job_env(PYTHONPATH=str(ROOT / "src"), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
                         **({"STATEKIT_DEMO_MASTER": master} if master else {}))

@@ -5,116 +5,30 @@ plain-Python recomputation across rescales 4 -> 3 -> 8 and a backend switch thro
 the watermark of two inputs (the smaller of theirs); and the function kinds each entry takes."""
 from __future__ import annotations
 
-import random
+import sys
+from pathlib import Path
 
 import pytest
 
-from statekit import MapStateDescriptor, ValueStateDescriptor
+from statekit import KeyedCoProcessFunction, StateTtlConfig, TtlTimeCharacteristic, ValueStateDescriptor
 from statekit.backends.heap import HeapStateBackend
 from statekit.backends.lmdb import LMDBStateBackend
 from statekit.backends.rocksdb import RocksDBStateBackend
 from statekit.conformance_tests.compare import assert_same_rows
 from statekit.runtime import LocalRunner
 from statekit.runtime.event_time import INPUT_EVENT_TIMES, WATERMARK
-from statekit.runtime.function import (
-    KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction,
-)
+from statekit.runtime.function import KeyedProcessFunction
 from statekit.spi import ConfigurationError, StateAccessError
 from statekit.spi.timers import MIN_TIMESTAMP
 
-MINUTE = 60_000
-T0 = 1_700_000_000_000
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from two_input_pipelines import (  # noqa: E402
+    MINUTE, T0, THRESHOLDS, ThresholdAlerts, UnpaidOrders, order_epochs, recompute_alerts, recompute_orders,
+    sensor_epochs,
+)
 BACKENDS = {"heap": HeapStateBackend, "rocksdb": RocksDBStateBackend, "lmdb": LMDBStateBackend}
 #: each backend's run switches to the next one through a savepoint
 SWITCH = {"heap": "rocksdb", "rocksdb": "lmdb", "lmdb": "heap"}
-
-
-class UnpaidOrders(KeyedCoProcessFunction):
-    """Orders (left) and payments (right) by order id: ("paid", order time) once both are there,
-    ("unpaid", order time) when the watermark passes 15 minutes after an unpaid order."""
-
-    def open(self, ctx):
-        self.ordered = ctx.get_state(ValueStateDescriptor("ordered-at"))
-        self.paid = ctx.get_state(ValueStateDescriptor("paid", default=False))
-
-    def process_left(self, order, ctx):
-        self.ordered.update(order["ts"])
-        ctx.timer_service().register_event_time_timer(order["ts"] + 15 * MINUTE)
-        if self.paid.value():
-            yield ctx.current_key, "paid", order["ts"]
-
-    def process_right(self, payment, ctx):
-        if self.paid.value():
-            return
-        self.paid.update(True)
-        if self.ordered.value() is not None:
-            yield ctx.current_key, "paid", self.ordered.value()
-
-    def on_timer(self, timestamp, ctx):
-        if not self.paid.value():
-            yield ctx.current_key, "unpaid", self.ordered.value()
-        self.ordered.clear()
-        self.paid.clear()
-
-
-def order_epochs(n_epochs=8, orders_per_epoch=40, seed=7):
-    """Epochs of ("left", order) and ("right", payment) records, event time about ten minutes
-    further each epoch; three of four orders are paid, up to 20 minutes later, some in the same
-    epoch as the order (before or after it), some epochs later, some late."""
-    rng = random.Random(seed)
-    epochs = [[] for _ in range(n_epochs + 3)]
-    number = 0
-    for epoch in range(n_epochs):
-        for _ in range(orders_per_epoch):
-            number += 1
-            ts = T0 + epoch * 10 * MINUTE + rng.randrange(10 * MINUTE)
-            epochs[epoch].append(("left", {"order_id": f"o{number}", "ts": ts, "amount": rng.randrange(1, 500)}))
-            if rng.random() < 0.75:
-                paid_at = ts + rng.randrange(20 * MINUTE)
-                arrives = epoch + rng.choice([0, 0, 0, 1, 1, 2])
-                epochs[arrives].append(("right", {"order_id": f"o{number}", "ts": paid_at, "method": "card"}))
-    for records in epochs:
-        rng.shuffle(records)
-    epochs[-1].append(("left", {"order_id": "closing", "ts": T0 + 100 * 60 * MINUTE, "amount": 0}))
-    epochs[-1].append(("right", {"order_id": "closing", "ts": T0 + 100 * 60 * MINUTE, "method": "card"}))
-    return epochs
-
-
-def recompute_orders(epochs, delays=(5 * MINUTE, 1 * MINUTE)):
-    """Each epoch's expected rows: the watermark of epoch N is the smaller of the two inputs' (each
-    input's largest event time before N minus its delay; no watermark until both have one); rows
-    at or behind it are dropped; timers due by it fire after the epoch's rows."""
-    seen = [None, None]
-    watermark = MIN_TIMESTAMP
-    ordered, paid, timers = {}, set(), {}
-    outputs = []
-    for records in epochs:
-        if None not in seen:
-            watermark = max(watermark, min(t - d for t, d in zip(seen, delays)))
-        out = []
-        for side, row in records:
-            index = ("left", "right").index(side)
-            seen[index] = max(seen[index] or MIN_TIMESTAMP, row["ts"])
-            if row["ts"] <= watermark:
-                continue
-            key = row["order_id"]
-            if side == "left":
-                ordered[key] = row["ts"]
-                timers[key] = row["ts"] + 15 * MINUTE
-                if key in paid:
-                    out.append((key, "paid", row["ts"]))
-            elif key not in paid:
-                paid.add(key)
-                if key in ordered:
-                    out.append((key, "paid", ordered[key]))
-        for key in [k for k, due in timers.items() if due <= watermark]:
-            if key not in paid:
-                out.append((key, "unpaid", ordered[key]))
-            ordered.pop(key, None)
-            paid.discard(key)
-            del timers[key]
-        outputs.append(out)
-    return outputs
 
 
 def orders_runner(backend, parallelism=4, **options):
@@ -174,67 +88,6 @@ def test_records_of_two_inputs_are_named_pairs():
         run.run_epoch([{"order_id": "a", "ts": T0}])
     with pytest.raises(ConfigurationError, match="names each input"):
         LocalRunner(UnpaidOrders(), key_selector={"orders": lambda row: row["order_id"]})
-
-
-# --- the broadcast state pattern
-THRESHOLDS = MapStateDescriptor("thresholds")
-
-
-class ThresholdAlerts(KeyedBroadcastProcessFunction):
-    """Readings of sensors (keyed by sensor) against a threshold per sensor type, given by the
-    broadcast input: an alert per reading above its type's threshold; when a threshold changes,
-    every sensor of that type whose last reading is above the new one alerts again."""
-
-    def open(self, ctx):
-        self.last = ctx.get_state(ValueStateDescriptor("last-reading"))
-
-    def process_broadcast(self, rule, ctx):
-        ctx.broadcast_state(THRESHOLDS).put(rule["type"], rule["limit"])
-        if ctx.subtask_index == 0:
-            yield "rule", rule["type"], rule["limit"]
-        alerts = []
-
-        def recheck(sensor, last):
-            reading = last.value()
-            if reading["type"] == rule["type"] and reading["value"] > rule["limit"]:
-                alerts.append(("recheck", sensor, reading["value"]))
-
-        ctx.apply_to_keyed_state(ValueStateDescriptor("last-reading"), recheck)
-        yield from alerts
-
-    def process(self, reading, ctx):
-        self.last.update(reading)
-        limit = ctx.broadcast_state(THRESHOLDS).get(reading["type"])
-        if limit is not None and reading["value"] > limit:
-            yield "alert", reading["sensor"], reading["value"]
-
-
-def sensor_epochs(n_epochs=6, seed=3):
-    rng = random.Random(seed)
-    types = {f"s{i:02d}": rng.choice(["temp", "pressure", "humidity"]) for i in range(30)}
-    readings = [[{"sensor": s, "type": types[s], "value": rng.randrange(100)}
-                 for s in rng.sample(sorted(types), 20)] for _ in range(n_epochs)]
-    rules = [[{"type": "temp", "limit": 80}, {"type": "pressure", "limit": 90}], [], [{"type": "temp", "limit": 50}],
-             [{"type": "humidity", "limit": 70}, {"type": "temp", "limit": 95}], [], [{"type": "pressure", "limit": 10}]]
-    return readings, rules[:n_epochs]
-
-
-def recompute_alerts(readings, rules):
-    """Broadcast rows first in each epoch (rules, then rechecks of the last readings), then readings."""
-    limits, last, outputs = {}, {}, []
-    for epoch_readings, epoch_rules in zip(readings, rules):
-        out = []
-        for rule in epoch_rules:
-            limits[rule["type"]] = rule["limit"]
-            out.append(("rule", rule["type"], rule["limit"]))
-            out += [("recheck", s, r["value"]) for s, r in last.items()
-                    if r["type"] == rule["type"] and r["value"] > rule["limit"]]
-        for reading in epoch_readings:
-            last[reading["sensor"]] = reading
-            if reading["value"] > limits.get(reading["type"], float("inf")):
-                out.append(("alert", reading["sensor"], reading["value"]))
-        outputs.append(out)
-    return outputs
 
 
 def alerts_runner(backend, parallelism=4, **options):
@@ -297,3 +150,34 @@ def test_each_function_kind_names_the_entry_point_it_needs():
 
     with pytest.raises(ConfigurationError, match="broadcast rows are for a KeyedBroadcastProcessFunction"):
         LocalRunner(Echo(), key_selector=lambda row: row).run_epoch([1], broadcast=[2])
+
+
+class RecentPayers(KeyedCoProcessFunction):
+    """A payment (right) marks its customer for 10 minutes of event time (event-time TTL); an order
+    (left) of a marked customer says so."""
+
+    SEEN = ValueStateDescriptor("paid-recently", ttl=StateTtlConfig(
+        600, time_characteristic=TtlTimeCharacteristic.EVENT_TIME))
+
+    def open(self, ctx):
+        self.seen = ctx.get_state(self.SEEN)
+
+    def process_left(self, order, ctx):
+        yield order["customer"], order["ts"], self.seen.value() is not None
+
+    def process_right(self, payment, ctx):
+        self.seen.update(payment["ts"])
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_event_time_ttl_of_a_co_function_expires_by_the_watermark_of_both_inputs(backend):
+    """The write time of a state entry is the event time of the row of whichever input wrote it, and
+    it expires when the watermark of two inputs passes it plus the TTL."""
+    run = LocalRunner(RecentPayers(), key_selector=lambda row: row["customer"], parallelism=2,
+                      state_backend=BACKENDS[backend](), event_time="ts", watermark_delay="0 ms")
+    run.run_epoch([("right", {"customer": "c", "ts": T0}), ("left", {"customer": "x", "ts": T0})])
+    assert run.run_epoch([("left", {"customer": "c", "ts": T0 + 9 * MINUTE})]) == [("c", T0 + 9 * MINUTE, True)]
+    run.run_epoch([("right", {"customer": "y", "ts": T0 + 11 * MINUTE})])  # payments' watermark at T0 + 9 min
+    run.run_epoch([("left", {"customer": "x", "ts": T0 + 11 * MINUTE})])  # both inputs at T0 + 11 min
+    assert run.run_epoch([("left", {"customer": "c", "ts": T0 + 12 * MINUTE})]) == [("c", T0 + 12 * MINUTE, False)], \
+        "the watermark of both inputs (T0 + 11 min) passed T0 + 10 min: the entry expired"

@@ -64,6 +64,8 @@ class KeyedContext:
         #: where the job returns them as its side output (None: counted only)
         self.late_rows = 0
         self.late_output: list[Any] | None = None
+        #: the read-only views of broadcast state, by name
+        self._broadcast_views: dict[str, ReadOnlyBroadcastState] = {}
 
     def report_late(self, row: Any) -> None:
         """For a function that ``judges_lateness``: ``row`` came too late to be processed. It is
@@ -138,7 +140,11 @@ class KeyedContext:
     def broadcast_state(self, descriptor: MapStateDescriptor[K, V]) -> BroadcastState[K, V]:
         """The broadcast state of ``descriptor`` (a map, the same on every subtask) of a
         ``KeyedBroadcastProcessFunction``: read-only here; ``process_broadcast`` changes it."""
-        return ReadOnlyBroadcastState(self._broadcast_state(descriptor))
+        views = self._broadcast_views
+        view = views.get(descriptor.name) if isinstance(descriptor, MapStateDescriptor) else None
+        if view is None:  # made once per name: a registration resolves serializers (microseconds per row)
+            view = views[descriptor.name] = ReadOnlyBroadcastState(self._broadcast_state(descriptor))
+        return view
 
     def _broadcast_state(self, descriptor: MapStateDescriptor[K, V]) -> BroadcastState[K, V]:
         if not isinstance(descriptor, MapStateDescriptor):

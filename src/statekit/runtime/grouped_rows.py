@@ -137,12 +137,26 @@ class GroupedRows(KeyBatch):
         at a time in a single pass over the batch, so read each key's rows before taking the next key.
         The columns become Python values ``ROW_CHUNK`` rows at a time, as the pass reaches them, so
         that a large batch is never held as Python objects all at once."""
-        make, batch = _row_dicts(tuple(self.rows.schema.names)), self.rows
-        rows = chain.from_iterable(make(*(column.to_pylist() for column in batch.slice(start, ROW_CHUNK).columns))
-                                   for start in range(0, batch.num_rows, ROW_CHUNK))
+        rows = _dicts(tuple(self.rows.schema.names), self.rows.num_rows, lambda part: self.rows.slice(*part).columns)
         bounds = self.offsets.tolist()
         for i, (key, key_group) in enumerate(zip(self.keys, self.key_groups)):
             yield key, key_group, islice(rows, bounds[i + 1] - bounds[i])
+
+    def side_row_runs(self, input_column: str,
+                      input_structs: Sequence[str]) -> Iterator[tuple[Any, int, Iterator[tuple[int, dict[str, Any]]]]]:
+        """(key, key group, the key's (input, row) pairs) of a batch of several inputs, in order:
+        each row's input is its ``input_column`` (0, 1, ...), its values the fields of the struct
+        column ``input_structs[input]`` (each input its own columns). As ``row_runs``, one pass."""
+        inputs = self.rows.column(input_column).to_numpy(zero_copy_only=False)
+        per_input = []
+        for index, name in enumerate(input_structs):
+            struct = self.rows.column(name).take(pa.array(np.flatnonzero(inputs == index)))
+            per_input.append(_dicts(tuple(field.name for field in struct.type), len(struct),
+                                    lambda part, struct=struct: struct.slice(*part).flatten()))
+        inputs_in_order = inputs.tolist()
+        bounds = self.offsets.tolist()
+        for i, (key, key_group) in enumerate(zip(self.keys, self.key_groups)):
+            yield key, key_group, ((side, next(per_input[side])) for side in inputs_in_order[bounds[i]:bounds[i + 1]])
 
     def key_runs(self) -> Iterator[tuple[Any, int, pa.RecordBatch]]:
         """(key, key group, the key's rows) of every key, in order."""
@@ -193,6 +207,16 @@ def _hashes_exactly(arrow_type: pa.DataType) -> bool:
         pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
         pa.types.is_large_binary, pa.types.is_boolean, pa.types.is_date, pa.types.is_timestamp, pa.types.is_time,
         pa.types.is_duration))
+
+
+def _dicts(names: tuple[str, ...], length: int,
+           columns_of: Callable[[tuple[int, int]], Sequence[pa.Array]]) -> Iterator[dict[str, Any]]:
+    """``length`` rows as dicts of ``names``, made one at a time; ``columns_of((start, n))`` gives
+    the columns of ``n`` rows from ``start``, converted to Python ``ROW_CHUNK`` rows at a time, as
+    the iteration reaches them, so that a large batch is never held as Python objects at once."""
+    make = _row_dicts(names)
+    return chain.from_iterable(make(*(column.to_pylist() for column in columns_of((start, ROW_CHUNK))))
+                               for start in range(0, length, ROW_CHUNK))
 
 
 @lru_cache(maxsize=64)

@@ -28,8 +28,7 @@ def per_input(setting: str, value: Any, names: Sequence[str]) -> tuple[Any, ...]
 
 @dataclass(frozen=True)
 class JobInputs:
-    """How records are read: ``split`` gives a record's (input index, row); the task processes
-    ``records`` as the runner got them (a pair for a connected job, the row otherwise)."""
+    """How records are read: ``split`` gives a record's (input index, row)."""
 
     names: tuple[str, ...]
     key_selectors: tuple[Callable[[Any], Any], ...]
@@ -47,7 +46,7 @@ class JobInputs:
                                          f"{' (or a dict of one per input: left, right)' if len(names) > 1 else ''}, "
                                          f"got {selector!r}")
         times = per_input("event_time", event_time, names) if len(names) > 1 else (event_time,)
-        return cls(names, selectors, tuple(map(_event_time_reader, times)),
+        return cls(names, selectors, tuple(row_reader(t, "event_time") for t in times),
                    tuple(t if isinstance(t, str) else None for t in times))
 
     @property
@@ -62,11 +61,6 @@ class JobInputs:
             return INPUT_NAMES.index(record[0]), record[1]
         raise ConfigurationError(f"a record of a KeyedCoProcessFunction is a pair (input, row) whose input is 'left' "
                                  f"(process_left) or 'right' (process_right), got {record!r}")
-
-    def task_record(self, record: Any) -> Any:
-        """What the task processes for ``record``: the (input index, row) pair of a connected job
-        (``KeyedTask.process_side_row_runs``), else the row itself."""
-        return self.split(record) if self.connected else record
 
     def event_time_rule(self, watermark_delay: Any, late_rows: Any) -> EventTime | InputsEventTime | None:
         """The watermark rule of the job's event time (None: the job has none)."""
@@ -88,10 +82,11 @@ class JobInputs:
         return ElementTimes.of_inputs(each) if any(each) else None
 
 
-def _event_time_reader(event_time: Callable[[Any], Any] | str | None) -> Callable[[Any], Any] | None:
-    if event_time is None or callable(event_time):
-        return event_time
-    if isinstance(event_time, str):
-        field = event_time
+def row_reader(value: Callable[[Any], Any] | str | None, setting: str) -> Callable[[Any], Any] | None:
+    """A value of a row: a function of the row, or the name of a dict row's field (None: none)."""
+    if value is None or callable(value):
+        return value
+    if isinstance(value, str):
+        field = value
         return lambda record: record[field]
-    raise ConfigurationError(f"event_time must be a function of a record or the name of a field, got {event_time!r}")
+    raise ConfigurationError(f"{setting} must be a function of a record or the name of a field, got {value!r}")

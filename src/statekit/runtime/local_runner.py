@@ -159,13 +159,14 @@ class LocalRunner:
         previous = restored[0].properties if restored else None
         records = self._start_event_time(records, previous)
         partitions: list[list[tuple[Any, int, Any]]] = [[] for _ in range(self.parallelism)]
-        split, selectors = self.inputs.split, self.inputs.key_selectors
+        split, selectors, connected = self.inputs.split, self.inputs.key_selectors, self.inputs.connected
         for record in records:
             side, row = split(record)
             key = spark_key(selectors[side](row), self.key_types)
             key_group = key_group_for_key(key, self.max_parallelism, self.key_types)
+            # a connected job's task gets (input index, row) pairs (KeyedTask.process_side_row_runs)
             partitions[operator_index_for_key_group(self.max_parallelism, self.parallelism, key_group)].append(
-                (key, key_group, self.inputs.task_record(record)))
+                (key, key_group, (side, row) if connected else row))
         outputs: list[Any] = []
         subtasks: list[SubtaskState] = []
         try:

@@ -20,6 +20,8 @@ _EXPORTS = {
     "savepoint": "statekit.spark.savepoints",
     "rewrite_savepoint": "statekit.spark.rewrite",
     "process_keyed_stream": "statekit.spark.streaming",
+    **dict.fromkeys(["process_broadcast", "process_broadcast_stream", "process_connected", "process_connected_stream"],
+                    "statekit.spark.two_inputs"),
     "write_savepoint": "statekit.spark.bootstrap",
 }
 
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
     from statekit.spark.rewrite import rewrite_savepoint
     from statekit.spark.savepoints import savepoint
     from statekit.spark.streaming import process_keyed_stream
+    from statekit.spark.two_inputs import (
+        process_broadcast, process_broadcast_stream, process_connected, process_connected_stream,
+    )
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 

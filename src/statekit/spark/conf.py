@@ -31,6 +31,8 @@ from statekit.spi.storage import CheckpointStorage
 PREFIX = "spark.statekit."
 #: a KeyedBatchFunction's input is grouped by key in batches of up to this many bytes (Arrow)
 DEFAULT_BATCH_MAX_BYTES = 64 << 20
+#: the most bytes (Arrow) of broadcast rows an epoch of a broadcast job sends to every subtask
+DEFAULT_BROADCAST_MAX_BYTES = 16 << 20
 _BUILT_FROM_NAMES = "a built-in name, an entry-point name or module:Class"
 
 
@@ -77,6 +79,8 @@ SETTINGS = OptionSet(
            "let this run continue a job whose checkpoints another query or kind of job wrote"),
     Option("batch.max-bytes", size(maximum=2 << 30), DEFAULT_BATCH_MAX_BYTES,
            "a KeyedBatchFunction's input batches (Arrow bytes)"),
+    Option("broadcast.max-bytes", size(maximum=1 << 30), DEFAULT_BROADCAST_MAX_BYTES,
+           "the broadcast rows (Arrow bytes) an epoch of a broadcast job sends to every subtask"),
     Option("ttl.sweep-seconds", number(minimum=0, maximum=3600), DEFAULT_TTL_SWEEP_SECONDS,
            "time each subtask spends per epoch removing expired TTL entries (0: only on access and in "
            "full snapshots)"),
@@ -108,6 +112,7 @@ class StatekitConf:
     job_id: str | None = None
     take_over: bool = False
     batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
+    broadcast_max_bytes: int = DEFAULT_BROADCAST_MAX_BYTES
     ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS
     sink_commit_attempts: int = RetryPolicy.attempts
     sink_ignore_lost: bool = False
@@ -145,6 +150,7 @@ class StatekitConf:
             restore_path=values["restore.path"], restore_mode=RestoreMode(values["restore.mode"]),
             local_dir=values["local.dir"], local_retention_seconds=values["local.retention"], job_id=values["job-id"],
             take_over=values[TAKE_OVER_SETTING[len(PREFIX):]], batch_max_bytes=values["batch.max-bytes"],
+            broadcast_max_bytes=values["broadcast.max-bytes"],
             ttl_sweep_seconds=values["ttl.sweep-seconds"], sink_commit_attempts=values["sink.commit-attempts"],
             sink_ignore_lost=values[IGNORE_LOST_SETTING[len(PREFIX):]], trust_pickle=values[TRUST_SETTING[len(PREFIX):]],
             signing_secret=values[SIGNING_SETTING[len(PREFIX):]])

@@ -14,6 +14,14 @@ from statekit.spi.errors import ConfigurationError
 _NESTED_TYPES = (ArrayType, MapType, StructType, VariantType)
 #: the collation under which equal strings are equal bytes
 BINARY_COLLATION = "UTF8_BINARY"
+#: Spark SQL key types that hash alike (Spark's xxhash64 of an int) and give equal Python keys
+_HASHED_AS = {"tinyint": "int", "smallint": "int"}
+
+
+def key_hash_types(types: Sequence[str]) -> list[str]:
+    """Key column types as they hash: two keys of equal values hash to the same key group when
+    their types' ``key_hash_types`` are equal."""
+    return [_HASHED_AS.get(t, t) for t in types]
 
 
 def key_columns_of(schema: StructType, keys: str | Sequence[str]) -> tuple[str, ...]:

@@ -38,7 +38,9 @@ from statekit.checkpoint.store import FRESH_START, RESTORE_POINT, CheckpointStor
 from statekit.checkpoint.snapshot_format import format_property
 from statekit.reading.snapshot_reader import KEY_SCHEMA, recorded_key_columns
 from statekit.runtime.event_time import LateRows
-from statekit.runtime.function import ProcessFunction, check_function
+from statekit.runtime.function import (
+    ONE_INPUT_KINDS, KeyedBroadcastProcessFunction, KeyedCoProcessFunction, ProcessFunction, check_function,
+)
 from statekit.runtime.local_recovery import job_scope
 from statekit.runtime.sink_coordinator import SINK_PROPERTY, RetryPolicy, SinkCoordinator
 from statekit.runtime.sink_writer import check_sink
@@ -47,7 +49,8 @@ from statekit.spark.checkpoints import driver_access
 from statekit.spark.conf import PREFIX, StatekitConf
 from statekit.spark.data_sources import register_data_sources
 from statekit.spark.event_time import EventTimeColumn, recorded_event_time, subtask_event_time
-from statekit.spark.key_columns import check_column_names, key_columns_of
+from statekit.spark.inputs import INPUT_STRUCTS, TwoInputs
+from statekit.spark.key_columns import check_column_names, key_columns_of, key_hash_types
 from statekit.spark.pre_aggregation import PreAggregation
 from statekit.spark.restore_point import RESTORED_FROM, StreamProgress, choose_restore_point, epoch_processing_time
 from statekit.spark.materialized import materialized
@@ -65,8 +68,8 @@ from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess
 #: on both sides of the Python worker show; the batches stay far below the memory of a task)
 ARROW_BATCH_ROWS_SETTING = "spark.sql.execution.arrow.maxRecordsPerBatch"
 ARROW_BATCH_ROWS = 200_000
-#: a subtask's snapshot, how it recovered, its (largest event time, late rows), its sink record
-SubtaskAcknowledgement = Tuple[SubtaskState, str, Tuple[int, int], Optional[Dict[str, Any]]]
+#: a subtask's snapshot, how it recovered, its (largest event time of each input, late rows), its sink record
+SubtaskAcknowledgement = Tuple[SubtaskState, str, Tuple[Sequence[int], int], Optional[Dict[str, Any]]]
 
 
 class KeyedOutput(NamedTuple):
@@ -113,13 +116,16 @@ class KeyedJob:
     def __init__(self, spark: SparkSession, key_columns: tuple[str, ...], function: ProcessFunction,
                  output: StructType, operator_id: str, job_id: str, conf: StatekitConf,
                  event_time: EventTimeColumn | None = None, key_types: tuple[str, ...] = (),
-                 sink: Sink | None = None, pre_aggregation: PreAggregation | None = None) -> None:
+                 sink: Sink | None = None, pre_aggregation: PreAggregation | None = None,
+                 inputs: TwoInputs | None = None) -> None:
         self.spark, self.key_columns, self.function, self.output = spark, key_columns, function, output
         #: the key columns' Spark SQL types, recorded in each checkpoint for readers of the state
         self.key_types = key_types
         self.operator_id, self.job_id, self.conf = operator_id, job_id, conf
         self.event_time = event_time
         self.pre_aggregation = pre_aggregation
+        #: a job of two inputs: how they are tagged into one DataFrame (``spark.inputs``)
+        self.inputs = inputs
         self.storage: CheckpointStorage = conf.create_storage()
         self.access: CheckpointStorageAccess = driver_access(self.storage, job_id)
         self._ownership: JobOwnership | None = None
@@ -144,12 +150,18 @@ class KeyedJob:
                function: ProcessFunction, schema: str | StructType, operator_id: str, job_id: str | None,
                conf: StatekitConf | None, event_time: str | None = None, watermark_delay: Any = None,
                late_rows: str = "drop", sink: Sink | None = None,
-               pre_aggregate: Mapping[str, Column] | None = None) -> "KeyedJob":
+               pre_aggregate: Mapping[str, Column] | None = None, inputs: TwoInputs | None = None) -> "KeyedJob":
+        """``inputs``: a job of two inputs (``spark.inputs``), whose ``input_schema`` is that of
+        the keyed input of a broadcast job, or of the tagged DataFrame of a connected one."""
         conf = conf or StatekitConf.from_spark(spark.conf)
         register_data_sources(spark)  # its state can be read back in the same session
-        check_function(function)
+        check_function(function, ONE_INPUT_KINDS if inputs is None else (
+            KeyedCoProcessFunction,) if inputs.connected else (KeyedBroadcastProcessFunction,))
         check_operator_id(operator_id)
         key_columns = key_columns_of(input_schema, keys)
+        if inputs is not None and pre_aggregate is not None:
+            raise ConfigurationError("pre_aggregate is for jobs of one input: a job of two inputs gets its rows as they "
+                                     "are")
         if job_id is not None:
             check_job_id(job_id)
         elif conf.job_id is not None:
@@ -161,9 +173,14 @@ class KeyedJob:
         pre_aggregation = PreAggregation.of(pre_aggregate, key_columns, event_time)
         if pre_aggregation is None:  # else only the key columns and the aggregates reach mapInArrow
             check_column_names(input_schema.names, "the DataFrame")
-        return cls(spark, key_columns, function, output, operator_id, job_id, conf,
-                   EventTimeColumn.of(input_schema, event_time, watermark_delay, late_rows),
-                   tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink, pre_aggregation)
+        event_time_column = (EventTimeColumn.of(input_schema, event_time, watermark_delay, late_rows) if inputs is None
+                             else inputs.event_time(event_time, watermark_delay, late_rows))
+        if inputs is not None and event_time_column is not None and \
+                event_time_column.rule.late_rows is LateRows.SIDE_OUTPUT:
+            raise ConfigurationError("late_rows='side_output' is for jobs of one input: a job of two inputs drops "
+                                     "late rows (counted) or processes them (late_rows='process')")
+        return cls(spark, key_columns, function, output, operator_id, job_id, conf, event_time_column,
+                   tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink, pre_aggregation, inputs)
 
     @property
     def side_output(self) -> bool:
@@ -236,6 +253,10 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progre
         key_serializer = job_key_serializer(previous, job.key_types)
     if job.pre_aggregation is not None:
         df = job.pre_aggregation.apply(df)
+    broadcast_rows = None
+    if job.inputs is not None and not job.inputs.connected:  # every subtask gets the broadcast rows first
+        broadcast_rows = job.inputs.broadcast_rows(df, conf.broadcast_max_bytes)
+        df = job.inputs.keyed_rows(df)
     spec = SubtaskSpec(function, backend, storage, job_id, operator_id, epoch, parallelism,
                        max_parallelism, key_columns, to_arrow_schema(output, timezone="UTC"), conf.incremental,
                        chosen.checkpoint.metadata.to_bytes() if chosen.checkpoint else None, restore_url,
@@ -247,7 +268,9 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progre
                        local_retention_seconds=conf.local_retention_seconds, key_types=job.key_types,
                        local_scope=job_scope(conf.storage, conf.checkpoint_dir, conf.storage_options, storage.durable),
                        key_serializer=key_serializer, trust_pickle=trusted, signed=signed, end_of_input=end_of_input,
-                       late_schema=to_arrow_schema(df.schema, timezone="UTC") if job.side_output else None)
+                       late_schema=to_arrow_schema(df.schema, timezone="UTC") if job.side_output else None,
+                       input_structs=INPUT_STRUCTS if job.inputs is not None and job.inputs.connected else (),
+                       broadcast_rows=broadcast_rows)
 
     run = SubtaskRun(spec)
     try:
@@ -283,10 +306,6 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progre
     return KeyedOutput(result, run.late_output) if run.late_output is not None else result
 
 
-#: Spark SQL key types that hash alike (Spark's xxhash64 of an int) and give equal Python keys
-_SAME_KEYS = {"tinyint": "int", "smallint": "int"}
-
-
 def check_key_types(properties: Mapping[str, Any], operator_id: str, key_columns: Sequence[str],
                     key_types: Sequence[str], restored: str) -> None:
     """Refuse to restore state keyed by columns of other types than the job's: a key's key group is
@@ -296,7 +315,7 @@ def check_key_types(properties: Mapping[str, Any], operator_id: str, key_columns
     if columns is None or not key_types:
         return  # not recorded (an older or a local runner's checkpoint)
     was = [c.type for c in columns]
-    if [_SAME_KEYS.get(t, t) for t in was] != [_SAME_KEYS.get(t, t) for t in key_types]:
+    if key_hash_types(was) != key_hash_types(key_types):
         raise ConfigurationError(
             f"operator {operator_id!r} restores state from {restored} keyed by columns of types {was}, but the "
             f"job's key columns {list(key_columns)} have types {list(key_types)}: keys of other types hash to "
@@ -321,9 +340,9 @@ ACKNOWLEDGEMENT_COLUMN = "__statekit_ack"
 #: the stage's column of late rows, where the job has a side output of them (a struct of the input
 #: row on a late row, else null)
 LATE_COLUMN = "__statekit_late"
-#: what ``run_subtask`` acknowledges: subtask index, snapshot (JSON), recovery, (largest event time,
-#: late rows), sink record (JSON or None)
-SubtaskAcknowledgementRecord = Tuple[int, str, str, Tuple[int, int], Optional[str]]
+#: what ``run_subtask`` acknowledges: subtask index, snapshot (JSON), recovery, (largest event time of
+#: each input, late rows), sink record (JSON or None)
+SubtaskAcknowledgementRecord = Tuple[int, str, str, Tuple[Sequence[int], int], Optional[str]]
 
 
 class SubtaskRun:

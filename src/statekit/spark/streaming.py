@@ -66,18 +66,36 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
     complete (after ``sink``), again when Spark replays the micro-batch, as a function sink is
     called; a transactional ``sink`` does not compute a micro-batch whose output it committed
     again, so its late rows are delivered then only if the first attempt got as far."""
-    if not df.isStreaming:
-        raise ConfigurationError("process_keyed_stream needs a streaming DataFrame; use process_keyed for a "
-                                 "bounded one")
+    check_streaming(df)
+    transactional = check_stream_sink(sink)
+    job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
+                          event_time, watermark_delay, late_rows, transactional, pre_aggregate)
+    return start_stream(job, df, sink, late_sink, checkpoint_location, trigger, query_name, heartbeat)
+
+
+def check_streaming(*inputs: DataFrame) -> None:
+    if not all(df.isStreaming for df in inputs):
+        raise ConfigurationError("a streaming query needs streaming DataFrames (spark.readStream...); process a "
+                                 "bounded one with the bounded call (process_keyed, process_connected, "
+                                 "process_broadcast)")
+
+
+def check_stream_sink(sink: Any) -> Sink | None:
+    """The transactional sink of a query (None: ``sink`` is a function), or a ``ConfigurationError``."""
     if isinstance(sink, type) and issubclass(sink, Sink):
         raise ConfigurationError(f"sink={sink.__name__} is a sink class: pass a sink, e.g. {sink.__name__}(...) with "
                                  f"its target")
-    transactional = sink if isinstance(sink, Sink) else None
-    if transactional is None and not callable(sink):
+    if not isinstance(sink, Sink) and not callable(sink):
         raise ConfigurationError(f"sink={sink!r} is neither a sink (statekit.sinks) nor a function (DataFrame, "
                                  f"batch_id)")
-    job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
-                          event_time, watermark_delay, late_rows, transactional, pre_aggregate)
+    return sink if isinstance(sink, Sink) else None
+
+
+def start_stream(job: KeyedJob, df: DataFrame, sink: Callable[[DataFrame, int], Any] | Sink,
+                 late_sink: Callable[[DataFrame, int], Any] | None, checkpoint_location: str,
+                 trigger: dict[str, Any] | None, query_name: str | None, heartbeat: Any) -> StreamingQuery:
+    """Start the ``foreachBatch`` query that runs ``job`` on ``df`` (for two inputs, the inputs
+    tagged into one DataFrame, ``spark.inputs``), micro-batch b as epoch b + 1."""
     if late_sink is not None and not callable(late_sink):
         raise ConfigurationError(f"late_sink={late_sink!r} is not a function (DataFrame, batch_id)")
     if job.side_output != (late_sink is not None):

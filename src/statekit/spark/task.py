@@ -21,7 +21,6 @@ from pyspark.sql.pandas.types import from_arrow_type
 from statekit.backends.common.local_dirs import default_local_dir
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
-from statekit.runtime.event_time import ElementTimes
 from statekit.runtime.function import Calls, ProcessFunction, calls_of
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.local_recovery import DEFAULT_RETENTION_SECONDS, SlotLease, lease_slot
@@ -33,6 +32,7 @@ from statekit.runtime.task import (
 )
 from statekit.spark.conf import DEFAULT_BATCH_MAX_BYTES
 from statekit.spark.event_time import EventTimeTracker, SubtaskEventTime
+from statekit.spark.inputs import INPUT_COLUMN, read_broadcast_rows
 from statekit.spi.errors import FunctionResultError, StatekitError
 from statekit.spi.key_groups import key_groups_of_types
 from statekit.spi.backend import SnapshotFormat, SnapshotOptions, StateBackend, SubtaskInfo
@@ -107,6 +107,10 @@ class SubtaskSpec:
     end_of_input: bool = False
     #: the schema of the function's input rows, where late rows are the job's side output (None: they are not)
     late_schema: pa.Schema | None = None
+    #: a connected job of two inputs: each input's struct column (``spark.inputs``); empty: one input
+    input_structs: tuple[str, ...] = ()
+    #: a broadcast job: the epoch's broadcast rows, processed by every subtask first (Arrow IPC; None: none)
+    broadcast_rows: bytes | None = None
 
 
 class LateRowsOutput:
@@ -168,10 +172,12 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
                          spec.ttl_sweep_seconds,
                          spec.event_time.watermark_ms if spec.event_time is not None else MIN_TIMESTAMP,
                          spec.event_time.type_name if spec.event_time is not None else None,
-                         ElementTimes.of_column(spec.event_time.column) if spec.event_time is not None else None)
+                         spec.event_time.element_times() if spec.event_time is not None else None)
         if late is not None:
             task.context.late_output = []
         task.open()
+        if spec.broadcast_rows is not None:
+            task.process_broadcast(read_broadcast_rows(spec.broadcast_rows), outputs)
         if spec.sink is not None:
             writer = SubtaskSinkWriter(spec.sink, _sink_context(spec, subtask_index),
                                        access.streams(spec.checkpoint_id, subtask.name), spec.output_schema)
@@ -180,6 +186,9 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
         for batch in _coalesced(batches, spec.batch_max_bytes):
             if calls is Calls.ROWS:
                 task.process_row_runs(_grouped(batch, spec.key_columns).row_runs(), outputs)
+            elif calls is Calls.SIDE_ROWS:
+                task.process_side_row_runs(_grouped(batch, spec.key_columns).side_row_runs(
+                    INPUT_COLUMN, spec.input_structs), outputs)
             elif calls is Calls.KEY_RUNS:
                 task.process_key_runs(_grouped(batch, spec.key_columns).key_runs(), outputs)
             else:
@@ -237,8 +246,8 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
                       on_disk=spec.state_backend.capabilities.local_recovery)
     else:
         lease.release()
-    seen = ((tracker.max_event_time_ms, tracker.late_rows + task.context.late_rows) if tracker is not None
-            else (MIN_TIMESTAMP, 0))
+    seen = ((tracker.max_event_times_ms, tracker.late_rows + task.context.late_rows) if tracker is not None
+            else ([MIN_TIMESTAMP], 0))
     acknowledge((subtask_index, json.dumps(state.to_json()), recovery, seen,
                  json.dumps(sink_entry) if sink_entry is not None else None))
 

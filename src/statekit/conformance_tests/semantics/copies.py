@@ -36,6 +36,33 @@ class ValueCopySemantics(BackendTestBase):
         assert state.value() == {"n": 1, "items": [1]}, \
             f"mutating objects passed to or read from update()/value() changed the state to {state.value()!r}"
 
+    def test_nested_values_mutated_at_any_depth_are_not_kept(self, keyed_backend: KeyedStateBackend) -> None:
+        """Rows in lists in maps, as a join buffers them, and values nested deeper than that: a
+        change at any depth of what was given or read stays out of the state."""
+        state = map_state(keyed_backend, MapStateDescriptor("m"))
+        set_key(keyed_backend, "k")
+        deep: Any = [0]
+        for level in range(8):
+            deep = {"level": level, "inner": [deep, (level, [level])]}
+        given = [[{"id": 1, "tags": ["a"]}, False], [{"id": 2, "tags": []}, True]]
+        pair = ("t", ["a"])
+        state.put(1, given)
+        state.put(2, deep)
+        state.put(3, pair)
+        pair[1].append("x")
+        state.get(3)[1].append("y")
+        given[0][0]["tags"].append("x")
+        given[1][1] = False
+        deep["inner"][0]["inner"][1][1].append("x")
+        for user_key, read in state.items():
+            if user_key == 2:
+                read["inner"][0]["inner"][1][1].append("y")
+        state.get(1)[0][0]["tags"].append("y")
+        assert state.get(1) == [[{"id": 1, "tags": ["a"]}, False], [{"id": 2, "tags": []}, True]]
+        assert state.get(3) == ("t", ["a"])
+        inner = state.get(2)["inner"][0]["inner"]
+        assert inner[1] == (6, [6]) and inner[0]["level"] == 5, "a value nested 8 levels deep changed"
+
     def test_list_in_place_mutation_of_elements_is_not_kept(self, keyed_backend: KeyedStateBackend) -> None:
         state = list_state(keyed_backend, ListStateDescriptor("l"))
         set_key(keyed_backend, "k")
