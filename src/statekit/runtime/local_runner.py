@@ -197,6 +197,7 @@ class LocalRunner:
         metrics = EpochMetrics.of(self.job_id, self.operator_id, epoch, self._task_metrics,
                                   self.event_time.late_rows.value if self.event_time is not None else None,
                                   elapsed_ms(started))
+        metrics.continue_history(previous)
         self._commit(epoch, subtasks, fresh_start=restored is None, restore_point=own, metrics=metrics)
         return outputs
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from statekit.checkpoint.metadata import SubtaskState
@@ -26,6 +26,11 @@ METRICS_PROPERTY = "metrics"
 METRICS_VERSION = 1
 #: where one line per committed epoch is logged, at INFO
 LOGGER_NAME = "statekit.metrics"
+#: summaries of earlier epochs each checkpoint carries (``EpochMetrics.history``)
+HISTORY_LENGTH = 100
+#: the fields of an epoch's summary in the history
+HISTORY_FIELDS = ("timestamp", "duration_ms", "state_bytes", "bytes_written_full", "bytes_written_incremental",
+                  "bytes_reused", "kind", "parallelism", "restore_sources", "rows_in", "rows_out")
 
 _log = logging.getLogger(LOGGER_NAME)
 
@@ -104,7 +109,10 @@ _SLOWEST = ("restore_ms", "sync_snapshot_ms", "async_snapshot_ms")
 @dataclass
 class EpochMetrics:
     """An epoch's metrics: per subtask and in total. ``sink_commit_ms`` is measured after the
-    checkpoint is committed, so it is not recorded with it (listeners and the log line have it)."""
+    checkpoint is committed, so it is not recorded with it (listeners and the log line have it).
+    ``history``: summaries of the epochs before it along the job's lineage (its restore point's
+    history and the restore point itself), oldest first, at most ``HISTORY_LENGTH``: checkpoint
+    retention keeps a few checkpoints, and the latest one still tells the job's recent past."""
 
     job_id: str
     operator_id: str
@@ -113,6 +121,7 @@ class EpochMetrics:
     total: dict[str, Any]
     version: int = METRICS_VERSION
     sink_commit_ms: float | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def of(cls, job_id: str, operator_id: str, checkpoint_id: int, subtasks: Sequence[TaskMetrics],
@@ -132,11 +141,24 @@ class EpochMetrics:
         total["restore_sources"] = sources
         total["parallelism"] = len(subtasks)
         total["duration_ms"] = duration_ms
+        total["timestamp"] = time.time()
+        total["kind"] = "incremental" if total["bytes_written_incremental"] or total["bytes_reused"] else "full"
         return cls(job_id, operator_id, checkpoint_id, list(subtasks), total)
+
+    def continue_history(self, restored: Mapping[str, Any] | None) -> None:
+        """Take the history on from the properties of the checkpoint the epoch restored (None: a fresh start)."""
+        before = EpochMetrics.from_properties(self.job_id, self.operator_id, -1, restored or {})
+        if before is not None:
+            self.history = [*before.history, before.summary()][-HISTORY_LENGTH:]
+
+    def summary(self) -> dict[str, Any]:
+        """The epoch's entry in later epochs' history."""
+        return {"checkpoint_id": self.checkpoint_id, **{name: self.total.get(name) for name in HISTORY_FIELDS}}
 
     def to_property(self) -> dict[str, Any]:
         """The checkpoint property (``METRICS_PROPERTY``)."""
-        return {"version": self.version, "total": self.total, "subtasks": [s.to_json() for s in self.subtasks]}
+        return {"version": self.version, "checkpoint_id": self.checkpoint_id, "total": self.total,
+                "subtasks": [s.to_json() for s in self.subtasks], "history": self.history}
 
     @classmethod
     def from_properties(cls, job_id: str, operator_id: str, checkpoint_id: int,
@@ -146,8 +168,9 @@ class EpochMetrics:
         if not isinstance(recorded, Mapping):
             return None
         subtasks = [TaskMetrics.from_json(s) for s in recorded.get("subtasks", ()) if isinstance(s, Mapping)]
-        return cls(job_id, operator_id, checkpoint_id, subtasks, dict(recorded.get("total", {})),
-                   int(recorded.get("version", METRICS_VERSION)))
+        history = [dict(e) for e in recorded.get("history", ()) if isinstance(e, Mapping)]
+        return cls(job_id, operator_id, int(recorded.get("checkpoint_id", checkpoint_id)), subtasks,
+                   dict(recorded.get("total", {})), int(recorded.get("version", METRICS_VERSION)), history=history)
 
     def flat(self) -> dict[str, Any]:
         """The totals with the epoch's identity and ``sink_commit_ms``: one record (the log line's)."""

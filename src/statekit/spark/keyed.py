@@ -196,15 +196,18 @@ class KeyedJob:
         with signing(self.conf.signing_secret) as signed:
             return _run_epoch(self, df, epoch, progress, processing_time_ms, signed, end_of_input)
 
-    def epoch_metrics(self, epoch: int, states: Mapping[int, SubtaskAcknowledgement],
-                      started: float) -> EpochMetrics | None:
-        """The epoch's metrics from its subtasks' (None: off, or a subtask sent none)."""
+    def epoch_metrics(self, epoch: int, states: Mapping[int, SubtaskAcknowledgement], started: float,
+                      restored: Mapping[str, Any] | None) -> EpochMetrics | None:
+        """The epoch's metrics from its subtasks' (None: off, or a subtask sent none), its history
+        taken on from the ``restored`` checkpoint's properties."""
         subtasks = [states[i][4] for i in sorted(states)]
         if not self.conf.metrics_enabled or any(s is None for s in subtasks):
             return None
         policy = self.event_time.rule.late_rows.value if self.event_time is not None else None
-        return EpochMetrics.of(self.job_id, self.operator_id, epoch, subtasks, policy,  # type: ignore[arg-type]
-                               elapsed_ms(started))
+        metrics = EpochMetrics.of(self.job_id, self.operator_id, epoch, subtasks, policy,  # type: ignore[arg-type]
+                                  elapsed_ms(started))
+        metrics.continue_history(restored)
+        return metrics
 
 
 def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progress: StreamProgress | None,
@@ -299,7 +302,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progre
     recorded = job.sink.property_of([ack[3] for ack in states.values() if ack[3] is not None]) if job.sink else None
     if recorded is not None:
         properties[SINK_PROPERTY] = recorded
-    metrics = job.epoch_metrics(epoch, states, started)
+    metrics = job.epoch_metrics(epoch, states, started, restored_properties)
     if metrics is not None:
         properties[METRICS_PROPERTY] = metrics.to_property()
     store.add(CheckpointMetadata(epoch, job_id, {operator_id: operator}, properties=properties))
