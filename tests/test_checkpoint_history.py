@@ -9,7 +9,6 @@ import pytest
 
 from statekit import KeyedProcessFunction, ListStateDescriptor
 from statekit.backends.rocksdb import RocksDBStateBackend
-from statekit.cli import main
 from statekit.conformance_tests.s3 import DEFAULT_BUCKET, moto_s3  # noqa: F401 - a session-scoped fixture
 from statekit.conformance_tests.workload import WorkloadFunction, make_rows
 from statekit.runtime.local_runner import LocalRunner
@@ -17,21 +16,10 @@ from statekit.runtime.metrics import HISTORY_LENGTH
 from statekit.spi import SnapshotFormat
 from statekit.spi.key_groups import key_group_for_key
 from statekit.storage.filesystem import FileSystemCheckpointStorage
+from test_cli import run, run_json
 
 MAX_P = 128
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def run_json(capsys, *argv: str) -> Any:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def rescaled_incremental_job(root: str, storage_options: dict[str, Any] | None = None) -> None:

@@ -342,25 +342,23 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    doc = checkpoint_history(args.dir, args.job, args.last, _storage_options(args))
-    if args.plot:
-        _plot("history_figure", doc, args.plot)
-    _emit(args, doc, _print_history)
-    return EXIT_OK
+    return _emit_plotted(args, checkpoint_history(args.dir, args.job, args.last, _storage_options(args)),
+                         "history_figure", _print_history)
 
 
 def _cmd_skew(args: argparse.Namespace) -> int:
-    doc = key_group_bytes(args.path, args.operator, args.top, _storage_options(args))
+    return _emit_plotted(args, key_group_bytes(args.path, args.operator, args.top, _storage_options(args)),
+                         "skew_figure", _print_skew)
+
+
+def _emit_plotted(args: argparse.Namespace, doc: dict[str, Any], figure: str, printer: Printer) -> int:
+    """``_emit``, after drawing ``plots.<figure>`` of the document into ``--plot`` if given."""
     if args.plot:
-        _plot("skew_figure", doc, args.plot)
-    _emit(args, doc, _print_skew)
+        from statekit import plots  # noqa: PLC0415 - loads matplotlib
+
+        plots.save(getattr(plots, figure)(doc), args.plot)
+    _emit(args, doc, printer)
     return EXIT_OK
-
-
-def _plot(figure: str, doc: dict[str, Any], path: str) -> None:
-    from statekit import plots  # noqa: PLC0415 - loads matplotlib
-
-    plots.save(getattr(plots, figure)(doc), path)
 
 
 def _print_history(doc: dict[str, Any], out: Callable[[str], None]) -> None:
