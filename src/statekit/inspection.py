@@ -12,6 +12,7 @@ from typing import Any, Iterable
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, read_metadata
 from statekit.checkpoint.snapshot_format import FORMAT_PROPERTY
 from statekit.checkpoint.store import stream_handles, subtask_stream_handles
+from statekit.progress import progress
 from statekit.spi.errors import CorruptStateError, StatekitError
 from statekit.spi.handles import OperatorStateHandle, StreamStateHandle
 from statekit.spi.key_groups import KeyGroupRange
@@ -124,8 +125,12 @@ def _entry(fs: Any, directory: str, checkpoint_id: int | None) -> dict[str, Any]
 
 def _job(fs: Any, directory: str, children: dict[str, str]) -> dict[str, Any]:
     ids = sorted(int(m.group(1)) for name in children if (m := CHECKPOINT_DIR_PATTERN.match(name)))
-    return {"job_id": posixpath.basename(directory), "path": fs.unstrip_protocol(directory),
-            "checkpoints": [_entry(fs, posixpath.join(directory, f"chk-{i}"), i) for i in ids]}
+    entries = []
+    with progress(f"reading job {posixpath.basename(directory)}", len(ids), unit="checkpoints") as advance:
+        for i in ids:
+            entries.append(_entry(fs, posixpath.join(directory, f"chk-{i}"), i))
+            advance(1)
+    return {"job_id": posixpath.basename(directory), "path": fs.unstrip_protocol(directory), "checkpoints": entries}
 
 
 def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
