@@ -63,7 +63,7 @@ def skew_figure(doc: dict[str, Any]) -> Any:
         position = next(i for i, g in enumerate(groups) if g["key_group"] == hot["key_group"])
         axis.annotate(str(hot["key_group"]), (position % width, position // width), color="cyan", ha="center",
                       va="center", fontsize=8, weight="bold")
-    axis.set_title(f"state bytes per key group, checkpoint {doc['checkpoint_id']} of job {doc['job_id']} "
+    axis.set_title(f"state bytes per key group\ncheckpoint {doc['checkpoint_id']} of job {doc['job_id']} "
                    f"({width} key groups per row)")
     axis.set_xticks([])
     axis.set_yticks([])
