@@ -150,7 +150,6 @@ from statekit.inspection import (
 )
 from statekit.spi.errors import StatekitError
 from statekit.history import checkpoint_history
-from statekit.skew import key_group_bytes
 
 if TYPE_CHECKING:
     from statekit.reading.snapshot_reader import KeyColumn
@@ -347,6 +346,8 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _cmd_skew(args: argparse.Namespace) -> int:
+    from statekit.skew import key_group_bytes  # noqa: PLC0415 - loads the backends' handles (pyarrow)
+
     return _emit_plotted(args, key_group_bytes(args.path, args.operator, args.top, _storage_options(args)),
                          "skew_figure", _print_skew)
 
