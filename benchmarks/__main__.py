@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from benchmarks import (
-    checkpointing, joins, memory, migration, operations, per_row, rescale, serializers, sinks, spark_keyed,
-    state_reading, timers, ttl,
+    checkpointing, joins, memory, migration, observability, operations, per_row, rescale, serializers, sinks,
+    spark_keyed, state_reading, timers, ttl,
 )
 from benchmarks.chart import save_chart
 from benchmarks.report import SCHEMA_VERSION, report
@@ -42,20 +42,22 @@ class Sizes:
     rescale_keys: int  # keys of state rescaled 4 -> 8 by statekit and by Spark's repartition
     per_row: tuple[int, int]  # (rows, keys) of a KeyedProcessFunction's epoch in one process
     join: tuple[int, int]  # (impressions, micro-batches) of the interval join; readings of the broadcast job
+    metrics: tuple[int, int, int, int]  # (rows, keys, micro-batches, rounds) with metrics on and off
 
 
 SIZES = {
     "tiny": Sizes(((20_000, 2_000, 2),), 2_000, 5_000, 1, 5_000, 5_000, 1, 2_000, 200, 2_000, 10_000, 10_000,
-                  (20_000, 2_000, 2), 2_000, (20_000, 2_000), (2_000, 2)),
+                  (20_000, 2_000, 2), 2_000, (20_000, 2_000), (2_000, 2), (20_000, 2_000, 2, 1)),
     "quick": Sizes(((1_000_000, 100_000, 1),), 50_000, 200_000, 3, 500_000, 1_000_000, 32, 200_000, 5_000,
-                   20_000, 200_000, 1_000_000, (1_000_000, 100_000, 5), 200_000, (1_000_000, 100_000), (200_000, 2)),
+                   20_000, 200_000, 1_000_000, (1_000_000, 100_000, 5), 200_000, (1_000_000, 100_000), (200_000, 2),
+                   (1_000_000, 100_000, 5, 3)),
     "full": Sizes(((1_000_000, 100_000, 1), (1_000_000, 100_000, 10), (5_000_000, 1_000_000, 1),
                    (5_000_000, 1_000_000, 10)), 200_000, 1_000_000, 5, 5_000_000, 4_000_000, 64, 1_000_000, 20_000,
                   200_000, 1_000_000, 1_000_000, (5_000_000, 1_000_000, 5), 1_000_000, (5_000_000, 1_000_000),
-                  (1_000_000, 4)),
+                  (1_000_000, 4), (1_000_000, 100_000, 10, 5)),
 }
 SECTIONS = ("operations", "serializers", "ttl", "checkpoint", "migration", "memory", "per-row", "spark", "timers",
-            "joins", "reading", "sinks", "rescale")
+            "joins", "reading", "sinks", "rescale", "observability")
 
 
 def _spark(sizes: Sizes) -> list[dict]:
@@ -83,6 +85,7 @@ def run_sections(sizes: Sizes, sections: tuple[str, ...]) -> list[dict]:
         "reading": lambda: state_reading.run(keys=sizes.reading_keys),
         "sinks": lambda: sinks.run(*sizes.sink),
         "rescale": lambda: rescale.run(keys=sizes.rescale_keys),
+        "observability": lambda: observability.run(*sizes.metrics),
     }
     results: list[dict] = []
     for section in SECTIONS:

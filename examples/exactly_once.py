@@ -32,7 +32,8 @@ class RunningTotal(KeyedProcessFunction):
 
 
 work = tempfile.mkdtemp()
-spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())  # no console progress bars
 spark.sparkContext.setLogLevel("ERROR")
 for name, value in {"backend": "rocksdb", "checkpoint.storage": "filesystem",
                     "checkpoint.dir": f"file://{work}/checkpoints"}.items():

@@ -27,7 +27,8 @@ class Clicks(KeyedProcessFunction):
         self.pages.put(row["page"], (self.pages.get(row["page"]) or 0) + 1)
 
 
-spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())  # no console progress bars
 spark.sparkContext.setLogLevel("ERROR")
 register_data_sources(spark)  # import statekit.spark does it when a session is already active
 checkpoints = f"file://{tempfile.mkdtemp()}"

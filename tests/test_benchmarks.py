@@ -64,3 +64,15 @@ def test_every_comparison_is_there(results: dict) -> None:
         for peer in ("msgpack dict", "pickle"):
             for what in ("bytes", "encode", "decode"):
                 assert f"serializers {shape}: record {what} vs {peer}" in names
+
+
+@pytest.mark.spark
+def test_the_observability_section_runs_at_the_tiny_size(tmp_path) -> None:
+    """Spark runs: in a process of its own, as the harness is started."""
+    path = tmp_path / "results.json"
+    subprocess.run([sys.executable, "-m", "benchmarks", "--size", "tiny", "--sections", "observability", "--json",
+                    str(path)], cwd=ROOT, check=True, capture_output=True, text=True, timeout=600,
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), ROOT])})
+    (found,) = json.loads(path.read_text())["records"]
+    assert found["group"] == "observability" and found["name"].startswith("metrics on vs off: query seconds")
+    assert len(found["on_runs"]) == len(found["off_runs"]) == 1 and found["noise"] >= 1

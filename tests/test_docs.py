@@ -147,6 +147,17 @@ def test_the_configuration_reference_names_every_setting():
     assert not missing, f"settings missing from docs/configuration.md: {missing}"
 
 
+def test_sessions_built_in_the_docs_and_examples_show_no_console_progress_bars():
+    """A script started with ``python`` gets Spark's console progress bar unless its session turns it
+    off; statekit's snippets and examples do (a Connect client shows none unless asked)."""
+    sources = [*pages(), *sorted((ROOT / "examples").rglob("*.py"))]
+    builders = [(path, text) for path in sources
+                for text in re.findall(r"SparkSession\.builder(?!\.remote)[^\n]*(?:\n\s+\.[^\n]*)*", path.read_text())]
+    assert len(builders) >= 6
+    noisy = [str(path.relative_to(ROOT)) for path, text in builders if "spark.ui.showConsoleProgress" not in text]
+    assert not noisy, f"set .config('spark.ui.showConsoleProgress', 'false') in the session builders of {noisy}"
+
+
 # --- the code blocks
 
 

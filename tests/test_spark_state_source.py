@@ -255,3 +255,31 @@ def test_record_state_is_bootstrapped_from_struct_columns_and_reads_back_as_a_st
     assert found == {key: (lat, lon, at.timestamp(), label) for key, (lat, lon, at, label) in rows}
     assert state.where("value.lat > 17").select("key").orderBy("key").collect() == [Row(key="user-18"),
                                                                                    Row(key="user-19")]
+
+
+def test_the_metadata_source_reads_history_and_key_groups_on_s3_as_the_cli_prints_them(spark, moto_s3, capsys):  # noqa: F811
+    from statekit.cli import main
+    from test_checkpoint_history import rescaled_incremental_job
+
+    root = f"s3://{DEFAULT_BUCKET}/{uuid.uuid4().hex}"
+    rescaled_incremental_job(root, moto_s3.storage_options)
+    def read():  # a reader keeps the options it was given: a new one each time
+        return spark.read.format("statekit-metadata").option("storage-options", json.dumps(moto_s3.storage_options))
+
+    history = read().option("table", "history").load(root).orderBy("checkpoint_id").collect()
+    options = [f"-o{key}={json.dumps(value) if isinstance(value, dict) else value}"
+               for key, value in moto_s3.storage_options.items()]
+    assert main(["checkpoints", "history", root, "--json", *options]) == 0
+    printed = json.loads(capsys.readouterr().out)["checkpoints"]
+    assert [(r.checkpoint_id, r.parallelism, r.kind, r.state_size, r.bytes_reused, r.rows_in) for r in history] == [
+        (p["checkpoint_id"], p["parallelism"], p["kind"], p["state_size"], p["bytes_reused"], p["rows_in"])
+        for p in printed]
+    assert [r.checkpoint_id for r in history] == [1, 2, 3, 4, 5, 6]
+    assert history[3].restore_sources == {"storage": 4}
+    key_groups = read().option("table", "key_groups").load(f"{root}/history").collect()
+    assert {r.checkpoint_id for r in key_groups} == {5, 6}, "the two retained checkpoints"
+    assert len(key_groups) == 2 * 128 and {r.subtask for r in key_groups} == {0, 1, 2, 3}
+    default = read().load(f"{root}/history").columns
+    assert "state" in default and "key_group" not in default, "the default table is as before"
+    with pytest.raises(Exception, match=r"table='nope' is not a table: choose one of \['history', 'key_groups'"):
+        read().option("table", "nope").load(root).columns

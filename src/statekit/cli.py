@@ -4,10 +4,14 @@ Usage::
 
     statekit checkpoints list <dir>          checkpoints of every job under <dir> (or of one job directory)
     statekit checkpoints describe <path>     one checkpoint or savepoint in detail
+    statekit checkpoints history <dir> [--job ID] [--last N] [--plot FILE.png]
+                                             a job's last checkpoints: sizes, durations, bytes written
     statekit savepoint create --from <checkpoint> --to <savepoint-dir> [--backend NAME] [--trust-pickle] [--sign]
     statekit savepoint rewrite --from <savepoint> --to <savepoint-dir> --id ID [--rename OLD=NEW] [--drop NAME]
     statekit state get <path> --state NAME --key KEY [--operator ID] [--trust-pickle]
                                              one key's state, as of that checkpoint
+    statekit state skew <path> [--operator ID] [--top N] [--plot FILE.png]
+                                             state bytes per key group, the hottest named
 
 Every path is an fsspec URL: a local path, ``file://``, ``s3://``, ``memory://``, ... Options of
 every command:
@@ -84,6 +88,31 @@ the epoch, from the metadata) and ``time`` (the same instant, ISO 8601 UTC).
 
     File paths are relative to the job directory (checkpoints) or the savepoint directory.
 
+``checkpoints history``::
+
+    {"path": URL of the job directory, "job_id": str,
+     "checkpoints": [{"checkpoint_id": int, "time": str or null, "duration_ms": float or null,
+                      "bytes_written": int or null, "bytes_written_full": int or null,
+                      "bytes_written_incremental": int or null, "bytes_reused": int or null,
+                      "state_size": int or null, "kind": "full" | "incremental" or null,
+                      "parallelism": int or null, "restore_sources": {source: subtasks} or null,
+                      "rows_in": int or null, "rows_out": int or null}]}   # oldest first
+
+    The rows come from the latest completed checkpoint's ``metrics`` property (its own epoch and
+    up to 100 before it, along the job's lineage); checkpoints written without metrics list the
+    retained checkpoints, with null where the metadata does not say.
+
+``state skew``::
+
+    {"path": URL, "job_id": str, "checkpoint_id": int, "operator_id": str, "parallelism": int,
+     "max_parallelism": int, "total_bytes": int, "exact": bool,
+     "key_groups": [{"key_group": int, "subtask": int, "bytes": int, "exact": bool}],
+     "hottest": [{"key_group": int, "subtask": int, "bytes": int, "exact": bool, "share": float,
+                  "times_mean": float}]}
+
+    Bytes per key group are exact for canonical snapshots and changelog chains, and estimated
+    (a subtask's size spread over its key groups) for native and RocksDB incremental snapshots.
+
 ``savepoint create``::
 
     {"path": URL of the savepoint directory, "job_id": str, "checkpoint_id": int,
@@ -120,6 +149,7 @@ from statekit.inspection import (
     InspectionError, create_savepoint, describe, error_text, list_checkpoints, rewrite_savepoint,
 )
 from statekit.spi.errors import StatekitError
+from statekit.history import checkpoint_history
 
 if TYPE_CHECKING:
     from statekit.reading.snapshot_reader import KeyColumn
@@ -310,6 +340,69 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_history(args: argparse.Namespace) -> int:
+    return _emit_plotted(args, checkpoint_history(args.dir, args.job, args.last, _storage_options(args)),
+                         "history_figure", _print_history)
+
+
+def _cmd_skew(args: argparse.Namespace) -> int:
+    from statekit.skew import key_group_bytes  # noqa: PLC0415 - loads the backends' handles (pyarrow)
+
+    return _emit_plotted(args, key_group_bytes(args.path, args.operator, args.top, _storage_options(args)),
+                         "skew_figure", _print_skew)
+
+
+def _emit_plotted(args: argparse.Namespace, doc: dict[str, Any], figure: str, printer: Printer) -> int:
+    """``_emit``, after drawing ``plots.<figure>`` of the document into ``--plot`` if given."""
+    if args.plot:
+        from statekit import plots  # noqa: PLC0415 - loads matplotlib
+
+        plots.save(getattr(plots, figure)(doc), args.plot)
+    _emit(args, doc, printer)
+    return EXIT_OK
+
+
+def _print_history(doc: dict[str, Any], out: Callable[[str], None]) -> None:
+    out(f"job {doc['job_id']} ({doc['path']}): last {len(doc['checkpoints'])} checkpoints")
+    rows = [["ID", "TIME", "DURATION (MS)", "WRITTEN (BYTES)", "REUSED (BYTES)", "STATE SIZE (BYTES)", "KIND",
+             "PARALLELISM", "RESTORED FROM"]]
+    previous = None
+    for row in doc["checkpoints"]:
+        sources = row["restore_sources"]
+        parallelism = _dash(row["parallelism"])
+        if previous is not None and row["parallelism"] is not None and previous != row["parallelism"]:
+            parallelism += f" (rescale {previous}->{row['parallelism']})"
+        previous = row["parallelism"] if row["parallelism"] is not None else previous
+        rows.append([str(row["checkpoint_id"]), _dash(row["time"]), _dash(row["duration_ms"]),
+                     _dash(row["bytes_written"]), _dash(row["bytes_reused"]), _dash(row["state_size"]),
+                     _dash(row["kind"]), parallelism,
+                     ", ".join(f"{k} x{v}" for k, v in sorted(sources.items())) if sources else "-"])
+    for line in _table(rows, right=(0, 2, 3, 4, 5)):
+        out(line)
+
+
+#: from no bytes to the most bytes of any key group
+_SHADES = " .:-=+*#%@"
+
+
+def _print_skew(doc: dict[str, Any], out: Callable[[str], None]) -> None:
+    estimated = "" if doc["exact"] else " (estimated: native or RocksDB incremental files spread over key groups)"
+    out(f"checkpoint {doc['checkpoint_id']} of job {doc['job_id']}, operator {doc['operator_id']}: "
+        f"{doc['total_bytes']} state bytes in {doc['max_parallelism']} key groups{estimated}")
+    groups = doc["key_groups"]
+    most = max((g["bytes"] for g in groups), default=0) or 1
+    for start in range(0, len(groups), 64):
+        cells = "".join(_SHADES[min(len(_SHADES) - 1, round(g["bytes"] / most * (len(_SHADES) - 1)))]
+                        for g in groups[start:start + 64])
+        out(f"{start:>6} |{cells}|")
+    rows = [["KEY GROUP", "SUBTASK", "BYTES", "SHARE", "x MEAN"]]
+    rows += [[str(g["key_group"]), str(g["subtask"]), str(g["bytes"]), f"{g['share']:.1%}", f"{g['times_mean']:.1f}"]
+             for g in doc["hottest"]]
+    out("hottest key groups:")
+    for line in _table(rows, right=(0, 1, 2, 3, 4)):
+        out(line)
+
+
 def _cmd_create(args: argparse.Namespace) -> int:
     _emit(args, create_savepoint(args.source, args.target, args.backend, _storage_options(args), args.trust_pickle),
           _print_created)
@@ -434,6 +527,18 @@ def build_parser() -> argparse.ArgumentParser:
     describing.add_argument("path", help="a _metadata file, a chk-<n> or savepoint-<id> directory, or a job "
                                          "directory (its latest completed checkpoint)")
     describing.set_defaults(handler=_cmd_describe)
+    history = checkpoint_commands.add_parser(
+        "history", parents=[common], help="a job's last checkpoints: sizes, durations, bytes written",
+        description="Print a job's last checkpoints (id, time, duration, bytes written and reused, state size, "
+                    "full or incremental, parallelism, where subtasks restored from), from the metrics its latest "
+                    "checkpoint recorded; --plot draws them.")
+    history.add_argument("dir", help="a checkpoint directory URL (or one job's directory)")
+    history.add_argument("--job", default=None, metavar="ID", help="the job (needed when DIR holds several)")
+    history.add_argument("--last", type=int, default=20, metavar="N", help="how many checkpoints (default 20)")
+    history.add_argument("--plot", default=None, metavar="FILE.png",
+                         help="also draw sizes and durations over time, full vs incremental, rescales marked "
+                              "(needs matplotlib: the plot extra)")
+    history.set_defaults(handler=_cmd_history)
 
     savepoint = groups.add_parser("savepoint", help="create savepoints offline")
     savepoint_commands = savepoint.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)
@@ -487,6 +592,16 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("--trust-pickle", action="store_true",
                      help="decode state that runs code when read (pickle); without it, such values print as bytes")
     get.set_defaults(handler=_cmd_state_get)
+    skew = state_commands.add_parser(
+        "skew", parents=[common], help="state bytes per key group, the hottest named",
+        description="Show the state bytes of each key group of a checkpoint or savepoint as a heatmap (text, or a "
+                    "PNG with --plot) and name the hottest key groups. Exact for canonical and changelog "
+                    "snapshots, estimated for native and RocksDB incremental ones (said in the output).")
+    skew.add_argument("path", help="a checkpoint or savepoint, or a job directory (its latest completed checkpoint)")
+    skew.add_argument("--operator", default=None, metavar="ID", help="the operator (when the snapshot holds several)")
+    skew.add_argument("--top", type=int, default=5, metavar="N", help="how many hottest key groups (default 5)")
+    skew.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the heatmap (needs matplotlib)")
+    skew.set_defaults(handler=_cmd_skew)
     return parser
 
 

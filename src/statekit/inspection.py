@@ -12,6 +12,7 @@ from typing import Any, Iterable
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, read_metadata
 from statekit.checkpoint.snapshot_format import FORMAT_PROPERTY
 from statekit.checkpoint.store import stream_handles, subtask_stream_handles
+from statekit.progress import progress
 from statekit.spi.errors import CorruptStateError, StatekitError
 from statekit.spi.handles import OperatorStateHandle, StreamStateHandle
 from statekit.spi.key_groups import KeyGroupRange
@@ -60,7 +61,7 @@ class StreamSummary:
         return sum(self.shared.values()) + sum(self.exclusive.values()) + self.inline_bytes
 
 
-def _time(timestamp: float | None) -> str | None:
+def iso_time(timestamp: float | None) -> str | None:
     if timestamp is None:
         return None
     return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
@@ -115,7 +116,7 @@ def _entry(fs: Any, directory: str, checkpoint_id: int | None) -> dict[str, Any]
         return entry
     summary = StreamSummary.of(stream_handles(metadata))
     entry.update(status="completed", checkpoint_id=metadata.checkpoint_id if checkpoint_id is None else checkpoint_id,
-                 job_id=metadata.job_id, timestamp=metadata.timestamp, time=_time(metadata.timestamp),
+                 job_id=metadata.job_id, timestamp=metadata.timestamp, time=iso_time(metadata.timestamp),
                  state_size=summary.state_size, files=summary.files,
                  incremental=bool(metadata.properties.get("incremental", False)),
                  savepoint=metadata.is_savepoint, backend=metadata.properties.get("backend"))
@@ -124,8 +125,12 @@ def _entry(fs: Any, directory: str, checkpoint_id: int | None) -> dict[str, Any]
 
 def _job(fs: Any, directory: str, children: dict[str, str]) -> dict[str, Any]:
     ids = sorted(int(m.group(1)) for name in children if (m := CHECKPOINT_DIR_PATTERN.match(name)))
-    return {"job_id": posixpath.basename(directory), "path": fs.unstrip_protocol(directory),
-            "checkpoints": [_entry(fs, posixpath.join(directory, f"chk-{i}"), i) for i in ids]}
+    entries = []
+    with progress(f"reading job {posixpath.basename(directory)}", len(ids), unit="checkpoints") as advance:
+        for i in ids:
+            entries.append(_entry(fs, posixpath.join(directory, f"chk-{i}"), i))
+            advance(1)
+    return {"job_id": posixpath.basename(directory), "path": fs.unstrip_protocol(directory), "checkpoints": entries}
 
 
 def list_checkpoints(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -211,7 +216,7 @@ def describe_metadata(metadata: CheckpointMetadata, url: str) -> dict[str, Any]:
     source = metadata.properties.get("source_checkpoint")
     return {
         "path": url, "checkpoint_id": metadata.checkpoint_id, "job_id": metadata.job_id,
-        "savepoint": metadata.is_savepoint, "timestamp": metadata.timestamp, "time": _time(metadata.timestamp),
+        "savepoint": metadata.is_savepoint, "timestamp": metadata.timestamp, "time": iso_time(metadata.timestamp),
         "backend": metadata.properties.get("backend"),
         "incremental": bool(metadata.properties.get("incremental", False)),
         "format": metadata.properties.get(FORMAT_PROPERTY, "canonical"),
@@ -232,13 +237,14 @@ def _files(url: str, storage_options: dict[str, Any] | None) -> CheckpointStorag
     return storage_class("filesystem")(url, storage_options=storage_options)  # type: ignore[call-arg]
 
 
-def _resolve(url: str, storage_options: dict[str, Any] | None, setting: str) -> ResolvedCheckpoint:
+def resolve_checkpoint(url: str, storage_options: dict[str, Any] | None, setting: str) -> ResolvedCheckpoint:
+    """The checkpoint or savepoint at ``url`` (``setting`` names the argument in errors)."""
     return _files(url, storage_options).resolve_checkpoint(url, setting)
 
 
 def describe(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The document ``checkpoints describe --json`` prints."""
-    resolved = _resolve(url, storage_options, "path")
+    resolved = resolve_checkpoint(url, storage_options, "path")
     metadata = read_metadata(resolved.metadata, resolved.pointer)
     return describe_metadata(metadata, resolved.pointer.external_pointer)
 
@@ -253,7 +259,7 @@ def create_savepoint(source_url: str, savepoint_dir: str, backend_name: str | No
     from statekit.registry import backend_class
     from statekit.runtime.savepoints import write_savepoint
 
-    resolved = _resolve(source_url, storage_options, "--from")
+    resolved = resolve_checkpoint(source_url, storage_options, "--from")
     metadata = read_metadata(resolved.metadata, resolved.pointer)
     name = backend_name or metadata.properties.get("backend") or "heap"
     cls = backend_class(name, setting="--backend")
@@ -282,7 +288,7 @@ def rewrite_savepoint(source_url: str, savepoint_dir: str, savepoint_id: str, re
     is deserialized); the document ``--json`` prints."""
     from statekit.runtime.rewrite import StateRewrite, rewrite_savepoint as rewrite
 
-    resolved = _resolve(source_url, storage_options, "--from")
+    resolved = resolve_checkpoint(source_url, storage_options, "--from")
     metadata = read_metadata(resolved.metadata, resolved.pointer)
     location = _files(savepoint_dir, storage_options).savepoint_location(savepoint_dir, savepoint_id)
     written, pointer = rewrite(location, metadata, resolved.streams,

@@ -6,6 +6,7 @@ in-process tests and the conformance suite use.
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from statekit.checkpoint.assignment import assign, check_max_parallelism
@@ -21,6 +22,7 @@ from statekit.runtime.function import (
     FUNCTION_KINDS, Calls, KeyedBroadcastProcessFunction, ProcessFunction, calls_of, check_function,
 )
 from statekit.runtime.inputs import JobInputs
+from statekit.runtime.metrics import METRICS_PROPERTY, EpochMetrics, MetricsListener, TaskMetrics, elapsed_ms, publish
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.savepoints import snapshot_as_savepoint, write_savepoint
 from statekit.checkpoint.snapshot_format import format_property
@@ -55,7 +57,7 @@ class LocalRunner:
                  event_time: Callable[[Any], Any] | str | Mapping[str, Any] | None = None, watermark_delay: Any = None,
                  late_rows: str = "drop", checkpoint_format: SnapshotFormat = SnapshotFormat.CANONICAL,
                  key_serializer: TypeSerializer | None = None, trust_pickle: bool = False,
-                 signing_secret: str | None = None) -> None:
+                 signing_secret: str | None = None, listener: MetricsListener | None = None) -> None:
         """``event_time``: a record's event time (epoch ms or a datetime; None, as a null under Spark,
         is processed and moves no watermark), as a function of the record
         or the name of a dict record's field; with ``watermark_delay`` (e.g. ``"10 minutes"``) each
@@ -73,7 +75,9 @@ class LocalRunner:
         that runs code when read (pickle), as ``spark.statekit.restore.trust-pickle`` does (a native
         checkpoint format of pickles, the heap's, implies it). ``signing_secret`` (default: the
         environment variable ``STATEKIT_CHECKPOINT_SIGNING_SECRET``) signs the checkpoints and
-        savepoints and must have signed what is restored (``checkpoint.signing``)."""
+        savepoints and must have signed what is restored (``checkpoint.signing``). ``listener`` is
+        called with each epoch's ``runtime.metrics.EpochMetrics`` once its checkpoint is committed;
+        the metrics are recorded with the checkpoint too, as under Spark."""
         from statekit.backends.heap import HeapStateBackend
         from statekit.registry import storage_class
 
@@ -118,6 +122,11 @@ class LocalRunner:
         self._event_time_type: str | None = None
         #: under ``late_rows="side_output"``: the last epoch's late records, in the order found
         self.late_output: list[Any] = []
+        #: the epoch's subtasks' metrics, its late records per subtask, and the last committed epoch's metrics
+        self._task_metrics: list[TaskMetrics] = []
+        self._late_by_subtask: list[int] = []
+        self.listeners: list[MetricsListener] = [listener] if listener is not None else []
+        self.last_metrics: EpochMetrics | None = None
 
     # --- configuration between epochs
     def rescale(self, parallelism: int) -> None:
@@ -153,20 +162,17 @@ class LocalRunner:
 
     def _run_epoch(self, records: Iterable[Any], checkpoint_id: int | None, end_of_input: bool,
                    broadcast: list[Any]) -> list[Any]:
+        started = time.perf_counter()
         epoch = checkpoint_id if checkpoint_id is not None else self._next_checkpoint_id()
         restored = self._restore_point(epoch)
+        self._task_metrics, self._late_by_subtask = [], [0] * self.parallelism
         self._processing_time_ms = _processing_time(self.clock)
         previous = restored[0].properties if restored else None
         records = self._start_event_time(records, previous)
         partitions: list[list[tuple[Any, int, Any]]] = [[] for _ in range(self.parallelism)]
-        split, selectors, connected = self.inputs.split, self.inputs.key_selectors, self.inputs.connected
         for record in records:
-            side, row = split(record)
-            key = spark_key(selectors[side](row), self.key_types)
-            key_group = key_group_for_key(key, self.max_parallelism, self.key_types)
-            # a connected job's task gets (input index, row) pairs (KeyedTask.process_side_row_runs)
-            partitions[operator_index_for_key_group(self.max_parallelism, self.parallelism, key_group)].append(
-                (key, key_group, (side, row) if connected else row))
+            key, key_group, index, processed = self._placed(record)
+            partitions[index].append((key, key_group, processed))
         outputs: list[Any] = []
         subtasks: list[SubtaskState] = []
         try:
@@ -188,8 +194,21 @@ class LocalRunner:
             if self._event_time_type is not None:
                 self._event_time_properties[EVENT_TIME_TYPE] = self._event_time_type
         own = restored[0].checkpoint_id if restored is not None and self._restore_override is None else None
-        self._commit(epoch, subtasks, fresh_start=restored is None, restore_point=own)
+        metrics = EpochMetrics.of(self.job_id, self.operator_id, epoch, self._task_metrics,
+                                  self.event_time.late_rows.value if self.event_time is not None else None,
+                                  elapsed_ms(started))
+        metrics.continue_history(previous)
+        self._commit(epoch, subtasks, fresh_start=restored is None, restore_point=own, metrics=metrics)
         return outputs
+
+    def _placed(self, record: Any) -> tuple[Any, int, int, Any]:
+        """A record's key, key group, subtask, and what the task processes: the row, or a connected
+        job's (input index, row) pair (``KeyedTask.process_side_row_runs``)."""
+        side, row = self.inputs.split(record)
+        key = spark_key(self.inputs.key_selectors[side](row), self.key_types)
+        key_group = key_group_for_key(key, self.max_parallelism, self.key_types)
+        return (key, key_group, operator_index_for_key_group(self.max_parallelism, self.parallelism, key_group),
+                (side, row) if self.inputs.connected else row)
 
     def savepoint(self, savepoint_dir: str | None = None) -> CheckpointMetadata:
         """A canonical, self-contained snapshot of the latest completed checkpoint's state, written
@@ -243,6 +262,7 @@ class LocalRunner:
                         largest[side] = timestamp
                     if by_timestamp and is_late(timestamp, watermark):
                         late += 1
+                        self._late_by_subtask[self._placed(record)[2]] += 1
                         if policy is LateRows.SIDE_OUTPUT:
                             self.late_output.append(record)
                         if policy is not LateRows.PROCESS:
@@ -290,6 +310,10 @@ class LocalRunner:
                                   self._key_groups_of)
         task = KeyedTask.create(copy.deepcopy(self.function), self.state_backend, subtask, epoch,
                                 key_serializer=key_serializer, restore=restore, local_dir=self.local_dir)
+        metrics, produced_before = task.metrics, len(outputs)
+        metrics.restore_source = "storage" if restore is not None else "fresh"
+        metrics.count_input(len(records), len({key for key, _, _ in records}))
+        self._task_metrics.append(metrics)
         try:
             task.begin_epoch(self._processing_time_ms, self.ttl_sweep_seconds, self._watermark_ms,
                              self._event_time_type, self._element_times)
@@ -313,6 +337,8 @@ class LocalRunner:
                 task.end_input()
             task.fire_timers(outputs)
             self._late_count += task.context.late_rows
+            metrics.rows_out = len(outputs) - produced_before
+            metrics.late_rows = self._late_by_subtask[index] + task.context.late_rows
             pending = task.snapshot(options)
             return pending.write(self.storage.streams(epoch, subtask.name))
         finally:
@@ -323,7 +349,7 @@ class LocalRunner:
         return key_groups_for_keys(keys, self.max_parallelism, self.key_types)
 
     def _metadata(self, epoch: int, subtasks: list[SubtaskState], fresh_start: bool,
-                  restore_point: int | None) -> CheckpointMetadata:
+                  restore_point: int | None, metrics: EpochMetrics) -> CheckpointMetadata:
         operator = OperatorState(self.operator_id, self.parallelism, self.max_parallelism, tuple(subtasks))
         return CheckpointMetadata(epoch, self.job_id, {self.operator_id: operator},
                                   properties={"backend": self.state_backend.name, "incremental": self.incremental,
@@ -331,7 +357,8 @@ class LocalRunner:
                                               RESTORE_POINT: restore_point,
                                               **format_property(self.state_backend, self.incremental,
                                                                 self.checkpoint_format),
-                                              **self._key_schema(), **self._event_time_properties})
+                                              **self._key_schema(), **self._event_time_properties,
+                                              METRICS_PROPERTY: metrics.to_property()})
 
     def _key_schema(self) -> dict[str, Any]:
         """The key types the key groups were hashed with, for readers (``reading``, ``query``): without
@@ -341,9 +368,12 @@ class LocalRunner:
         names = ["key"] if len(self.key_types) == 1 else [f"key_{i + 1}" for i in range(len(self.key_types))]
         return {KEY_SCHEMA: {self.operator_id: [list(c) for c in zip(names, self.key_types)]}}
 
-    def _commit(self, epoch: int, subtasks: list[SubtaskState], fresh_start: bool, restore_point: int | None) -> None:
-        self.store.add(self._metadata(epoch, subtasks, fresh_start, restore_point))
+    def _commit(self, epoch: int, subtasks: list[SubtaskState], fresh_start: bool, restore_point: int | None,
+                metrics: EpochMetrics) -> None:
+        self.store.add(self._metadata(epoch, subtasks, fresh_start, restore_point, metrics))
         self._restore_override = None
+        self.last_metrics = metrics
+        publish(metrics, self.listeners)
 
 
 def _event_time_problem(field: str | None, record: Any, exc: Exception) -> ConfigurationError:

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 from statekit.backends.common.canonical import CanonicalSnapshotWriter, read_key_groups, state_runs
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
+from statekit.progress import progress
 from statekit.reading.snapshot_reader import recorded_key_columns
 from statekit.runtime.function import KeyedContext
 from statekit.runtime.savepoints import SAVEPOINT, RestoreOnly
@@ -193,8 +194,13 @@ def rewrite_savepoint(location: SavepointTarget, source: CheckpointMetadata, str
     discard what it wrote. Other operators than the rewrite's pass unchanged."""
     operator = rewritten_operator(source, rewrite)
     try:
-        subtasks = [rewrite_subtask(source, operator, index, streams, rewrite, location.streams, state_backend,
-                                    local_dir) for index in range(operator.parallelism)]
+        subtasks = []
+        with progress(f"rewrite of savepoint {source.checkpoint_id}",
+                      sum(s.state_size for s in operator.subtasks)) as advance:
+            for index in range(operator.parallelism):
+                subtasks.append(rewrite_subtask(source, operator, index, streams, rewrite, location.streams,
+                                                state_backend, local_dir))
+                advance(operator.subtasks[index].state_size)
         return commit_rewrite(location, source, operator, subtasks)
     except BaseException:
         location.discard()

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 from statekit.checkpoint.assignment import assign
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.snapshot_format import FORMAT_PROPERTY
+from statekit.progress import progress
 from statekit.runtime.event_time import WATERMARK
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction
 from statekit.runtime.sink_coordinator import SINK_PROPERTY
@@ -39,10 +40,16 @@ def snapshot_as_savepoint(source: CheckpointMetadata, source_streams: Checkpoint
                           savepoint_id: int | None = None, local_dir: str | None = None) -> CheckpointMetadata:
     """The savepoint metadata of ``source``; its files are written through ``streams_for(subtask)``."""
     operators = {}
-    for operator_id, operator in source.operators.items():
-        subtasks = tuple(convert_subtask(source, operator, index, operator.parallelism, source_streams, state_backend,
-                                         streams_for, local_dir) for index in range(operator.parallelism))
-        operators[operator_id] = OperatorState(operator_id, operator.parallelism, operator.max_parallelism, subtasks)
+    total = sum(s.state_size for operator in source.operators.values() for s in operator.subtasks)
+    with progress(f"savepoint of checkpoint {source.checkpoint_id}", total) as advance:
+        for operator_id, operator in source.operators.items():
+            subtasks = []
+            for index in range(operator.parallelism):
+                subtasks.append(convert_subtask(source, operator, index, operator.parallelism, source_streams,
+                                                state_backend, streams_for, local_dir))
+                advance(operator.subtasks[index].state_size)
+            operators[operator_id] = OperatorState(operator_id, operator.parallelism, operator.max_parallelism,
+                                                   tuple(subtasks))
     properties = {**source.properties, "incremental": False, "source_checkpoint": source.checkpoint_id}
     properties.pop(FORMAT_PROPERTY, None)  # a savepoint is canonical
     if isinstance(source.properties.get(SINK_PROPERTY), dict):  # output its job may not have committed yet

@@ -18,6 +18,7 @@ from statekit.runtime.function import (
     KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedContext, ProcessFunction, calls_of,
 )
 from statekit.runtime.grouped_rows import GroupedRows, output_columns
+from statekit.runtime.metrics import TaskMetrics, elapsed_ms
 from statekit.runtime.timers import domain_of
 from statekit.serializers import resolve
 from statekit.spi.backend import (
@@ -135,16 +136,23 @@ def job_key_serializer(restored: OperatorState | None, key_types: Sequence[str] 
 
 
 class PendingTaskSnapshot:
-    """The synchronous part of a task snapshot; ``write`` is the asynchronous part."""
+    """The synchronous part of a task snapshot; ``write`` is the asynchronous part, recorded in
+    ``metrics`` (its time, and its bytes new or reused from the ``restored`` handles)."""
 
-    def __init__(self, keyed: PendingSnapshot, operator: PendingSnapshot) -> None:
+    def __init__(self, keyed: PendingSnapshot, operator: PendingSnapshot, metrics: TaskMetrics | None = None,
+                 restored: Sequence[Any] = (), incremental: bool = False) -> None:
         self._keyed = keyed
         self._operator = operator
+        self._metrics, self._restored, self._incremental = metrics, restored, incremental
 
     def write(self, streams: CheckpointStreams) -> SubtaskState:
+        started = time.perf_counter()
         keyed = self._keyed.write(streams)
         operator = self._operator.write(streams)
-        return SubtaskState((keyed,) if keyed is not None else (), operator)  # type: ignore[arg-type]
+        state = SubtaskState((keyed,) if keyed is not None else (), operator)  # type: ignore[arg-type]
+        if self._metrics is not None:
+            self._metrics.record_snapshot(state, self._restored, self._incremental, elapsed_ms(started))
+        return state
 
     def release(self) -> None:
         self._keyed.release()
@@ -168,6 +176,8 @@ class KeyedTask:
         self.context = KeyedContext(keyed_backend, subtask, checkpoint_id, operator_backend=operator_backend)
         #: how the rows' event times are read (None: the job has no event time)
         self.element_times: ElementTimes | None = None
+        #: the epoch's figures (``runtime.metrics``); the engine adds what it measures itself
+        self.metrics = TaskMetrics(subtask.subtask_index)
         self._opened = False
 
     @classmethod
@@ -180,6 +190,7 @@ class KeyedTask:
         already holds the restore point is used as it is; operator state is always restored. Keys
         are written by ``key_serializer``, else as the restored state wrote them, else by default.
         State that runs code when read is restored only within the caller's ``trusting(True)``."""
+        started = time.perf_counter()
         if key_serializer is None and restore is not None:
             key_serializer = restored_key_serializer(restore.keyed)
         keyed = keyed_backend or state_backend.create_keyed_backend(KeyedBackendParams(
@@ -196,7 +207,9 @@ class KeyedTask:
         except BaseException:
             keyed.dispose()
             raise
-        return cls(function, subtask, checkpoint_id, keyed, operator, restore)
+        task = cls(function, subtask, checkpoint_id, keyed, operator, restore)
+        task.metrics.restore_ms = elapsed_ms(started)
+        return task
 
     def begin_epoch(self, processing_time_ms: int, ttl_sweep_seconds: float = DEFAULT_TTL_SWEEP_SECONDS,
                     watermark_ms: int = MIN_TIMESTAMP, event_time_type: str | None = None,
@@ -355,6 +368,7 @@ class KeyedTask:
                         services, queues = ctx.timer_services_used, self._timer_queues(domain)
             finally:
                 ctx.timer = ctx.time_domain = None
+        self.metrics.timers_fired += fired
         return fired
 
     def _timer_queues(self, domain: TimeDomain) -> list[TimerQueue]:
@@ -363,12 +377,19 @@ class KeyedTask:
 
     def snapshot(self, options: SnapshotOptions = SnapshotOptions()) -> PendingTaskSnapshot:
         """The synchronous part of the epoch's snapshot (after the function's own hook and a sweep
-        of expired TTL entries, bounded by ``ttl_sweep_seconds``)."""
-        self.keyed_backend.sweep_expired(self.ttl_sweep_seconds)
+        of expired TTL entries, bounded by ``ttl_sweep_seconds``), its time and the sweep's count
+        recorded in ``metrics``."""
+        started, metrics = time.perf_counter(), self.metrics
+        metrics.ttl_removed += self.keyed_backend.sweep_expired(self.ttl_sweep_seconds)
         if isinstance(self.function, CheckpointedFunction):
             self.function.snapshot_state(FunctionSnapshotContext(self.checkpoint_id))
-        return PendingTaskSnapshot(self.keyed_backend.snapshot(self.checkpoint_id, options),
-                                   self.operator_backend.snapshot(self.checkpoint_id))
+        metrics.timers_registered = self.context.time.timers_registered
+        restored = [*self.restore.keyed, *(h for h in self.restore.operator if h is not None)] if self.restore else []
+        pending = PendingTaskSnapshot(self.keyed_backend.snapshot(self.checkpoint_id, options),
+                                      self.operator_backend.snapshot(self.checkpoint_id), metrics, restored,
+                                      options.incremental)
+        metrics.sync_snapshot_ms = elapsed_ms(started)
+        return pending
 
     def close(self, keep_backends: bool = False) -> None:
         """Close the function, and dispose the backends unless the caller keeps them (local

@@ -43,6 +43,8 @@ class EpochTime:
     #: the Spark type of the job's event-time column when it is a timestamp (``event_time.TIMESTAMP_TYPES``);
     #: None for epoch milliseconds, or where the runner does not know it
     event_time_type: str | None = None
+    #: timers registered this epoch (calls: registering an existing timer again counts too)
+    timers_registered: int = 0
 
 
 class TimerService:
@@ -72,10 +74,12 @@ class TimerService:
     def register_event_time_timer(self, timestamp: int, namespace: Any = VOID_NAMESPACE) -> None:
         """Fires at the end of the first epoch whose watermark is at or after ``timestamp``."""
         self._event.add(timestamp, namespace)
+        self._time.timers_registered += 1
 
     def register_processing_time_timer(self, timestamp: int, namespace: Any = VOID_NAMESPACE) -> None:
         """Fires at the end of the first epoch whose processing time is at or after ``timestamp``."""
         self._processing.add(timestamp, namespace)
+        self._time.timers_registered += 1
 
     def delete_event_time_timer(self, timestamp: int, namespace: Any = VOID_NAMESPACE) -> None:
         self._event.remove(timestamp, namespace)

@@ -89,6 +89,9 @@ SETTINGS = OptionSet(
     Option(IGNORE_LOST_SETTING[len(PREFIX):], boolean, False,
            "continue when a sink's target lost a pre-committed transaction (its rows are dropped, with an error "
            "in the log)"),
+    Option("metrics.enabled", boolean, True,
+           "collect each epoch's metrics, record them with its checkpoint, log them and show them in a streaming "
+           "query's progress"),
 )
 
 
@@ -118,6 +121,7 @@ class StatekitConf:
     sink_ignore_lost: bool = False
     trust_pickle: bool = False
     signing_secret: str | None = field(default=None, repr=False)
+    metrics_enabled: bool = True
 
     @classmethod
     def from_spark(cls, conf: Any) -> "StatekitConf":
@@ -153,7 +157,7 @@ class StatekitConf:
             broadcast_max_bytes=values["broadcast.max-bytes"],
             ttl_sweep_seconds=values["ttl.sweep-seconds"], sink_commit_attempts=values["sink.commit-attempts"],
             sink_ignore_lost=values[IGNORE_LOST_SETTING[len(PREFIX):]], trust_pickle=values[TRUST_SETTING[len(PREFIX):]],
-            signing_secret=values[SIGNING_SETTING[len(PREFIX):]])
+            signing_secret=values[SIGNING_SETTING[len(PREFIX):]], metrics_enabled=values["metrics.enabled"])
         conf.create_backend()  # resolves the names and parses every option now, before a job runs
         conf.create_storage()
         if conf.parallelism is not None and conf.max_parallelism is not None:

@@ -22,6 +22,7 @@ import decimal
 import importlib
 import json
 import re
+import time
 from typing import Any, Dict, Iterator, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import pyarrow as pa
@@ -42,6 +43,7 @@ from statekit.runtime.function import (
     ONE_INPUT_KINDS, KeyedBroadcastProcessFunction, KeyedCoProcessFunction, ProcessFunction, check_function,
 )
 from statekit.runtime.local_recovery import job_scope
+from statekit.runtime.metrics import METRICS_PROPERTY, EpochMetrics, MetricsListener, TaskMetrics, elapsed_ms, publish
 from statekit.runtime.sink_coordinator import SINK_PROPERTY, RetryPolicy, SinkCoordinator
 from statekit.runtime.sink_writer import check_sink
 from statekit.runtime.task import PROCESSING_TIME, job_key_serializer, restore_trusted
@@ -68,8 +70,10 @@ from statekit.spi.storage import CheckpointStorage, CheckpointStorageAccess
 #: on both sides of the Python worker show; the batches stay far below the memory of a task)
 ARROW_BATCH_ROWS_SETTING = "spark.sql.execution.arrow.maxRecordsPerBatch"
 ARROW_BATCH_ROWS = 200_000
-#: a subtask's snapshot, how it recovered, its (largest event time of each input, late rows), its sink record
-SubtaskAcknowledgement = Tuple[SubtaskState, str, Tuple[Sequence[int], int], Optional[Dict[str, Any]]]
+#: a subtask's snapshot, how it recovered, its (largest event time of each input, late rows), its sink
+#: record, its metrics (None: off, or an acknowledgement without them)
+SubtaskAcknowledgement = Tuple[SubtaskState, str, Tuple[Sequence[int], int], Optional[Dict[str, Any]],
+                               Optional[TaskMetrics]]
 
 
 class KeyedOutput(NamedTuple):
@@ -85,7 +89,7 @@ def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFun
                   conf: StatekitConf | None = None, processing_time_ms: int | None = None,
                   event_time: str | None = None, watermark_delay: Any = None, late_rows: str = "drop",
                   pre_aggregate: Mapping[str, Column] | None = None,
-                  end_of_input: bool = False) -> DataFrame | KeyedOutput:
+                  end_of_input: bool = False, listener: MetricsListener | None = None) -> DataFrame | KeyedOutput:
     """Process a bounded DataFrame as the job's next epoch; returns the output.
     ``processing_time_ms``: the epoch's processing time (what state TTL and processing-time timers
     measure against); default now, or what an earlier run of the same epoch recorded.
@@ -101,9 +105,13 @@ def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFun
     ``end_of_input``: the DataFrame is the last of the job's input, as at the end of a bounded input
     in Flink: after its rows the watermark moves to the largest timestamp, so every event-time
     timer fires (every window closes, every session ends) in this epoch, and later epochs find
-    every row late."""
+    every row late.
+    ``listener``: called with the epoch's ``runtime.metrics.EpochMetrics`` once its checkpoint is
+    committed (``runtime.metrics.add_listener`` registers one for every job)."""
     job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
                           event_time, watermark_delay, late_rows, pre_aggregate=pre_aggregate)
+    if listener is not None:
+        job.listeners.append(listener)
     output = job.run_epoch(df, processing_time_ms=processing_time_ms, end_of_input=end_of_input)
     assert output is not None  # a job without a sink returns its output
     return output
@@ -132,6 +140,9 @@ class KeyedJob:
         #: a transactional sink's coordinator: the job's output goes there instead of into a DataFrame
         self.sink = (SinkCoordinator(check_sink(sink), job_id, operator_id, RetryPolicy(conf.sink_commit_attempts),
                                      conf.sink_ignore_lost) if sink is not None else None)
+        #: called with each committed epoch's metrics; the last epoch's (None: not computed, or metrics off)
+        self.listeners: list[MetricsListener] = []
+        self.last_metrics: EpochMetrics | None = None
 
     def ownership(self, identity: RunIdentity) -> JobOwnership:
         """This run's ownership of the job (created on its first epoch)."""
@@ -199,14 +210,29 @@ class KeyedJob:
         computed again (its output is committed again instead, ``runtime.sink_coordinator``).
         With a side output of late rows, returns a ``KeyedOutput`` (its output None with a sink).
         ``end_of_input``: every event-time timer fires after the epoch's rows (``process_keyed``)."""
+        self.last_metrics = None
         with signing(self.conf.signing_secret) as signed:
             return _run_epoch(self, df, epoch, progress, processing_time_ms, signed, end_of_input)
+
+    def epoch_metrics(self, epoch: int, states: Mapping[int, SubtaskAcknowledgement], started: float,
+                      restored: Mapping[str, Any] | None) -> EpochMetrics | None:
+        """The epoch's metrics from its subtasks' (None: off, or a subtask sent none), its history
+        taken on from the ``restored`` checkpoint's properties."""
+        subtasks = [states[i][4] for i in sorted(states)]
+        if not self.conf.metrics_enabled or any(s is None for s in subtasks):
+            return None
+        policy = self.event_time.rule.late_rows.value if self.event_time is not None else None
+        metrics = EpochMetrics.of(self.job_id, self.operator_id, epoch, subtasks, policy,  # type: ignore[arg-type]
+                                  elapsed_ms(started))
+        metrics.continue_history(restored)
+        return metrics
 
 
 def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progress: StreamProgress | None,
                processing_time_ms: int | None, signed: bool, end_of_input: bool) -> DataFrame | KeyedOutput | None:
     # the session of the epoch's rows: under Spark Connect, a streaming query's micro-batches are run
     # by a Python process of the server, in a session of its own
+    started = time.perf_counter()
     spark, conf, key_columns, function = df.sparkSession, job.conf, job.key_columns, job.function
     job_id, operator_id, output, storage = job.job_id, job.operator_id, job.output, job.storage
     ownership = job.ownership(progress.identity if progress is not None else BOUNDED)
@@ -270,7 +296,7 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progre
                        key_serializer=key_serializer, trust_pickle=trusted, signed=signed, end_of_input=end_of_input,
                        late_schema=to_arrow_schema(df.schema, timezone="UTC") if job.side_output else None,
                        input_structs=INPUT_STRUCTS if job.inputs is not None and job.inputs.connected else (),
-                       broadcast_rows=broadcast_rows)
+                       broadcast_rows=broadcast_rows, metrics=conf.metrics_enabled)
 
     run = SubtaskRun(spec)
     try:
@@ -299,10 +325,19 @@ def _run_epoch(job: KeyedJob, df: DataFrame, requested_epoch: int | None, progre
     recorded = job.sink.property_of([ack[3] for ack in states.values() if ack[3] is not None]) if job.sink else None
     if recorded is not None:
         properties[SINK_PROPERTY] = recorded
+    metrics = job.epoch_metrics(epoch, states, started, restored_properties)
+    if metrics is not None:
+        properties[METRICS_PROPERTY] = metrics.to_property()
     store.add(CheckpointMetadata(epoch, job_id, {operator_id: operator}, properties=properties))
     if job.sink is not None and recorded is not None:
+        committing = time.perf_counter()
         job.sink.complete(epoch, recorded["outputs"], job.access.restore_streams())
         job.sink.abort_lingering()  # failed attempts' transactions
+        if metrics is not None:
+            metrics.sink_commit_ms = elapsed_ms(committing)
+    if metrics is not None:
+        job.last_metrics = metrics
+        publish(metrics, job.listeners)
     return KeyedOutput(result, run.late_output) if run.late_output is not None else result
 
 
@@ -341,8 +376,9 @@ ACKNOWLEDGEMENT_COLUMN = "__statekit_ack"
 #: row on a late row, else null)
 LATE_COLUMN = "__statekit_late"
 #: what ``run_subtask`` acknowledges: subtask index, snapshot (JSON), recovery, (largest event time of
-#: each input, late rows), sink record (JSON or None)
-SubtaskAcknowledgementRecord = Tuple[int, str, str, Tuple[Sequence[int], int], Optional[str]]
+#: each input, late rows), sink record (JSON or None), metrics (``TaskMetrics.to_json``, or None)
+SubtaskAcknowledgementRecord = Tuple[int, str, str, Tuple[Sequence[int], int], Optional[str],
+                                     Optional[Dict[str, Any]]]
 
 
 class SubtaskRun:
@@ -540,8 +576,10 @@ def _subtask_states(acknowledgements: list, parallelism: int) -> dict[int, Subta
     """One acknowledgement per subtask; a repeated one replaces the earlier one. Failed attempts'
     rows never reach the stage's result."""
     states: dict[int, SubtaskAcknowledgement] = {}
-    for index, payload, recovery, event_time, sink_entry in acknowledgements:
+    for index, payload, recovery, event_time, sink_entry, *rest in acknowledgements:
         if 0 <= index < parallelism:
+            metrics = rest[0] if rest and isinstance(rest[0], dict) else None  # absent from an older executor's
             states[index] = (SubtaskState.from_json(json.loads(payload)), recovery, tuple(event_time),
-                             json.loads(sink_entry) if sink_entry is not None else None)
+                             json.loads(sink_entry) if sink_entry is not None else None,
+                             TaskMetrics.from_json(metrics) if metrics is not None else None)
     return states

@@ -11,6 +11,10 @@ snapshot, operator and state (keyed states by kind; operator states with kind ``
 incremental or a savepoint and its size; the operator's parallelism, max parallelism, size and key
 serializer; the state's kind, TTL and serializers; and how each subtask recovered, the watermark
 and the late rows the checkpoint recorded. The same facts as ``statekit checkpoints describe``.
+
+Option ``table`` picks other rows: ``states`` (the default, above); ``history``, one row per
+checkpoint of each job's history (``statekit checkpoints history``); ``key_groups``, one row per
+snapshot, operator and key group with its state bytes (``statekit state skew``).
 """
 from __future__ import annotations
 
@@ -21,10 +25,13 @@ from typing import Any, Iterator
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from statekit.history import checkpoint_history
 from statekit.inspection import describe, list_checkpoints
+from statekit.runtime.metrics import HISTORY_LENGTH
+from statekit.skew import key_group_bytes
 from statekit.runtime.event_time import LATE_ROWS, LATE_ROWS_OUTPUT, WATERMARK
 from statekit.spark.state_source import SnapshotLocation, snapshot_location_of
-from statekit.spi.errors import RestoreError
+from statekit.spi.errors import ConfigurationError, RestoreError
 
 NAME = "statekit-metadata"
 SCHEMA = ("path string, checkpoint_id bigint, savepoint boolean, time timestamp, backend string, "
@@ -32,6 +39,12 @@ SCHEMA = ("path string, checkpoint_id bigint, savepoint boolean, time timestamp,
           "operator_size bigint, key_serializer string, state string, kind string, ttl_seconds double, "
           "serializers map<string,string>, recovery map<string,string>, watermark_ms bigint, "
           "late_rows_dropped bigint, late_rows_side_output bigint, properties string")
+HISTORY_SCHEMA = ("job_id string, checkpoint_id bigint, time timestamp, duration_ms double, bytes_written bigint, "
+                  "bytes_written_full bigint, bytes_written_incremental bigint, bytes_reused bigint, "
+                  "state_size bigint, kind string, parallelism int, restore_sources map<string,int>, "
+                  "rows_in bigint, rows_out bigint")
+KEY_GROUPS_SCHEMA = ("path string, checkpoint_id bigint, operator_id string, key_group int, subtask int, "
+                     "bytes bigint, exact boolean")
 
 
 def snapshot_paths(location: SnapshotLocation) -> list[str]:
@@ -73,6 +86,30 @@ def metadata_rows(path: str, storage_options: dict[str, Any]) -> Iterator[tuple[
             yield (*snapshot, *head, state["name"], f"operator-{state['mode']}", None, serializers, *recorded)
 
 
+def history_rows(job_path: str, storage_options: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
+    """The rows of one job's history (``HISTORY_SCHEMA``)."""
+    doc = checkpoint_history(job_path, None, HISTORY_LENGTH + 1, storage_options)
+    for row in doc["checkpoints"]:
+        time = datetime.fromisoformat(row["time"]) if row["time"] else None
+        yield (doc["job_id"], row["checkpoint_id"], time, row["duration_ms"], row["bytes_written"],
+               row["bytes_written_full"], row["bytes_written_incremental"], row["bytes_reused"], row["state_size"],
+               row["kind"], row["parallelism"], row["restore_sources"], row["rows_in"], row["rows_out"])
+
+
+def key_group_rows(path: str, storage_options: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
+    """The rows of one snapshot's key groups, operator by operator (``KEY_GROUPS_SCHEMA``)."""
+    for operator in describe(path, storage_options)["operators"]:
+        doc = key_group_bytes(path, operator["operator_id"], 1, storage_options)
+        for group in doc["key_groups"]:
+            yield (doc["path"], doc["checkpoint_id"], doc["operator_id"], group["key_group"], group["subtask"],
+                   group["bytes"], group["exact"])
+
+
+#: option ``table``: its schema and the rows of one partition (a snapshot's path, or a job's for ``history``)
+TABLES = {"states": (SCHEMA, metadata_rows), "history": (HISTORY_SCHEMA, history_rows),
+          "key_groups": (KEY_GROUPS_SCHEMA, key_group_rows)}
+
+
 class _Snapshot(InputPartition):
     def __init__(self, path: str) -> None:
         super().__init__(path)
@@ -80,9 +117,10 @@ class _Snapshot(InputPartition):
 
 
 class _MetadataReader(DataSourceReader):
-    def __init__(self, location: SnapshotLocation, paths: list[str]) -> None:
+    def __init__(self, location: SnapshotLocation, paths: list[str], table: str) -> None:
         self.location = location
         self.paths = paths
+        self.table = table
 
     def partitions(self) -> list[InputPartition]:
         return [_Snapshot(path) for path in self.paths]
@@ -90,7 +128,7 @@ class _MetadataReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         # no completed snapshot yet: Spark reads the one partition it makes of none, which holds nothing
         if isinstance(partition, _Snapshot):
-            yield from metadata_rows(partition.path, self.location.storage_options)
+            yield from TABLES[self.table][1](partition.path, self.location.storage_options)
 
 
 class StatekitMetadataSource(DataSource):
@@ -102,11 +140,18 @@ class StatekitMetadataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.location = snapshot_location_of(dict(options), NAME)
+        self.table = options.get("table", "states")
+        if self.table not in TABLES:
+            raise ConfigurationError(f"format('{NAME}') option table={self.table!r} is not a table: choose one of "
+                                     f"{sorted(TABLES)}")
+        self.location = snapshot_location_of(dict(options), NAME, ("table",))
         self.paths = snapshot_paths(self.location)  # at load(), on the driver, as format("statekit") resolves
+        if self.table == "history":
+            self.paths = [job["path"] for job in list_checkpoints(self.location.url, self.location.storage_options)
+                          ["jobs"] if any(c["status"] == "completed" for c in job["checkpoints"])]
 
     def schema(self) -> str:
-        return SCHEMA
+        return TABLES[self.table][0]
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _MetadataReader(self.location, self.paths)
+        return _MetadataReader(self.location, self.paths, self.table)

@@ -33,10 +33,13 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from statekit.checkpoint.ownership import check_identity
+from statekit.checkpoint.signing import signing
 from statekit.runtime.event_time import duration_ms
 from statekit.runtime.function import ProcessFunction
 from statekit.spark.conf import PREFIX, StatekitConf
+from statekit.runtime.metrics import EpochMetrics, MetricsListener
 from statekit.spark.keyed import KeyedJob, KeyedOutput
+from statekit.spark.progress import MetricsBuffer, with_metrics
 from statekit.spark.query_checkpoint import QueryCheckpoint
 from statekit.spark.restore_point import StreamProgress
 from statekit.spark.session import is_connect
@@ -51,7 +54,8 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
                          query_name: str | None = None, event_time: str | None = None, watermark_delay: Any = None,
                          late_rows: str = "drop", heartbeat: Any = None,
                          pre_aggregate: Mapping[str, Column] | None = None,
-                         late_sink: Callable[[DataFrame, int], Any] | None = None) -> StreamingQuery:
+                         late_sink: Callable[[DataFrame, int], Any] | None = None,
+                         listener: MetricsListener | None = None) -> StreamingQuery:
     """Start the streaming query; ``trigger`` takes ``DataStreamWriter.trigger`` keywords.
 
     ``event_time``, ``watermark_delay``, ``late_rows``: as for ``process_keyed``; micro-batch N's
@@ -65,12 +69,17 @@ def process_keyed_stream(df: DataFrame, keys: str | Sequence[str], function: Pro
     batch_id)``: it gets each micro-batch's late rows once the micro-batch's checkpoint is
     complete (after ``sink``), again when Spark replays the micro-batch, as a function sink is
     called; a transactional ``sink`` does not compute a micro-batch whose output it committed
-    again, so its late rows are delivered then only if the first attempt got as far."""
+    again, so its late rows are delivered then only if the first attempt got as far.
+
+    The query returned is a ``spark.progress.StatekitStreamingQuery``: its ``lastProgress`` and
+    ``recentProgress`` carry each micro-batch's metrics in ``observedMetrics["statekit"]``.
+    ``listener``: called with each micro-batch's ``runtime.metrics.EpochMetrics`` where the
+    micro-batches run (the driver on a classic session, the Connect server's Python process)."""
     check_streaming(df)
     transactional = check_stream_sink(sink)
     job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
                           event_time, watermark_delay, late_rows, transactional, pre_aggregate)
-    return start_stream(job, df, sink, late_sink, checkpoint_location, trigger, query_name, heartbeat)
+    return start_stream(job, df, sink, late_sink, checkpoint_location, trigger, query_name, heartbeat, listener)
 
 
 def check_streaming(*inputs: DataFrame) -> None:
@@ -93,9 +102,12 @@ def check_stream_sink(sink: Any) -> Sink | None:
 
 def start_stream(job: KeyedJob, df: DataFrame, sink: Callable[[DataFrame, int], Any] | Sink,
                  late_sink: Callable[[DataFrame, int], Any] | None, checkpoint_location: str,
-                 trigger: dict[str, Any] | None, query_name: str | None, heartbeat: Any) -> StreamingQuery:
+                 trigger: dict[str, Any] | None, query_name: str | None, heartbeat: Any,
+                 listener: MetricsListener | None = None) -> StreamingQuery:
     """Start the ``foreachBatch`` query that runs ``job`` on ``df`` (for two inputs, the inputs
     tagged into one DataFrame, ``spark.inputs``), micro-batch b as epoch b + 1."""
+    if listener is not None:
+        job.listeners.append(listener)
     if late_sink is not None and not callable(late_sink):
         raise ConfigurationError(f"late_sink={late_sink!r} is not a function (DataFrame, batch_id)")
     if job.side_output != (late_sink is not None):
@@ -116,12 +128,22 @@ def start_stream(job: KeyedJob, df: DataFrame, sink: Callable[[DataFrame, int], 
     # query's id, on the first micro-batch)
     check_identity(job.job_id, query_checkpoint.identity(), job.store(streaming=True).latest(), job.conf.take_over)
 
+    def recorded_metrics(batch_id: int) -> EpochMetrics | None:
+        with signing(job.conf.signing_secret):
+            done = job.store(streaming=True).attempt(batch_id + 1)
+        return None if done is None else EpochMetrics.from_properties(job.job_id, job.operator_id, batch_id + 1,
+                                                                      done.metadata.properties)
+
+    metrics = MetricsBuffer(recorded_metrics)
+
     def each_batch(batch: DataFrame, batch_id: int) -> None:
         progress = StreamProgress(query_checkpoint.identity(), checkpoint_location,
                                   query_checkpoint.last_committed_batch(), query_checkpoint.batch_timestamp_ms(batch_id))
         if heartbeat is not None:
             batch = without_heartbeat(batch)
         result = job.run_epoch(batch, epoch=batch_id + 1, progress=progress)
+        if job.last_metrics is not None:
+            metrics.put(batch_id, job.last_metrics)
         output, late = result if isinstance(result, KeyedOutput) else (result, None)
         if output is not None:  # a function sink; a transactional one got the output already
             sink(output, batch_id)  # type: ignore[operator]
@@ -133,7 +155,7 @@ def start_stream(job: KeyedJob, df: DataFrame, sink: Callable[[DataFrame, int], 
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
-    return writer.start()
+    return with_metrics(writer.start(), metrics)
 
 
 HEARTBEAT_COLUMN = "__statekit_heartbeat"

@@ -9,6 +9,7 @@ the driver as data: ``acknowledge`` gets them, as JSON, and the stage returns th
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -24,6 +25,7 @@ from statekit.checkpoint.metadata import CheckpointMetadata, SubtaskState
 from statekit.runtime.function import Calls, ProcessFunction, calls_of
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.local_recovery import DEFAULT_RETENTION_SECONDS, SlotLease, lease_slot
+from statekit.runtime.metrics import TaskMetrics, elapsed_ms
 from statekit.runtime.savepoints import SAVEPOINT
 from statekit.runtime.sink_writer import SubtaskSinkWriter
 from statekit.runtime.snapshot_upload import SnapshotUpload
@@ -111,6 +113,8 @@ class SubtaskSpec:
     input_structs: tuple[str, ...] = ()
     #: a broadcast job: the epoch's broadcast rows, processed by every subtask first (Arrow IPC; None: none)
     broadcast_rows: bytes | None = None
+    #: acknowledge the subtask's metrics (``spark.statekit.metrics.enabled``)
+    metrics: bool = True
 
 
 class LateRowsOutput:
@@ -160,6 +164,8 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
     except BaseException:
         lease.release()
         raise
+    metrics = task.metrics
+    metrics.restore_source = recovery
     outputs: list[Any] = []
     writer: SubtaskSinkWriter | None = None
     late = LateRowsOutput(spec.late_schema, set_aside) if spec.late_schema is not None and set_aside else None
@@ -184,17 +190,18 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
         calls = calls_of(spec.function)
         checked = False  # the subtask's first output rows, against the output schema
         for batch in _coalesced(batches, spec.batch_max_bytes):
+            grouped = _grouped(batch, spec.key_columns)
+            metrics.count_input(grouped.num_rows, grouped.num_keys)
             if calls is Calls.ROWS:
-                task.process_row_runs(_grouped(batch, spec.key_columns).row_runs(), outputs)
+                task.process_row_runs(grouped.row_runs(), outputs)
             elif calls is Calls.SIDE_ROWS:
-                task.process_side_row_runs(_grouped(batch, spec.key_columns).side_row_runs(
-                    INPUT_COLUMN, spec.input_structs), outputs)
+                task.process_side_row_runs(grouped.side_row_runs(INPUT_COLUMN, spec.input_structs), outputs)
             elif calls is Calls.KEY_RUNS:
-                task.process_key_runs(_grouped(batch, spec.key_columns).key_runs(), outputs)
+                task.process_key_runs(grouped.key_runs(), outputs)
             else:
-                produced = task.process_grouped(_grouped(batch, spec.key_columns))
+                produced = task.process_grouped(grouped)
                 if isinstance(produced, pa.Table):
-                    yield from _emit_columns(produced, spec.output_schema, writer)
+                    yield from _emit_columns(produced, spec.output_schema, writer, metrics)
                 elif produced:
                     outputs.extend(produced)
             if not checked and outputs:
@@ -202,7 +209,7 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
             if late is not None:
                 late.add_reported(task.context.late_output)
             while len(outputs) >= OUTPUT_BATCH_ROWS:
-                yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer)
+                yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer, metrics)
                 del outputs[:OUTPUT_BATCH_ROWS]
         if spec.end_of_input:
             task.end_input()
@@ -220,9 +227,13 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
             bool(outputs) or writer is not None and writer.sink.kind != DISCARDING_KIND))
         try:
             while outputs:  # the rest of the output goes to Spark (or the sink) while the snapshot uploads
-                yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer)
+                yield from _emit(outputs[:OUTPUT_BATCH_ROWS], spec.output_schema, writer, metrics)
                 del outputs[:OUTPUT_BATCH_ROWS]
-            sink_entry = writer.finish() if writer is not None else None
+            sink_entry = None
+            if writer is not None:
+                started = time.perf_counter()
+                sink_entry = writer.finish()
+                metrics.sink_pre_commit_ms = elapsed_ms(started)
             state = upload.result()
         except BaseException:
             upload.abandon()
@@ -248,8 +259,10 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
         lease.release()
     seen = ((tracker.max_event_times_ms, tracker.late_rows + task.context.late_rows) if tracker is not None
             else ([MIN_TIMESTAMP], 0))
+    metrics.late_rows = seen[1]
     acknowledge((subtask_index, json.dumps(state.to_json()), recovery, seen,
-                 json.dumps(sink_entry) if sink_entry is not None else None))
+                 json.dumps(sink_entry) if sink_entry is not None else None,
+                 metrics.to_json() if spec.metrics else None))
 
 
 def _sink_context(spec: SubtaskSpec, subtask_index: int) -> SinkContext:
@@ -261,12 +274,15 @@ def _sink_context(spec: SubtaskSpec, subtask_index: int) -> SinkContext:
                        context.taskAttemptId() if context is not None else 0)
 
 
-def _emit(rows: list[Any], schema: pa.Schema, writer: SubtaskSinkWriter | None) -> Iterator[pa.RecordBatch]:
+def _emit(rows: list[Any], schema: pa.Schema, writer: SubtaskSinkWriter | None,
+          metrics: TaskMetrics) -> Iterator[pa.RecordBatch]:
     """Output rows as a batch to Spark, or into the sink."""
-    yield from _deliver(_to_batch(rows, schema), writer)
+    yield from _deliver(_to_batch(rows, schema), writer, metrics)
 
 
-def _deliver(batch: pa.RecordBatch, writer: SubtaskSinkWriter | None) -> Iterator[pa.RecordBatch]:
+def _deliver(batch: pa.RecordBatch, writer: SubtaskSinkWriter | None,
+             metrics: TaskMetrics) -> Iterator[pa.RecordBatch]:
+    metrics.rows_out += batch.num_rows
     if writer is None:
         yield batch
     else:
@@ -345,7 +361,8 @@ def _grouped(batch: pa.RecordBatch, key_columns: Sequence[str]) -> GroupedRows:
     return GroupedRows.of_sorted(rows.select(columns), key_columns, rows.column(KEY_GROUP_COLUMN))
 
 
-def _emit_columns(table: pa.Table, schema: pa.Schema, writer: SubtaskSinkWriter | None) -> Iterator[pa.RecordBatch]:
+def _emit_columns(table: pa.Table, schema: pa.Schema, writer: SubtaskSinkWriter | None,
+                  metrics: TaskMetrics) -> Iterator[pa.RecordBatch]:
     """Output columns as batches of the output schema, to Spark or into the sink."""
     missing = [name for name in schema.names if name not in table.column_names]
     if missing:
@@ -358,7 +375,7 @@ def _emit_columns(table: pa.Table, schema: pa.Schema, writer: SubtaskSinkWriter 
         raise StatekitError(f"the function's output columns ({selected.schema}) do not convert to the output schema "
                             f"({schema}): {exc}") from exc
     for batch in table.to_batches(max_chunksize=OUTPUT_BATCH_ROWS * 10):
-        yield from _deliver(batch, writer)
+        yield from _deliver(batch, writer, metrics)
 
 
 def _to_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
