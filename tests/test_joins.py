@@ -148,3 +148,17 @@ def test_a_session_window_join_merges_sessions_the_other_input_bridges(backend):
 def test_window_joins_refuse_an_unknown_join_type():
     with pytest.raises(ConfigurationError, match="how= must be one of"):
         joins.window_join(windows.TumblingWindows.of("1 minute"), time="ts", how="cross")
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_sliding_window_join_pairs_the_rows_of_every_window_they_share(backend):
+    """Windows of 10 s every 5 s: a left row at 6000 and a right row at 8000 share [0, 10000) and
+    [5000, 15000), so their pair comes once per window; a right row at 12000 shares only
+    [5000, 15000) with the left row."""
+    join = joins.window_join(windows.SlidingWindows.of("10 seconds", "5 seconds"), time="ts",
+                             join=lambda left, right: _pair(left, right))
+    steps = TwoInputSteps(join, backend)
+    steps.rows(("left", "a", 6000), ("right", "a", 8000), ("right", "a", 12_000))
+    assert steps.watermark(9999) == [(6000, 8000)]
+    assert steps.watermark(14_999) == sorted([(6000, 8000), (6000, 12_000)], key=repr)
+    assert steps.watermark(19_999) == [], "[10000, 20000) has no left row"

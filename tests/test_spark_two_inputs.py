@@ -106,9 +106,16 @@ def test_orders_and_payments_under_spark_match_the_recomputation(spark, statekit
 
 def test_a_replayed_epoch_of_two_inputs_fires_the_same_timers(spark, statekit_settings, tmp_path):
     """Epoch 4 run again, as Spark replays a micro-batch: it restores checkpoint 3, so it has the
-    same watermark of both inputs, fires the same timers and gives the same output."""
+    same watermark of both inputs, fires the same timers, gives the same output and leaves the
+    same state."""
+    from statekit.reading.snapshot_reader import SnapshotReader
     from statekit.spark import KeyedJob
     from statekit.spark.inputs import connected
+
+    def state():
+        reader = SnapshotReader.open((tmp_path / "checkpoints" / "replay" / "chk-4").as_uri())
+        return sorted((c.key, c.state, repr(c.namespace), repr(c.user_key), repr(c.value))
+                      for i in range(3) for c in reader.cells(reader.operator(), i, 3))
 
     statekit_settings({"backend": "rocksdb", "checkpoint.storage": "filesystem", "parallelism": 3,
                        "checkpoint.dir": (tmp_path / "checkpoints").as_uri()})
@@ -119,8 +126,10 @@ def test_a_replayed_epoch_of_two_inputs_fires_the_same_timers(spark, statekit_se
         job = KeyedJob.create(spark, tagged.schema, keys, UnpaidOrders(), ORDER_ALERTS, "keyed-process", "replay",
                               None, "ts", DELAYS, inputs=inputs)
         first.append(sorted(tuple(r) for r in job.run_epoch(tagged, processing_time_ms=number).collect()))
+    before = state()
     again = sorted(tuple(r) for r in job.run_epoch(tagged, epoch=4, processing_time_ms=3).collect())
     assert again == first[3] and any(kind == "unpaid" for _, kind, _ in again)
+    assert state() == before and before, "the replay's checkpoint holds the same state, pending timers too"
 
 
 @pytest.mark.parametrize("backend", ["heap", "rocksdb", "lmdb"])

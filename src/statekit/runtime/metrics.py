@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from statekit.checkpoint.metadata import SubtaskState
+from statekit.spi.errors import ConfigurationError
 from statekit.spi.handles import StateHandle
 
 #: the checkpoint property holding an epoch's metrics
@@ -186,7 +187,7 @@ _listeners: list[MetricsListener] = []
 def add_listener(listener: MetricsListener) -> None:
     """Call ``listener(metrics)`` after every epoch this process coordinates commits (every job)."""
     if not callable(listener):
-        raise TypeError(f"a metrics listener is a function of EpochMetrics, got {listener!r}")
+        raise ConfigurationError(f"a metrics listener is a function of EpochMetrics, got {listener!r}")
     _listeners.append(listener)
 
 
