@@ -182,3 +182,27 @@ def test_event_time_ttl_reads_the_arrow_event_time_of_timestamp_columns():
     batch = pa.RecordBatch.from_pydict({"ts": pa.array([moment, None], pa.timestamp("us", "UTC"))})
     assert times.of_rows(batch) == times.of_row({"ts": moment}) == int(moment.timestamp() * 1000)
     assert times.of_row({"ts": None}) is None
+
+
+class LastValueAtItsTimer(KeyedProcessFunction):
+    """Keeps each key's last value (event-time TTL) and reads it in an event-time timer a second later."""
+
+    def open(self, ctx: Any) -> None:
+        self.seen = ctx.get_state(SEEN)
+
+    def process(self, row: Any, ctx: Any) -> None:
+        self.seen.update(row["v"])
+        ctx.timer_service().register_event_time_timer(row["ts"] + 1_000)
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Any:
+        yield ctx.current_key, timestamp, self.seen.value()
+
+
+def test_timers_at_the_end_of_the_input_read_event_time_ttl_state_as_of_their_own_time():
+    """At the end of the input the watermark is the largest timestamp, at which every entry has
+    expired; a timer firing then still reads the state as of its own time, and the final
+    checkpoint holds none of it."""
+    runner = LocalRunner(LastValueAtItsTimer(), lambda row: row["k"], parallelism=1, event_time="ts",
+                         watermark_delay="0 ms")
+    assert sorted(runner.run_epoch([{"k": "a", "ts": 1_000, "v": 1}, {"k": "b", "ts": 50_000, "v": 2}],
+                                   end_of_input=True)) == [("a", 2_000, 1), ("b", 51_000, 2)]

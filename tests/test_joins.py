@@ -145,9 +145,11 @@ def test_a_session_window_join_merges_sessions_the_other_input_bridges(backend):
     assert steps.watermark(30_000) == [(None, 20_000)], "a session of one input's rows: the outer rows"
 
 
-def test_window_joins_refuse_an_unknown_join_type():
+def test_window_joins_refuse_an_unknown_join_type_and_event_time_windows_without_time():
     with pytest.raises(ConfigurationError, match="how= must be one of"):
         joins.window_join(windows.TumblingWindows.of("1 minute"), time="ts", how="cross")
+    with pytest.raises(ConfigurationError, match="needs time="):
+        joins.window_join(windows.TumblingWindows.of("1 minute"))
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -162,3 +164,12 @@ def test_a_sliding_window_join_pairs_the_rows_of_every_window_they_share(backend
     assert steps.watermark(9999) == [(6000, 8000)]
     assert steps.watermark(14_999) == sorted([(6000, 8000), (6000, 12_000)], key=repr)
     assert steps.watermark(19_999) == [], "[10000, 20000) has no left row"
+
+
+def test_a_row_without_event_time_pairs_with_nothing():
+    """As under Spark, a row whose event time is null is processed: the interval join pairs it with
+    nothing, and an outer join emits it at once."""
+    run = LocalRunner(joins.interval_join("ts", "0 s", "1 minute", how="left_outer", join=click_pair),
+                      key_selector=lambda row: row["ad"], event_time="ts", watermark_delay="0 ms")
+    assert run.run_epoch([("right", {"ad": "a", "click_id": "c1", "ts": 1000}),
+                          ("left", {"ad": "a", "impression_id": "i1", "ts": None})]) == [("i1", None)]

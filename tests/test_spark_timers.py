@@ -344,3 +344,32 @@ def test_a_streaming_query_gives_its_late_rows_to_the_late_sink(spark, statekit_
     assert query.exception() is None, query.exception()
     assert sorted(seen) == [("a", 100), ("b", 50), ("d", 101)]
     assert sorted(late) == [(1, "c", 100), (1, "e", 7)], "the second micro-batch's watermark is 100"
+
+
+def test_rows_late_by_a_timestamp_come_back_whatever_the_session_time_zone(spark, statekit_settings, tmp_path):
+    """Spark hands a subtask timestamps in the session's time zone: the rows found late by their
+    timestamp still come back as the side output, the same instants."""
+    from statekit.runtime.function import KeyedProcessFunction
+    from statekit.spark import KeyedOutput
+
+    class Echo(KeyedProcessFunction):
+        def process(self, row, ctx):
+            yield row["key"], row["ts"]
+
+    statekit_settings({"backend": "heap", "checkpoint.storage": "filesystem", "parallelism": 2,
+                       "checkpoint.dir": (tmp_path / "checkpoints").as_uri()})
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        utc = datetime.timezone.utc
+        at = [datetime.datetime(2024, 6, 1, 12, minute, tzinfo=utc) for minute in range(4)]
+        schema = "key string, ts timestamp"
+        process_keyed(spark.createDataFrame([("a", at[2])], schema), "key", Echo(), schema, job_id="zones",
+                      event_time="ts", watermark_delay="0 ms", late_rows="side_output")
+        result = process_keyed(spark.createDataFrame([("b", at[1]), ("c", at[3])], schema), "key", Echo(), schema,
+                               job_id="zones", event_time="ts", watermark_delay="0 ms", late_rows="side_output")
+        assert isinstance(result, KeyedOutput)
+        late = result.late.selectExpr("key", "unix_micros(ts) AS micros").collect()
+        assert [(row.key, row.micros) for row in late] == [("b", int(at[1].timestamp() * 1_000_000))]
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)

@@ -50,7 +50,12 @@ class IntervalJoin(KeyedCoProcessFunction):
         return self._process(1, row)
 
     def _process(self, side: int, row: Any) -> Iterator[Any]:
-        timestamp = event_time_ms(self._times[side](row))
+        value = self._times[side](row)
+        if value is None:  # a row without event time pairs with nothing: an outer join emits it at once
+            if self.how.keeps_unmatched(side):
+                yield from self._alone(side, row)
+            return
+        timestamp = event_time_ms(value)
         # the other input's times this row pairs with: [t + lower, t + upper] for a left row at t
         low, high = ((timestamp + self.lower_ms, timestamp + self.upper_ms) if side == 0
                      else (timestamp - self.upper_ms, timestamp - self.lower_ms))
@@ -59,6 +64,7 @@ class IntervalJoin(KeyedCoProcessFunction):
         for other_time, entries in list(other.items()):
             if not low <= other_time <= high:
                 continue
+            first_match = [entry for entry in entries if not entry[1]]
             for entry in entries:
                 pair = (row, entry[0]) if side == 0 else (entry[0], row)
                 output = self._join(*pair)
@@ -66,8 +72,8 @@ class IntervalJoin(KeyedCoProcessFunction):
                     yield output
                 matched = True
                 entry[1] = True
-            if self.how.keeps_unmatched(1 - side):
-                other.put(other_time, entries)  # their matched flags
+            if first_match and self.how.keeps_unmatched(1 - side):
+                other.put(other_time, entries)  # their matched flags, where one changed
         own = self._buffers[side]
         own.put(timestamp, (own.get(timestamp) or []) + [[row, matched]])
         self._timers.register_event_time_timer(self._cleanup_time(side, timestamp), INPUT_NAMES[side])
@@ -85,9 +91,13 @@ class IntervalJoin(KeyedCoProcessFunction):
         if self.how.keeps_unmatched(side):
             for row, matched in entries:
                 if not matched:
-                    output = self._join(row, None) if side == 0 else self._join(None, row)
-                    if output is not None:
-                        yield output
+                    yield from self._alone(side, row)
+
+    def _alone(self, side: int, row: Any) -> Iterator[Any]:
+        """The output of a row of ``side`` that found no partner (an outer join's)."""
+        output = self._join(row, None) if side == 0 else self._join(None, row)
+        if output is not None:
+            yield output
 
 
 def interval_join(time: Any, lower: Any, upper: Any, *, how: Any = "inner",
@@ -96,9 +106,9 @@ def interval_join(time: Any, lower: Any, upper: Any, *, how: Any = "inner",
     right row at ``u`` pair when ``t + lower <= u <= t + upper`` (bounds: durations such as
     ``"-5 minutes"``, ``"10 minutes"``, a ``timedelta``, or milliseconds). ``time``: each row's
     event time, a column name or a function of the row, one for both inputs or a dict of one per
-    input. ``how``: ``"inner"``, ``"left_outer"``, ``"right_outer"`` or ``"full_outer"`` (an
-    unmatched row is emitted once the watermark passes the last time it could pair, with None for
-    the other side). ``join(left, right)`` makes the output row of a pair (default: the pair);
+    input (a row without one pairs with nothing). ``how``: ``"inner"``, ``"left_outer"``,
+    ``"right_outer"`` or ``"full_outer"`` (an unmatched row is emitted once the watermark passes
+    the last time it could pair, with None for the other side). ``join(left, right)`` makes the output row of a pair (default: the pair);
     returning None emits nothing. Run it with ``process_connected`` (or the local runner) with the
     job's event time, whose late rows are dropped."""
     return IntervalJoin(time, _bound_ms(lower, "lower"), _bound_ms(upper, "upper"), JoinType.of(how),

@@ -14,6 +14,8 @@ from typing import Any, Iterable, Iterator
 from statekit.joins.join_type import JoinFunction, JoinType, pair_function
 from statekit.runtime.function import KeyedContext, KeyedCoProcessFunction
 from statekit.runtime.inputs import INPUT_NAMES, per_input, row_reader
+from statekit.spi.errors import ConfigurationError
+from statekit.spi.timers import TimeDomain
 from statekit.windows.assigners import WindowAssigner
 from statekit.windows.operator import ProcessWindowFunction, WindowOperator, process
 from statekit.windows.time_window import TimeWindow
@@ -75,6 +77,9 @@ def window_join(assigner: WindowAssigner, *, time: Any = None, how: Any = "inner
     other side). ``join(left, right)`` makes the output row of a pair (default: the pair); returning
     None emits nothing. ``allowed_lateness`` and ``trigger`` are the window operator's: a window
     that fires again emits its pairs again."""
+    if time is None and assigner.domain is TimeDomain.EVENT_TIME and assigner.ends:
+        raise ConfigurationError("an event-time window join needs time=: each row's event time (a column name or a "
+                                 "function of the row), one for both inputs or a dict of one per input")
     readers = tuple(row_reader(t, "time=") for t in per_input("time", time, INPUT_NAMES)) if time is not None else None
     timestamp = (lambda element: readers[element[0]](element[1])) if readers is not None else None
     return WindowJoin(process(assigner, _Pairs(JoinType.of(how), pair_function(join)), timestamp=timestamp,

@@ -124,6 +124,11 @@ class InputsEventTime:
     delays_ms: tuple[int, ...]
     late_rows: LateRows = LateRows.DROP
 
+    def __post_init__(self) -> None:
+        if self.late_rows is LateRows.SIDE_OUTPUT:
+            raise ConfigurationError("late_rows='side_output' is for jobs of one input: a job of two inputs drops "
+                                     "late rows (counted) or processes them (late_rows='process')")
+
     @classmethod
     def of(cls, watermark_delays: Sequence[Any], late_rows: Any = LateRows.DROP) -> "InputsEventTime":
         return cls(tuple(duration_ms(d, "watermark_delay") for d in watermark_delays), late_rows_policy(late_rows))

@@ -22,7 +22,9 @@ from statekit.runtime.function import (
     FUNCTION_KINDS, Calls, KeyedBroadcastProcessFunction, ProcessFunction, calls_of, check_function,
 )
 from statekit.runtime.inputs import JobInputs
-from statekit.runtime.metrics import METRICS_PROPERTY, EpochMetrics, MetricsListener, TaskMetrics, elapsed_ms, publish
+from statekit.runtime.metrics import (
+    METRICS_PROPERTY, EpochMetrics, MetricsListener, TaskMetrics, check_listener, elapsed_ms, publish,
+)
 from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.savepoints import snapshot_as_savepoint, write_savepoint
 from statekit.checkpoint.snapshot_format import format_property
@@ -125,7 +127,7 @@ class LocalRunner:
         #: the epoch's subtasks' metrics, its late records per subtask, and the last committed epoch's metrics
         self._task_metrics: list[TaskMetrics] = []
         self._late_by_subtask: list[int] = []
-        self.listeners: list[MetricsListener] = [listener] if listener is not None else []
+        self.listeners: list[MetricsListener] = [check_listener(listener)] if listener is not None else []
         self.last_metrics: EpochMetrics | None = None
 
     # --- configuration between epochs
@@ -248,7 +250,8 @@ class LocalRunner:
         time_type, typed = (previous or {}).get(EVENT_TIME_TYPE), False
         largest = list(seen) if isinstance(seen, tuple) else [seen]
         split, readers = self.inputs.split, self.inputs.event_times
-        kept, late = [], 0
+        kept: list[Any] = []
+        late_records: list[Any] = []
         record = side = None
         try:
             for record in records:
@@ -261,8 +264,7 @@ class LocalRunner:
                     if timestamp > largest[side]:
                         largest[side] = timestamp
                     if by_timestamp and is_late(timestamp, watermark):
-                        late += 1
-                        self._late_by_subtask[self._placed(record)[2]] += 1
+                        late_records.append(record)
                         if policy is LateRows.SIDE_OUTPUT:
                             self.late_output.append(record)
                         if policy is not LateRows.PROCESS:
@@ -271,8 +273,10 @@ class LocalRunner:
         except (KeyError, IndexError, TypeError, ConfigurationError) as exc:  # named here, off the per-row path
             field = self.inputs.event_time_fields[side] if side is not None else None
             raise _event_time_problem(field, record, exc) from exc
+        for record in late_records:  # outside the event-time errors: a key selector's own are its
+            self._late_by_subtask[self._placed(record)[2]] += 1
         self._watermark_ms = watermark
-        self._largest_event_times, self._late_count, self._event_time_type = largest, late, time_type
+        self._largest_event_times, self._late_count, self._event_time_type = largest, len(late_records), time_type
         return kept
 
     def _next_checkpoint_id(self) -> int:

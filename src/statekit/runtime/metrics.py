@@ -184,11 +184,16 @@ MetricsListener = Callable[[EpochMetrics], None]
 _listeners: list[MetricsListener] = []
 
 
-def add_listener(listener: MetricsListener) -> None:
-    """Call ``listener(metrics)`` after every epoch this process coordinates commits (every job)."""
+def check_listener(listener: Any) -> MetricsListener:
+    """``listener``, or a ``ConfigurationError`` unless it is a function of ``EpochMetrics``."""
     if not callable(listener):
         raise ConfigurationError(f"a metrics listener is a function of EpochMetrics, got {listener!r}")
-    _listeners.append(listener)
+    return listener
+
+
+def add_listener(listener: MetricsListener) -> None:
+    """Call ``listener(metrics)`` after every epoch this process coordinates commits (every job)."""
+    _listeners.append(check_listener(listener))
 
 
 def remove_listener(listener: MetricsListener) -> None:

@@ -347,9 +347,12 @@ class KeyedTask:
         several services merged. A timer registered while firing fires too if it is due. Returns
         how many fired. Timers have no element time: event-time TTL writes in ``on_timer`` are at
         the watermark, which is what an event-time timer's own time would give (a timer fires once
-        the watermark reached it)."""
+        the watermark reached it). At the end of the input, event-time TTL state is read in each
+        event-time timer as of the timer's time, not as of the largest timestamp (at which every
+        entry has expired), and expires entirely after the timers."""
         backend, ctx, on_timer = self.keyed_backend, self.context, self.function.on_timer
         backend.set_element_time(None)
+        draining = ctx.time.watermark_ms == MAX_TIMESTAMP
         fired = 0
         for domain, up_to in ((TimeDomain.EVENT_TIME, ctx.time.watermark_ms),
                               (TimeDomain.PROCESSING_TIME, ctx.time.processing_time_ms)):
@@ -359,6 +362,8 @@ class KeyedTask:
                 while (timer := _poll_first(queues, up_to)) is not None:
                     backend.set_current_key(timer.key, timer.key_group)
                     ctx.timer = timer
+                    if draining and domain is TimeDomain.EVENT_TIME:
+                        backend.set_watermark(timer.timestamp)
                     produced = on_timer(timer.timestamp, ctx)
                     if produced is not None:
                         out.extend(produced if produced.__class__ in _ROW_ITERABLES
@@ -368,6 +373,8 @@ class KeyedTask:
                         services, queues = ctx.timer_services_used, self._timer_queues(domain)
             finally:
                 ctx.timer = ctx.time_domain = None
+                if draining:
+                    backend.set_watermark(MAX_TIMESTAMP)
         self.metrics.timers_fired += fired
         return fired
 

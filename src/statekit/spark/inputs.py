@@ -5,8 +5,9 @@ query the two sources are one query, so a micro-batch, and its replay, hold the 
 Each row is tagged with its input (``INPUT_COLUMN``: 0 or 1) and carries its values in a struct
 column of its input's own schema (``INPUT_STRUCTS``; null on the other input's rows), so that each
 input keeps its columns and types. A connected job's key columns are on top as well, named as the
-first input's, the second input's cast to their types: each key is hashed to its key group once,
-in the stage, as for one input. A broadcast job's broadcast rows are collected on the driver each
+first input's and of the type both inputs' have (``int`` for integers that hash alike, such as a
+``smallint`` and an ``int``): each key is hashed to its key group once, in the stage, as for one
+input. A broadcast job's broadcast rows are collected on the driver each
 epoch and processed by every subtask before its keyed rows (``KeyedTask.process_broadcast``); its
 stage gets the keyed rows alone.
 """
@@ -18,7 +19,7 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import IntegerType, StructType
 
 from statekit.runtime.inputs import INPUT_NAMES, per_input
 from statekit.spark.event_time import EventTimeColumn
@@ -92,9 +93,12 @@ def connected(left: DataFrame, right: DataFrame, keys: Any) -> tuple[DataFrame, 
             f"{[t.simpleString() for t in left_types]}, right {list(right_keys)} "
             f"{[t.simpleString() for t in right_types]}; keys of other types hash to other key groups and would never "
             f"meet: cast one side's key columns to the other's types (e.g. F.col(name).cast('bigint'))")
+    # keys of integer types that hash alike (tinyint, smallint, int) as int on both sides: no narrowing cast
+    common = [left_type if left_type == right_type else IntegerType()
+              for left_type, right_type in zip(left_types, right_types)]
     struct_types = (left.schema, right.schema)
     tagged = [_tagged(df, index, struct_types, [F.col(k).cast(t).alias(name)
-                                                for k, t, name in zip(own_keys, left_types, left_keys)])
+                                                for k, t, name in zip(own_keys, common, left_keys)])
               for index, (df, own_keys) in enumerate(((left, left_keys), (right, right_keys)))]
     return tagged[0].unionByName(tagged[1]), left_keys, TwoInputs(True, struct_types)
 

@@ -43,7 +43,9 @@ from statekit.runtime.function import (
     ONE_INPUT_KINDS, KeyedBroadcastProcessFunction, KeyedCoProcessFunction, ProcessFunction, check_function,
 )
 from statekit.runtime.local_recovery import job_scope
-from statekit.runtime.metrics import METRICS_PROPERTY, EpochMetrics, MetricsListener, TaskMetrics, elapsed_ms, publish
+from statekit.runtime.metrics import (
+    METRICS_PROPERTY, EpochMetrics, MetricsListener, TaskMetrics, check_listener, elapsed_ms, publish,
+)
 from statekit.runtime.sink_coordinator import SINK_PROPERTY, RetryPolicy, SinkCoordinator
 from statekit.runtime.sink_writer import check_sink
 from statekit.runtime.task import PROCESSING_TIME, job_key_serializer, restore_trusted
@@ -110,8 +112,7 @@ def process_keyed(df: DataFrame, keys: str | Sequence[str], function: ProcessFun
     committed (``runtime.metrics.add_listener`` registers one for every job)."""
     job = KeyedJob.create(df.sparkSession, df.schema, keys, function, schema, operator_id, job_id, conf,
                           event_time, watermark_delay, late_rows, pre_aggregate=pre_aggregate)
-    if listener is not None:
-        job.listeners.append(listener)
+    job.add_listener(listener)
     output = job.run_epoch(df, processing_time_ms=processing_time_ms, end_of_input=end_of_input)
     assert output is not None  # a job without a sink returns its output
     return output
@@ -143,6 +144,11 @@ class KeyedJob:
         #: called with each committed epoch's metrics; the last epoch's (None: not computed, or metrics off)
         self.listeners: list[MetricsListener] = []
         self.last_metrics: EpochMetrics | None = None
+
+    def add_listener(self, listener: MetricsListener | None) -> None:
+        """Call ``listener`` with each epoch's metrics once its checkpoint is committed (None: none)."""
+        if listener is not None:
+            self.listeners.append(check_listener(listener))
 
     def ownership(self, identity: RunIdentity) -> JobOwnership:
         """This run's ownership of the job (created on its first epoch)."""
@@ -186,10 +192,6 @@ class KeyedJob:
             check_column_names(input_schema.names, "the DataFrame")
         event_time_column = (EventTimeColumn.of(input_schema, event_time, watermark_delay, late_rows) if inputs is None
                              else inputs.event_time(event_time, watermark_delay, late_rows))
-        if inputs is not None and event_time_column is not None and \
-                event_time_column.rule.late_rows is LateRows.SIDE_OUTPUT:
-            raise ConfigurationError("late_rows='side_output' is for jobs of one input: a job of two inputs drops "
-                                     "late rows (counted) or processes them (late_rows='process')")
         return cls(spark, key_columns, function, output, operator_id, job_id, conf, event_time_column,
                    tuple(input_schema[c].dataType.simpleString() for c in key_columns), sink, pre_aggregation, inputs)
 
@@ -419,7 +421,7 @@ class SubtaskRun:
             late: list[pa.RecordBatch] = []
             for batch in run_subtask(spec, index, _of_subtask(batches, key_groups, index), acknowledged.append,
                                      late.append if side_output else None):
-                engine = [pa.nulls(batch.num_rows, field.type) for field in arrow_schema][batch.num_columns:]
+                engine = [pa.nulls(batch.num_rows, field.type) for field in list(arrow_schema)[batch.num_columns:]]
                 yield pa.RecordBatch.from_arrays([*batch.columns, *engine], schema=arrow_schema)
                 yield from _late_batches(arrow_schema, late)
             yield from _late_batches(arrow_schema, late)

@@ -33,22 +33,28 @@ class MetricsBuffer:
 
     def __init__(self, lookup: Callable[[int], EpochMetrics | None]) -> None:
         self._lookup = lookup
-        self._batches: OrderedDict[int, EpochMetrics] = OrderedDict()
+        #: by batch id; None: a batch Spark reported whose metrics were looked up and not found
+        #: (metrics off, or past retention: they never appear later), so that polling progress reads
+        #: storage once per batch
+        self._batches: OrderedDict[int, EpochMetrics | None] = OrderedDict()
         self._lock = threading.Lock()
 
-    def put(self, batch_id: int, metrics: EpochMetrics) -> None:
+    def put(self, batch_id: int, metrics: EpochMetrics | None) -> None:
         with self._lock:
             self._batches[batch_id] = metrics
             self._batches.move_to_end(batch_id)
             while len(self._batches) > BUFFERED_BATCHES:
                 self._batches.popitem(last=False)
 
-    def get(self, batch_id: int) -> EpochMetrics | None:
+    def get(self, batch_id: int, reported: bool = False) -> EpochMetrics | None:
+        """The metrics of micro-batch ``batch_id``; ``reported``: Spark reported it finished, so
+        metrics not found now are never found (and not looked for again)."""
         with self._lock:
+            known = batch_id in self._batches
             found = self._batches.get(batch_id)
-        if found is None:
+        if not known:
             found = self._lookup(batch_id)
-            if found is not None:
+            if found is not None or reported:
                 self.put(batch_id, found)
         return found
 
@@ -81,7 +87,7 @@ class StatekitStreamingQuery:
     def _statekit_progress(self, progress: Any) -> Any:
         if progress is None or "durationMs" in progress and "addBatch" not in progress["durationMs"]:
             return progress  # no progress yet, or a trigger that ran no micro-batch
-        metrics = self.statekit_metrics(progress["batchId"])
+        metrics = self._statekit_metrics.get(progress["batchId"], reported=True)
         if metrics is not None:
             progress["observedMetrics"][METRICS_KEY] = Row(**metrics.flat())
         return progress

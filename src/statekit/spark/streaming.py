@@ -106,8 +106,7 @@ def start_stream(job: KeyedJob, df: DataFrame, sink: Callable[[DataFrame, int], 
                  listener: MetricsListener | None = None) -> StreamingQuery:
     """Start the ``foreachBatch`` query that runs ``job`` on ``df`` (for two inputs, the inputs
     tagged into one DataFrame, ``spark.inputs``), micro-batch b as epoch b + 1."""
-    if listener is not None:
-        job.listeners.append(listener)
+    job.add_listener(listener)
     if late_sink is not None and not callable(late_sink):
         raise ConfigurationError(f"late_sink={late_sink!r} is not a function (DataFrame, batch_id)")
     if job.side_output != (late_sink is not None):
@@ -155,7 +154,8 @@ def start_stream(job: KeyedJob, df: DataFrame, sink: Callable[[DataFrame, int], 
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
-    return with_metrics(writer.start(), metrics)
+    query = writer.start()
+    return with_metrics(query, metrics) if job.conf.metrics_enabled else query
 
 
 HEARTBEAT_COLUMN = "__statekit_heartbeat"

@@ -125,8 +125,10 @@ class LateRowsOutput:
         self.schema, self._deliver = schema, deliver
 
     def add_batch(self, batch: pa.RecordBatch) -> None:
-        """Late rows of a batch of the stage's input (with the engine's key-group column)."""
-        self._deliver(batch.select(self.schema.names))
+        """Late rows of a batch of the stage's input (with the engine's key-group column), whose
+        timestamps Spark gives in the session's time zone: cast to the schema's (UTC), the same instants."""
+        self._deliver(pa.RecordBatch.from_arrays([batch.column(field.name).cast(field.type) for field in self.schema],
+                                                 schema=self.schema))
 
     def add_reported(self, rows: list[Any]) -> None:
         """Rows the function reported (``KeyedContext.report_late``), taken out of ``rows``."""

@@ -104,8 +104,7 @@ def process_broadcast_stream(df: DataFrame, broadcast: DataFrame, keys: str | Se
 
 def _bounded_epoch(job: KeyedJob, tagged: DataFrame, processing_time_ms: int | None, end_of_input: bool,
                    listener: MetricsListener | None) -> DataFrame:
-    if listener is not None:
-        job.listeners.append(listener)
+    job.add_listener(listener)
     output = job.run_epoch(tagged, processing_time_ms=processing_time_ms, end_of_input=end_of_input)
     assert isinstance(output, DataFrame)  # a job without a sink returns its output
     return output

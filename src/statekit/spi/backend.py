@@ -197,9 +197,9 @@ class KeyedStateBackend(ABC):
         return self._watermark_ms
 
     def set_element_time(self, timestamp_ms: int | None) -> None:
-        """The event time of what is processed now (a row, a key's rows, a timer), None when it has
-        none: event-time TTL stamps writes with it (``event_write_time_ms``). The runtime sets it
-        only while ``uses_element_time`` is true."""
+        """The event time of what is processed now (a row, or a key's rows), None when it has none
+        (a timer, a row without event time): event-time TTL stamps writes with it, never before the
+        watermark (``event_write_time_ms``). The runtime sets it only while ``uses_element_time`` is true."""
         self._element_time_ms = timestamp_ms
 
     @property

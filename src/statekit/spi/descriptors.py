@@ -57,7 +57,7 @@ class TtlTimeCharacteristic(str, enum.Enum):
 
     ``PROCESSING_TIME``: written at the epoch's processing time, expired when the processing time
     reaches write time + ttl (Flink's only kind). ``EVENT_TIME``: written at the event time of the
-    row being processed (in ``on_timer``: the timer's time; never before the watermark), expired
+    row being processed (never before the watermark; in ``on_timer``: the watermark), expired
     when the watermark reaches write time + ttl, as Spark's ``dropDuplicatesWithinWatermark``
     keeps state: no wall clock is involved, so a replay or a backfill expires the same entries."""
 

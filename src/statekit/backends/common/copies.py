@@ -6,19 +6,23 @@ that it behaves like state stored as bytes.
 state method, never by mutating an object in place (RocksDB and LMDB store serialized bytes and
 behave so by construction). Held objects are therefore never shared with user code, which is
 also what lets a copy-on-write snapshot keep its point in time. Atomic values (None, bool,
-numbers, str, bytes) and tuples/frozensets, lists and dicts of them, the common case, are
+numbers, str, bytes, datetimes, decimals, UUIDs) and tuples/frozensets, lists and dicts of them, the common case, are
 copied shallowly or not at all, and nested lists, tuples and dicts level by level; anything else
 is deep-copied.
 """
 from __future__ import annotations
 
 import copy
+import datetime
+import decimal
+import uuid
 from typing import Any
 
 from statekit.spi.errors import SerializationError
 
-#: immutable types held and handed out as they are
-ATOMIC = frozenset({type(None), bool, int, float, complex, str, bytes})
+#: immutable types held and handed out as they are (the datetimes and decimals of Spark rows too)
+ATOMIC = frozenset({type(None), bool, int, float, complex, str, bytes, datetime.datetime, datetime.date,
+                    datetime.time, datetime.timedelta, decimal.Decimal, uuid.UUID})
 
 
 #: how deep ``detached`` copies lists, tuples and dicts itself before it leaves the rest to
