@@ -307,7 +307,7 @@ CASES = [
     Bad("int64-state-holds-a-string-incremental", run(StoresText(), ["ann"], state_backend=heap(), incremental=True),
         SerializationError, ("state 'count': the value of key 'ann'", "Int64Serializer cannot encode 'oops' (str)")),
     Bad("function-is-a-lambda", lambda tmp: LocalRunner(lambda row: row, key_selector=lambda r: r),
-        ConfigurationError, ("KeyedProcessFunction, KeyedBatchFunction or KeyedVectorFunction", "process_groups")),
+        ConfigurationError, ("KeyedProcessFunction, KeyedBatchFunction, KeyedVectorFunction", "process_groups")),
     Bad("function-is-a-class", lambda tmp: LocalRunner(Count, key_selector=lambda r: r), ConfigurationError,
         ("pass an instance",)),
     Bad("key-selector-not-callable", lambda tmp: LocalRunner(Count(), key_selector="user"), ConfigurationError,

@@ -4,6 +4,7 @@ and how it turns the rows a function returns into Arrow batches of the output sc
 import pyarrow as pa
 import pytest
 
+from statekit.runtime.metrics import TaskMetrics
 from statekit.spark.task import _coalesced, _emit_columns, _to_batch
 from statekit.spi.errors import StatekitError
 
@@ -70,5 +71,5 @@ def test_a_null_in_a_not_null_output_column_fails_naming_it(rows):
 def test_a_null_in_a_not_null_output_column_of_columns_fails_naming_it():
     schema = pa.schema([pa.field("key", pa.string(), nullable=False), ("n", pa.int64())])
     with pytest.raises(StatekitError, match=r"output column 'key', which the output schema declares NOT NULL"):
-        list(_emit_columns(pa.table({"key": ["a", None], "n": [1, 2]}), schema, None))
-    assert list(_emit_columns(pa.table({"key": ["a"], "n": [None]}), schema, None))[0].num_rows == 1
+        list(_emit_columns(pa.table({"key": ["a", None], "n": [1, 2]}), schema, None, TaskMetrics()))
+    assert list(_emit_columns(pa.table({"key": ["a"], "n": [None]}), schema, None, TaskMetrics()))[0].num_rows == 1

@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "src" / "statekit"
-EXTRAS = {"conformance", "s3", "postgres", "bench", "docs", "connect", "test"}
+EXTRAS = {"conformance", "s3", "postgres", "bench", "docs", "connect", "test", "plot", "progress"}
 #: the interpreters the installed wheel is tried with: this one, and those .ci/run finds besides it
 PYTHONS = [sys.executable, *filter(None, os.environ.get("STATEKIT_TEST_PYTHONS", "").split(os.pathsep))]
 
