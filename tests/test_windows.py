@@ -2,10 +2,12 @@
 sliding and session windows in event time (sessions merging, also when an element bridges two
 sessions), allowed lateness (also for a late element that joins a live session), processing-time
 windows, a process-window function, windows kept open across a rescale and a backend switch through
-a savepoint, and windows and cleanup times at the largest timestamp."""
+a savepoint, and windows and cleanup times at the largest timestamp. Every test runs on both
+paths of the operator: batches aggregated with Arrow where it can, and row by row."""
 from __future__ import annotations
 
 import datetime
+import functools
 import random
 from collections import defaultdict
 
@@ -33,6 +35,15 @@ Sum = windows.Sum
 class Listing(windows.ProcessWindowFunction):
     def process(self, key, window, elements, ctx):
         yield (key, window.start, window.end, sorted(e["v"] for e in elements))
+
+
+@pytest.fixture(autouse=True, params=["vectorized where it can", "row by row"])
+def window_path(request, monkeypatch):
+    """Every test on both paths of the window operator: as built (a ready-made aggregate over
+    columns aggregates batches with Arrow) and with ``vectorized=False``."""
+    if request.param == "row by row":
+        monkeypatch.setattr(windows, "aggregate", functools.partial(windows.aggregate, vectorized=False))
+    return request.param
 
 
 @pytest.fixture(params=["heap", "rocksdb", "lmdb"])
@@ -105,7 +116,7 @@ def run_all(run, epochs):
 def test_tumbling_windows_sum_per_key(backend):
     epochs = epochs_of(10, 80, seed=1) + [[{"k": "k0", "ts": T0 + 60 * SECOND, "v": 0}]] * 2
     function = windows.aggregate(windows.TumblingWindows.of("2 seconds"), Sum(), timestamp="ts",
-                                 value=lambda row: row["v"])
+                                 value="v")
     found = run_all(runner(function, backend), epochs)
     expected = recompute(epochs, lambda ts: [(ts - ts % 2000, ts - ts % 2000 + 2000)])
     for number, (got, want) in enumerate(zip(found, expected)):
@@ -116,7 +127,7 @@ def test_tumbling_windows_sum_per_key(backend):
 def test_sliding_windows_put_an_element_in_each_of_its_windows(backend):
     epochs = epochs_of(8, 60, seed=2) + [[{"k": "k0", "ts": T0 + 90 * SECOND, "v": 0}]] * 2
     function = windows.aggregate(windows.SlidingWindows.of("3 seconds", "1 second"), Sum(), timestamp="ts",
-                                 value=lambda row: row["v"])
+                                 value="v")
 
     def assign(ts):
         last = ts - ts % 1000
@@ -131,7 +142,7 @@ def test_session_windows_merge_and_close_after_the_gap(backend):
     gap = 1500
     epochs = epochs_of(10, 40, seed=3, spread=3 * SECOND, keys=4) + [[{"k": "k0", "ts": T0 + 99 * SECOND, "v": 0}]] * 2
     function = windows.aggregate(windows.SessionWindows.with_gap("1500 ms"), Sum(), timestamp="ts",
-                                 value=lambda row: row["v"])
+                                 value="v")
     found = run_all(runner(function, backend, delay="2 seconds"), epochs)
     # the oracle keeps every key's open sessions as Flink's operator does: a row's window merges with
     # the sessions it touches that the watermark has not closed, and is dropped when the merged
@@ -161,7 +172,7 @@ def test_session_windows_merge_and_close_after_the_gap(backend):
 
 def test_an_element_between_two_sessions_merges_them(backend):
     function = windows.aggregate(windows.SessionWindows.with_gap("10 seconds"), Sum(), timestamp="ts",
-                                 value=lambda row: row["v"])
+                                 value="v")
     run = runner(function, backend, parallelism=1, delay="20 seconds")
     assert run.run_epoch([{"k": "a", "ts": T0, "v": 1}, {"k": "a", "ts": T0 + 15 * SECOND, "v": 2}]) == []
     assert run.run_epoch([{"k": "a", "ts": T0 + 8 * SECOND, "v": 4}]) == []  # bridges [T0, +10) and [+15, +25)
@@ -184,7 +195,7 @@ def test_allowed_lateness_updates_a_closed_window_then_drops(backend, late_rows)
     window is within its lateness updates it; one past the lateness is late (counted, dropped or
     in the side output)."""
     function = windows.aggregate(windows.TumblingWindows.of("10 seconds"), Sum(), timestamp="ts",
-                                 value=lambda row: row["v"], allowed_lateness="10 seconds")
+                                 value="v", allowed_lateness="10 seconds")
     run = runner(function, backend, parallelism=1, late_rows=late_rows)
     run.run_epoch([{"k": "a", "ts": T0 + 1000, "v": 1}])
     run.run_epoch([{"k": "a", "ts": T0 + 12_000, "v": 0}])  # watermark T0 + 1000
@@ -209,7 +220,7 @@ def test_allowed_lateness_updates_a_closed_window_then_drops(backend, late_rows)
 def test_processing_time_windows_close_by_the_epoch_time(backend):
     times = iter(range(T0, T0 + 100 * 60_000, 60_000))
     function = windows.aggregate(windows.TumblingWindows.of("2 minutes", domain=windows.TimeDomain.PROCESSING_TIME),
-                                 Sum(), value=lambda row: row["v"])
+                                 Sum(), value="v")
     run = LocalRunner(function, lambda row: row["k"], parallelism=2, state_backend=backend, clock=lambda: next(times))
     outputs = [run.run_epoch([{"k": "a", "v": n}, {"k": "b", "v": 10 * n}]) for n in range(1, 6)]
     times_of = [T0 + 60_000 * (n - 1) for n in range(1, 6)]  # epoch n runs at T0 + (n - 1) minutes
@@ -242,7 +253,7 @@ def test_open_windows_survive_a_rescale_and_a_backend_switch(backend, tmp_path):
 
     def function():
         return windows.aggregate(windows.TumblingWindows.of("4 seconds"), Sum(), timestamp="ts",
-                                 value=lambda row: row["v"])
+                                 value="v")
 
     heap = runner(function(), HeapStateBackend(), parallelism=3, delay="1 second")
     for number in range(4):
@@ -496,7 +507,7 @@ def test_end_of_input_emits_every_session_of_a_bounded_input_in_one_epoch(backen
             for _ in range(400)]
     rng.shuffle(rows)
     sessions = windows.aggregate(windows.SessionWindows.with_gap("3 seconds"), Sum(), timestamp="ts",
-                                 value=lambda row: row["v"])
+                                 value="v")
     expected = [(key, start, end, sum(v for _, v in values))
                 for (key, (start, end)), values in _sessions({(row["k"], i): [(row["ts"], row["v"])]
                                                              for i, row in enumerate(rows)}, 3000).items()]
@@ -550,7 +561,7 @@ def test_sessions_with_a_gap_per_element_match_a_recomputation(backend):
             session = [start, end, row["v"]]
         expected.append((key, *session))
     function = windows.aggregate(windows.SessionWindows.with_dynamic_gap(lambda row: row["gap"]), Sum(),
-                                 timestamp="ts", value=lambda row: row["v"])
+                                 timestamp="ts", value="v")
     run = runner(function, backend, delay="1 minute")
     half = len(rows) // 2
     assert run.run_epoch(rows[:half]) == []
@@ -559,7 +570,7 @@ def test_sessions_with_a_gap_per_element_match_a_recomputation(backend):
 
 def test_a_bad_dynamic_gap_names_the_element():
     function = windows.aggregate(windows.SessionWindows.with_dynamic_gap(lambda row: row["gap"]), Sum(),
-                                 timestamp="ts", value=lambda row: row["v"])
+                                 timestamp="ts", value="v")
     run = runner(function, HeapStateBackend(), delay="1 minute")
     with pytest.raises(ConfigurationError, match=r"gap must be a positive duration, got -5 ms, for \{.*'gap': -5"):
         run.run_epoch([{"k": "a", "ts": T0, "v": 1, "gap": -5}])

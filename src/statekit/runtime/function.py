@@ -163,6 +163,11 @@ class KeyedFunction(ABC):
     #: does, judging a row by its windows' cleanup times. False: the runner judges rows by their own
     #: event time against the watermark (``runtime.event_time``).
     judges_lateness: bool = False
+    #: True for a function of another kind that takes whole batches too, as a ``KeyedVectorFunction``
+    #: does (``process_groups``), where it can: the window operator with a vectorized aggregate.
+    #: The engines then call ``process_groups``; the local runner calls ``process`` for rows that
+    #: make no Arrow columns (rows that are not dicts)
+    processes_groups: bool = False
 
     def open(self, ctx: KeyedContext) -> None:
         """Called once per epoch before any row: register states here."""
@@ -382,8 +387,8 @@ class Calls(Enum):
 def calls_of(function: ProcessFunction) -> Calls:
     """How ``function`` is called, the same on every engine. A function of several kinds (a
     ``KeyedVectorFunction`` that subclasses a ``KeyedProcessFunction`` to reuse its ``open``, say)
-    gets the most batched calls of its kinds."""
-    if isinstance(function, KeyedVectorFunction):
+    gets the most batched calls of its kinds; one that ``processes_groups`` is called per batch."""
+    if isinstance(function, KeyedVectorFunction) or function.processes_groups:
         return Calls.GROUPS
     if isinstance(function, KeyedBatchFunction):
         return Calls.KEY_RUNS

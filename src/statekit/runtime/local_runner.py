@@ -9,6 +9,8 @@ import copy
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import pyarrow as pa
+
 from statekit.checkpoint.assignment import assign, check_max_parallelism
 from statekit.checkpoint.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from statekit.checkpoint.ownership import BOUNDED, JobOwnership
@@ -331,8 +333,8 @@ class LocalRunner:
                 task.process_side_row_runs(((key, key_group, (record,)) for key, key_group, record in records), outputs)
             elif calls is Calls.KEY_RUNS:
                 task.process_key_runs(_rows_by_key(records).key_runs(), outputs)
-            elif calls is Calls.GROUPS:
-                produced = task.process_grouped(_rows_by_key(records))
+            elif calls is Calls.GROUPS and (grouped := _rows_by_key(records, self.function)) is not None:
+                produced = task.process_grouped(grouped)
                 if produced is not None:
                     outputs.extend(produced if isinstance(produced, list) else produced.to_pylist())
             else:
@@ -407,14 +409,23 @@ def _processing_time(clock: Callable[[], Any]) -> int:
     return ms
 
 
-def _rows_by_key(records: list[tuple[Any, int, Any]]) -> GroupedRows:
+def _rows_by_key(records: list[tuple[Any, int, Any]], function: ProcessFunction | None = None) -> GroupedRows | None:
     """A ``KeyedBatchFunction``'s or ``KeyedVectorFunction``'s input: the rows (dicts) grouped by key,
-    each key's in input order."""
+    each key's in input order. None for a ``function`` that also takes rows one by one
+    (``processes_groups``) where the rows make no Arrow columns."""
+    by_rows_too = function is not None and function.processes_groups
     groups: dict[Any, tuple[int, list[Any]]] = {}
     for key, key_group, row in records:
         if not isinstance(row, dict):
+            if by_rows_too:
+                return None
             raise ConfigurationError(f"a {type(row).__name__} row: a KeyedBatchFunction or KeyedVectorFunction gets "
                                      f"its rows as Arrow columns: give the local runner rows as dicts of column name "
                                      f"to value")
         groups.setdefault(key, (key_group, []))[1].append(row)
-    return GroupedRows.of_key_runs((key, key_group, rows) for key, (key_group, rows) in groups.items())
+    try:
+        return GroupedRows.of_key_runs((key, key_group, rows) for key, (key_group, rows) in groups.items())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        if by_rows_too:  # e.g. a column of both ints and strings
+            return None
+        raise

@@ -247,7 +247,7 @@ class KeyedTask:
         made current once per run; appends the output to ``out``. While a state with event-time TTL
         is registered, each row's event time is the backend's element time as it is processed
         (checked once per key: nothing is added per row otherwise)."""
-        assert calls_of(self.function) is Calls.ROWS
+        assert calls_of(self.function) is Calls.ROWS or self.function.processes_groups
         self._process_runs(runs, self.function.process, "process", out)  # type: ignore[union-attr]
 
     def process_side_row_runs(self, runs: Iterable[tuple[Any, int, Iterable[tuple[int, Any]]]],
@@ -315,7 +315,8 @@ class KeyedTask:
                 extend(produced)
 
     def process_grouped(self, groups: GroupedRows) -> "pa.Table | list[Any] | None":
-        """For a ``KeyedVectorFunction``: one call over a batch grouped by key. Returns its output
+        """For a ``KeyedVectorFunction`` (or a function that ``processes_groups``): one call over a
+        batch grouped by key. Returns its output
         as columns (a table), as a list of rows, or None (also for a batch without rows). While a
         state with event-time TTL is registered, the largest event time of the whole batch is the
         backend's element time during the call: its state is written for many keys at once."""

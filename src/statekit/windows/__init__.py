@@ -16,11 +16,13 @@ processing time (``domain=``), and ``GlobalWindows`` (one window for all of time
 (``windows.triggers``: count, continuous, purging, or one of your own) says when windows fire and
 purge, by default at their end. ``aggregate`` keeps one accumulator per window, ``process`` keeps
 the elements for a ``ProcessWindowFunction`` (an ``Evictor``, ``windows.evictors``, may remove
-some when the window fires); ``Count`` and ``Sum`` are ready-made aggregates. Windows are
-``[start, end)`` in epoch milliseconds.
+some when the window fires). ``Count``, ``Sum``, ``Min``, ``Max``, ``Mean``, ``First`` and ``Last``
+are ready-made aggregates; with one of them (or a ``VectorizedAggregate`` of your own) and column
+names for ``timestamp=`` and ``value=``, tumbling, sliding and session windows aggregate whole
+batches with Arrow (``windows.batch``). Windows are ``[start, end)`` in epoch milliseconds.
 """
 from statekit.spi.timers import TimeDomain
-from statekit.windows.aggregates import Count, Sum
+from statekit.windows.aggregates import Count, First, Last, Max, Mean, Min, Sum, VectorizedAggregate
 from statekit.windows.assigners import (
     GLOBAL_WINDOW, DynamicSessionWindows, GlobalWindows, SessionWindows, SlidingWindows, TumblingWindows,
     WindowAssigner,
@@ -33,9 +35,10 @@ from statekit.windows.triggers import (
     ProcessingTimeTrigger, PurgingTrigger, Trigger, TriggerContext, TriggerResult,
 )
 
-__all__ = ["GLOBAL_WINDOW", "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "Count", "CountEvictor",
-           "CountTrigger", "DeltaEvictor", "DynamicSessionWindows", "EventTimeTrigger", "Evictor", "GlobalWindows",
-           "NeverTrigger", "ProcessWindowFunction", "ProcessingTimeTrigger", "PurgingTrigger", "SessionWindows",
-           "SlidingWindows", "Sum", "TimeDomain", "TimeEvictor", "TimeWindow", "TimeWindowSerializer",
-           "TimestampedValue", "Trigger", "TriggerContext", "TriggerResult", "TumblingWindows", "WindowAssigner",
-           "WindowOperator", "aggregate", "default_emit", "process"]
+__all__ = ["ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "Count", "CountEvictor", "CountTrigger",
+           "DeltaEvictor", "DynamicSessionWindows", "EventTimeTrigger", "Evictor", "First", "GLOBAL_WINDOW",
+           "GlobalWindows", "Last", "Max", "Mean", "Min", "NeverTrigger", "ProcessWindowFunction",
+           "ProcessingTimeTrigger", "PurgingTrigger", "SessionWindows", "SlidingWindows", "Sum", "TimeDomain",
+           "TimeEvictor", "TimeWindow", "TimeWindowSerializer", "TimestampedValue", "Trigger", "TriggerContext",
+           "TriggerResult", "TumblingWindows", "VectorizedAggregate", "WindowAssigner", "WindowOperator",
+           "aggregate", "default_emit", "process"]

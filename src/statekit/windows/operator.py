@@ -19,17 +19,27 @@ and it reports those that every window skipped as late (dropped, or the job's si
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
 
 from statekit.runtime.event_time import event_time_ms
 from statekit.runtime.function import KeyedContext, KeyedProcessFunction
+from statekit.runtime.grouped_rows import GroupedRows
 from statekit.runtime.timers import TimerService
 from statekit.spi.descriptors import AggregateFunction, ListStateDescriptor, ValueStateDescriptor
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.serializer import TypeSerializer
 from statekit.spi.state import ListState, ValueState
 from statekit.spi.timers import MAX_TIMESTAMP, MIN_TIMESTAMP, TimeDomain
-from statekit.windows.assigners import WindowAssigner, window_duration_ms
+from statekit.windows.aggregates import VectorizedAggregate
+from statekit.windows.assigners import (
+    SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner, window_duration_ms,
+)
+from statekit.windows.batch import WindowGroups, aggregated, aligned_windows, event_times_ms, values_of, window_groups
+from statekit.windows.batch import sessions as batch_sessions
 from statekit.windows.evictors import Evictor, TimestampedValue
 from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
 from statekit.windows.triggers import EventTimeTrigger, ProcessingTimeTrigger, Trigger, TriggerContext
@@ -73,7 +83,7 @@ class _Contents(ABC):
 class _Accumulated(_Contents):
     def __init__(self, function: AggregateFunction, emit: Callable[[Any, TimeWindow, Any], Any],
                  serializer: TypeSerializer | None) -> None:
-        self._function, self._emit, self._serializer = function, emit, serializer
+        self.function, self._emit, self._serializer = function, emit, serializer
 
     def open(self, ctx: KeyedContext) -> None:
         self._state = ctx.get_state(ValueStateDescriptor("window-accumulator", self._serializer), _WINDOWS)
@@ -85,16 +95,21 @@ class _Accumulated(_Contents):
     def add(self, window: TimeWindow, value: Any, timestamp: int | None = None) -> None:
         accumulator = self._at(window)
         if accumulator is None:
-            accumulator = self._function.create_accumulator()
-        self._state.update(self._function.add(value, accumulator))
+            accumulator = self.function.create_accumulator()
+        self._state.update(self.function.add(value, accumulator))
+
+    def add_accumulated(self, window: TimeWindow, accumulator: Any) -> None:
+        """Merge the accumulator of several elements (the vectorized path's) into the window's."""
+        kept = self._at(window)
+        self._state.update(accumulator if kept is None else self.function.merge(kept, accumulator))
 
     def emit(self, key: Any, window: TimeWindow, state_window: TimeWindow, ctx: KeyedContext) -> Iterable[Any]:
         accumulator = self._at(state_window)
         if accumulator is None:
             return ()
         if self._emit is default_emit:  # in the type of the job's event time (a Spark timestamp column's)
-            return (default_emit(key, window, self._function.get_result(accumulator), ctx.time.event_time_type),)
-        return (self._emit(key, window, self._function.get_result(accumulator)),)
+            return (default_emit(key, window, self.function.get_result(accumulator), ctx.time.event_time_type),)
+        return (self._emit(key, window, self.function.get_result(accumulator)),)
 
     def merge(self, target: TimeWindow, source: TimeWindow) -> None:
         moved = self._at(source)
@@ -102,7 +117,7 @@ class _Accumulated(_Contents):
             return
         self._state.clear()
         kept = self._at(target)
-        self._state.update(moved if kept is None else self._function.merge(kept, moved))
+        self._state.update(moved if kept is None else self.function.merge(kept, moved))
 
     def clear(self, window: TimeWindow) -> None:
         self._state.set_current_namespace(window)
@@ -111,7 +126,7 @@ class _Accumulated(_Contents):
 
 class _Collected(_Contents):
     def __init__(self, function: ProcessWindowFunction, serializer: TypeSerializer | None) -> None:
-        self._function, self._serializer = function, serializer
+        self.function, self._serializer = function, serializer
 
     def open(self, ctx: KeyedContext) -> None:
         self._state = ctx.get_state(ListStateDescriptor("window-elements", self._serializer), _WINDOWS)
@@ -123,7 +138,7 @@ class _Collected(_Contents):
     def emit(self, key: Any, window: TimeWindow, state_window: TimeWindow, ctx: KeyedContext) -> Iterable[Any]:
         self._state.set_current_namespace(state_window)
         elements = self._state.get()
-        return (self._function.process(key, window, elements, ctx) or ()) if elements else ()
+        return (self.function.process(key, window, elements, ctx) or ()) if elements else ()
 
     def merge(self, target: TimeWindow, source: TimeWindow) -> None:
         _move_list(self._state, source, target)
@@ -161,7 +176,7 @@ class _Evicting(_Collected):
             return ()
         elements = [TimestampedValue(None if t == _NO_TIME else t, v) for t, v in zip(self._times.get(), values)]
         kept = list(self._evictor.evict_before(elements, window, ctx))
-        output = list(self._function.process(key, window, [e.value for e in kept], ctx) or ()) if kept else []
+        output = list(self.function.process(key, window, [e.value for e in kept], ctx) or ()) if kept else []
         kept = list(self._evictor.evict_after(kept, window, ctx))
         if len(kept) != len(elements):
             self._state.update([e.value for e in kept])
@@ -202,7 +217,8 @@ class WindowOperator(KeyedProcessFunction):
     """Windows of each key: ``aggregate`` or ``process`` build one (see ``statekit.windows``)."""
 
     def __init__(self, assigner: WindowAssigner, contents: _Contents, timestamp: str | Callable[[Any], Any] | None,
-                 value: Callable[[Any], Any] | None, allowed_lateness: Any, trigger: Trigger | None = None) -> None:
+                 value: str | Callable[[Any], Any] | None, allowed_lateness: Any, trigger: Trigger | None = None,
+                 vectorized: bool | None = None) -> None:
         if not isinstance(assigner, WindowAssigner):
             raise ConfigurationError(f"a window operator needs a WindowAssigner (e.g. TumblingWindows.of('1 hour')), "
                                      f"got {assigner!r}")
@@ -210,10 +226,14 @@ class WindowOperator(KeyedProcessFunction):
         if event_time and assigner.ends and timestamp is None:
             raise ConfigurationError("event-time windows need timestamp=: the element's event-time column (the "
                                      "job's event_time) or a function of the row")
+        if not (value is None or isinstance(value, str) or callable(value)):
+            raise ConfigurationError(f"value= needs the element's column name or a function of the row, got {value!r}")
         self.assigner = assigner
         self.contents = contents
         self.timestamp = timestamp
+        #: the element's value: a column of the row (which the vectorized path reads as a column too)
         self.value = value
+        self._value_of = itemgetter(value) if isinstance(value, str) else value
         self.lateness_ms = window_duration_ms("the window operator", "allowed_lateness", allowed_lateness,
                                               positive=False)
         if self.lateness_ms and not (event_time and assigner.ends):
@@ -239,6 +259,34 @@ class WindowOperator(KeyedProcessFunction):
         #: timer, registered and deleted once (a timer queue's add and remove cost microseconds)
         self._trigger_timer_cleans_up = not self.lateness_ms and assigner.ends and type(self.trigger) is (
             EventTimeTrigger if event_time else ProcessingTimeTrigger)
+        not_vectorized = self._not_vectorized()
+        if vectorized and not_vectorized:
+            raise ConfigurationError(f"vectorized=True, but this window operator aggregates row by row: "
+                                     f"{not_vectorized}")
+        #: batches are assigned to windows and aggregated with Arrow (``windows.batch``), keys
+        #: with rows that may come late (or at the ends of time) row by row (``process_groups``)
+        self.processes_groups = vectorized is not False and not not_vectorized
+
+    def _not_vectorized(self) -> str:
+        """Why the operator cannot aggregate batches with Arrow ("" when it can)."""
+        contents, assigner = self.contents, self.assigner
+        function = contents.function if isinstance(contents, _Accumulated) else None
+        if not isinstance(function, VectorizedAggregate):
+            return ("its windows keep every element (windows.process)" if function is None else
+                    f"{type(function).__name__} is not a VectorizedAggregate (windows.Count, Sum, Min, Max, Mean, "
+                    f"First, Last, or one of your own)")
+        if type(assigner) not in (TumblingWindows, SlidingWindows, SessionWindows):
+            return f"{type(assigner).__name__} is not one of TumblingWindows, SlidingWindows, SessionWindows"
+        if type(self.trigger) is not type(assigner.default_trigger()):
+            return f"{self.trigger!r} is not the windows' default trigger"
+        if assigner.domain is TimeDomain.EVENT_TIME and not isinstance(self.timestamp, str):
+            return "timestamp= is a function of the row, not the event-time column's name"
+        if not isinstance(self.value, str) and (self.value is not None or function.needs_value):
+            return ("value= is a function of the row, not a column name" if self.value is not None else
+                    f"{type(function).__name__} needs value=, the column of the element's value")
+        if assigner.merging and function.order_sensitive:
+            return f"{type(function).__name__} depends on the order of the elements, which sessions merge in"
+        return ""
 
     def open(self, ctx: KeyedContext) -> None:
         self.contents.open(ctx)
@@ -302,9 +350,8 @@ class WindowOperator(KeyedProcessFunction):
         # or without timestamp= (global windows), take the processing time
         event_time = self._event_time_of(row) if self._reads_event_time else None
         timestamp = event_time if self._event_time_windows else timers.current_processing_time()
-        value = self.value(row) if self.value is not None else row
+        value = self._value_of(row) if self._value_of is not None else row
         watermark = timers.current_watermark()
-        trigger, trigger_context = self.trigger, self._trigger_context
         skipped = True  # by every window, as late
         for window in self.assigner.assign_element(row, timestamp):
             if self.assigner.merging:
@@ -320,15 +367,126 @@ class WindowOperator(KeyedProcessFunction):
                 state_window = window
             skipped = False
             self.contents.add(state_window, value, event_time)
-            trigger_context.window = window
-            result = trigger.on_element(row, timestamp, window, trigger_context)
-            if result.fire:
-                yield from self.contents.emit(ctx.current_key, window, state_window, ctx)
-            if result.purge:
-                self.contents.clear(state_window)
-            self._register_cleanup(timers, window)
+            yield from self._element_added(row, timestamp, window, state_window, timers, ctx)
         if skipped and self.judges_lateness and event_time + self.lateness_ms <= watermark:
             ctx.report_late(row)  # Flink's isSkippedElement && isElementLate: dropped, or the side output
+
+    def process_groups(self, groups: GroupedRows, ctx: KeyedContext) -> list[Any]:
+        """A batch at once (where ``processes_groups``): its rows are assigned to their windows (or
+        the sessions they make) and aggregated per (key, window) with Arrow (``windows.batch``), and
+        each accumulator is merged into its window as ``process`` adds a row, the trigger asked
+        once per (key, window). A key with a row that a window may find late (one of its windows
+        ends at or before the watermark) or near either end of time goes row by row through
+        ``process``, in input order, so that lateness, late firings and the side output are
+        exactly the per-row operator's; so does a batch whose columns Arrow cannot aggregate.
+        Returns the output rows (from keys that went row by row: on time, windows fire by timer)."""
+        out: list[Any] = []
+        timers = self._timers(ctx)
+        key_index = np.repeat(np.arange(groups.num_keys), groups.counts())
+        in_plan = np.zeros(groups.num_keys, dtype=bool)
+        plan = None
+        times = self._batch_times(groups, timers)
+        if times is not None:
+            in_plan[:] = True
+            in_plan[key_index[times[1]]] = False
+            rows = np.flatnonzero(in_plan[key_index])
+            plan = self._batch_plan(groups, key_index[rows], times[0][rows], rows) if len(rows) else None
+            if plan is None:
+                in_plan[:] = False
+        for i in np.flatnonzero(~in_plan).tolist():
+            ctx.set_current_key(groups.keys[i], groups.key_groups[i])
+            for row in groups.rows_of(i).to_pylist():
+                out.extend(self.process(row, ctx))
+        if plan is not None:
+            self._apply_batch_plan(plan, groups, timers, ctx, out)
+        return out
+
+    def _batch_times(self, groups: GroupedRows, timers: TimerService) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows' times (event or processing time, as ``process`` takes them) and which rows go
+        row by row; None when the batch cannot be vectorized (a column missing, or an event time
+        that is neither a timestamp nor an integer)."""
+        names = groups.rows.schema.names
+        if isinstance(self.value, str) and self.value not in names:
+            return None
+        assigner = self.assigner
+        if assigner.domain is TimeDomain.PROCESSING_TIME:
+            times, by_row = np.full(groups.num_rows, timers.current_processing_time(), dtype=np.int64), None
+        else:
+            if self.timestamp not in names:
+                return None
+            column = groups.column(self.timestamp)
+            times = event_times_ms(column)
+            if times is None:
+                return None
+            by_row = column.is_null().to_numpy(zero_copy_only=False)
+        reach = 2 * (assigner.gap_ms if assigner.merging else assigner.size_ms + _slide_ms(assigner))
+        edge = (times < min(MIN_TIMESTAMP + reach, MAX_TIMESTAMP)) | (times > max(MAX_TIMESTAMP - reach, MIN_TIMESTAMP))
+        by_row = edge if by_row is None else by_row | edge
+        if self.judges_lateness:
+            safe = np.where(by_row, 0, times)
+            by_row |= self._first_window_end(safe) - 1 <= timers.current_watermark()
+        return times, by_row
+
+    def _first_window_end(self, times: np.ndarray) -> np.ndarray:
+        """The end of the earliest window each time belongs to."""
+        assigner = self.assigner
+        if assigner.merging:
+            return times + assigner.gap_ms
+        size, slide = assigner.size_ms, _slide_ms(assigner)
+        last_start = times - np.mod(times - assigner.offset_ms, slide)
+        windows_back = -((times - last_start - size) // slide) - 1  # ceil((last_start - times + size) / slide) - 1
+        return last_start - windows_back * slide + size
+
+    def _batch_plan(self, groups: GroupedRows, key_index: np.ndarray, times: np.ndarray,
+                    rows: np.ndarray) -> WindowGroups | None:
+        """The (key, window) accumulators of ``rows`` (positions in ``groups``, of keys ``key_index``,
+        at ``times``): sessions within the batch, or aligned windows. None when Arrow cannot
+        aggregate the value column's type (the rows then go row by row, which says what is wrong)."""
+        assigner, function = self.assigner, self.contents.function  # type: ignore[attr-defined]
+        column = groups.column(self.value) if isinstance(self.value, str) else None
+        try:
+            if assigner.merging:
+                order, session_of_row, session_keys, bounds = batch_sessions(key_index, times, assigner.gap_ms)
+                return WindowGroups(session_keys.tolist(), bounds[:, 0].tolist(), bounds[:, 1].tolist(),
+                                    aggregated(function, session_of_row, values_of(column, rows[order])))
+            positions, starts = aligned_windows(np.arange(len(rows)), times, assigner.size_ms, _slide_ms(assigner),
+                                                assigner.offset_ms)
+            return window_groups(function, key_index[positions], starts, assigner.size_ms,
+                                 values_of(column, rows[positions]))
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
+            return None
+
+    def _apply_batch_plan(self, plan: WindowGroups, groups: GroupedRows, timers: TimerService, ctx: KeyedContext,
+                          out: list[Any]) -> None:
+        """Merge each (key, window)'s accumulator into its window (a session: after merging it with
+        the key's sessions, as ``process`` merges an element's window) and ask the trigger. The
+        default triggers, the only ones of this path, read the window alone, not the element."""
+        contents, keys, key_groups = self.contents, groups.keys, groups.key_groups
+        merging = self.assigner.merging
+        watermark = timers.current_watermark() if self.judges_lateness else None
+        current = -1
+        for k, start, end, accumulator in zip(plan.keys, plan.starts, plan.ends, plan.accumulators):
+            if k != current:
+                ctx.set_current_key(keys[k], key_groups[k])
+                current = k
+            window = state_window = TimeWindow(start, end)
+            if merging:  # never late: every row of the batch plan ends its windows after the watermark
+                window, state_window = self._merge(window, timers, watermark)  # type: ignore[misc]
+            contents.add_accumulated(state_window, accumulator)  # type: ignore[attr-defined]
+            out.extend(self._element_added(None, window.max_timestamp, window, state_window, timers, ctx))
+
+    def _element_added(self, row: Any, timestamp: int, window: TimeWindow, state_window: TimeWindow,
+                       timers: TimerService, ctx: KeyedContext) -> Iterable[Any]:
+        """After an element (or the vectorized path's elements of one window) went into ``window``'s
+        contents: what the trigger says, and the window's cleanup timer. Returns the output."""
+        trigger_context = self._trigger_context
+        trigger_context.window = window
+        result = self.trigger.on_element(row, timestamp, window, trigger_context)
+        fired = list(self.contents.emit(ctx.current_key, window, state_window, ctx)) if result.fire else ()
+        if result.purge:
+            self.contents.clear(state_window)
+        self._register_cleanup(timers, window)
+        return fired
 
     def _merge(self, new: TimeWindow, timers: TimerService,
                watermark: int | None) -> tuple[TimeWindow, TimeWindow] | None:
@@ -401,6 +559,11 @@ class WindowOperator(KeyedProcessFunction):
                                      or None)
 
 
+def _slide_ms(assigner: WindowAssigner) -> int:
+    """How far apart aligned windows start: the slide of sliding windows, the size of tumbling ones."""
+    return assigner.slide_ms if isinstance(assigner, SlidingWindows) else assigner.size_ms  # type: ignore[attr-defined]
+
+
 def _sessions(packed: tuple[int, ...] | None) -> Iterator[tuple[TimeWindow, TimeWindow]]:
     """The (session, state window) pairs of a key, kept as one flat tuple of integers (start, end,
     state start, state end, ...): a backend copies or serializes it far faster than windows."""
@@ -410,25 +573,33 @@ def _sessions(packed: tuple[int, ...] | None) -> Iterator[tuple[TimeWindow, Time
 
 
 def aggregate(assigner: WindowAssigner, function: AggregateFunction, *, timestamp: str | Callable[[Any], Any] | None = None,
-              value: Callable[[Any], Any] | None = None, emit: Callable[[Any, TimeWindow, Any], Any] = default_emit,
+              value: str | Callable[[Any], Any] | None = None,
+              emit: Callable[[Any, TimeWindow, Any], Any] = default_emit,
               allowed_lateness: Any = "0 ms", accumulator_serializer: TypeSerializer | None = None,
-              trigger: Trigger | None = None) -> WindowOperator:
+              trigger: Trigger | None = None, vectorized: bool | None = None) -> WindowOperator:
     """Windows that keep one accumulator each (Flink's ``window(...).aggregate(...)``): each element's
-    ``value(row)`` (default: the row) is added; when a window fires, ``emit(key, window, result)``
+    value (``value``: a column of the row, or a function of it; default: the row) is added; when a
+    window fires, ``emit(key, window, result)``
     gives its output row (default ``(key..., start, end, result)``). ``timestamp``: the row's
     event-time column or a function of the row (event-time windows). ``allowed_lateness``: how
     long after its end a window still takes rows (each one fires it again); a row is late when
     every window it belongs to is past that, and is then dropped or, with the job's
     ``late_rows="side_output"``, returned in the side output.
-    ``trigger`` (``windows.triggers``): when windows fire and purge; by default at their end."""
+    ``trigger`` (``windows.triggers``): when windows fire and purge; by default at their end.
+
+    ``vectorized``: with a ``VectorizedAggregate`` (the ready-made ones), the default trigger,
+    tumbling, sliding or session windows, and ``timestamp``/``value`` given as column names, whole
+    batches are assigned to windows and aggregated with Arrow: the same results, timers and
+    state, with Python work per (key, window) instead of per row (``WindowOperator.process_groups``).
+    None (the default): where it can; False: row by row; True: refused where it cannot, saying why."""
     if not isinstance(function, AggregateFunction):
         raise ConfigurationError(f"windows.aggregate needs an AggregateFunction instance, got {function!r}")
     return WindowOperator(assigner, _Accumulated(function, emit, accumulator_serializer), timestamp, value,
-                          allowed_lateness, trigger)
+                          allowed_lateness, trigger, vectorized)
 
 
 def process(assigner: WindowAssigner, function: ProcessWindowFunction, *,
-            timestamp: str | Callable[[Any], Any] | None = None, value: Callable[[Any], Any] | None = None,
+            timestamp: str | Callable[[Any], Any] | None = None, value: str | Callable[[Any], Any] | None = None,
             allowed_lateness: Any = "0 ms", element_serializer: TypeSerializer | None = None,
             trigger: Trigger | None = None, evictor: Evictor | None = None) -> WindowOperator:
     """Windows that keep every element (``value(row)``, default the row) and hand them to
