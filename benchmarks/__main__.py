@@ -18,7 +18,7 @@ from importlib import metadata
 
 from benchmarks import (
     checkpointing, joins, memory, migration, observability, operations, per_row, rescale, serializers, sinks,
-    spark_keyed, state_reading, timers, ttl,
+    spark_keyed, state_reading, timers, ttl, windows,
 )
 from benchmarks.chart import save_chart
 from benchmarks.report import SCHEMA_VERSION, report
@@ -36,7 +36,7 @@ class Sizes:
     ttl_ops: int
     ttl_epoch_keys: int
     timers: int  # timers registered and fired under Spark
-    session_rows: int
+    window_rows: int  # input rows of each windows comparison (tumbling, sliding, sessions)
     reading_keys: int  # keys of state read back as a DataFrame
     sink: tuple[int, int, int]  # (rows, keys, micro-batches) written to Parquet through the sinks
     rescale_keys: int  # keys of state rescaled 4 -> 8 by statekit and by Spark's repartition
@@ -57,7 +57,7 @@ SIZES = {
                   (1_000_000, 4), (1_000_000, 100_000, 10, 5)),
 }
 SECTIONS = ("operations", "serializers", "ttl", "checkpoint", "migration", "memory", "per-row", "spark", "timers",
-            "joins", "reading", "sinks", "rescale", "observability")
+            "windows", "joins", "reading", "sinks", "rescale", "observability")
 
 
 def _spark(sizes: Sizes) -> list[dict]:
@@ -80,7 +80,8 @@ def run_sections(sizes: Sizes, sections: tuple[str, ...]) -> list[dict]:
         "memory": lambda: memory.run(n_keys=sizes.memory_keys, cache_mb=sizes.memory_cache_mb),
         "per-row": lambda: per_row.run(*sizes.per_row),
         "spark": lambda: _spark(sizes),
-        "timers": lambda: timers.run(n_timers=sizes.timers, session_rows=sizes.session_rows),
+        "timers": lambda: timers.run(n_timers=sizes.timers),
+        "windows": lambda: windows.run(n_rows=sizes.window_rows),
         "joins": lambda: joins.run(*sizes.join),
         "reading": lambda: state_reading.run(keys=sizes.reading_keys),
         "sinks": lambda: sinks.run(*sizes.sink),

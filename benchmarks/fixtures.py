@@ -89,12 +89,13 @@ def memory_status() -> dict[str, int]:
         return {"VmHWM": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
-def keys_command(description: str, run: Callable[[int, tuple[str, ...]], list[dict]]) -> None:
-    """The command line of a section over ``--keys`` keys and ``--backends``: prints
-    ``run(keys, backends)``'s records (and writes them to ``--json``)."""
+def sized_command(description: str, run: Callable[[int, tuple[str, ...]], list[dict]], option: str = "keys",
+                  default: int = 1_000_000) -> None:
+    """The command line of a section of ``--<option>`` (keys, rows, ...) and ``--backends``: prints
+    ``run(size, backends)``'s records (and writes them to ``--json``)."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument(f"--{option}", type=int, default=default)
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--json", help="write the result records to this file")
     args = parser.parse_args()
-    report(run(args.keys, tuple(args.backends.split(","))), args.json)
+    report(run(getattr(args, option), tuple(args.backends.split(","))), args.json)

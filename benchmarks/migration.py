@@ -22,7 +22,7 @@ import tempfile
 import time
 from typing import Any
 
-from benchmarks.fixtures import BACKENDS, keyed_backend, keys_command
+from benchmarks.fixtures import BACKENDS, keyed_backend, sized_command
 from benchmarks.report import record
 from statekit.conformance_tests.migration import ReadingV1, ReadingV2
 from statekit.serializers.record import RecordSerializer
@@ -105,4 +105,4 @@ def _restore_and_register(backend: str, work: str, name: str, handle: Any, strea
 
 
 if __name__ == "__main__":
-    keys_command(__doc__.splitlines()[0], run)
+    sized_command(__doc__.splitlines()[0], run)

@@ -29,7 +29,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from benchmarks.fixtures import BACKENDS, MAX_P, keyed_backend, keys_command
+from benchmarks.fixtures import BACKENDS, MAX_P, keyed_backend, sized_command
 from benchmarks.report import record
 from benchmarks.spark_keyed import OUTPUT, SCHEMA, CountAndLast, count_label, session, write_source
 
@@ -176,7 +176,7 @@ def _run(spark: Any, work: str, keys: int, backends: tuple[str, ...]) -> list[di
 
 
 def main() -> None:
-    keys_command(__doc__.splitlines()[0], run)
+    sized_command(__doc__.splitlines()[0], run)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import tempfile
 import time
 from typing import Any
 
-from benchmarks.fixtures import BACKENDS, keys_command
+from benchmarks.fixtures import BACKENDS, sized_command
 from benchmarks.report import record
 from benchmarks.spark_keyed import OUTPUT, SCHEMA, CountAndLast, session, write_source
 
@@ -106,7 +106,7 @@ def _run(spark: Any, work: str, keys: int, backends: tuple[str, ...]) -> list[di
 
 
 def main() -> None:
-    keys_command(__doc__.splitlines()[0], run)
+    sized_command(__doc__.splitlines()[0], run)
 
 
 if __name__ == "__main__":

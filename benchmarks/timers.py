@@ -1,21 +1,18 @@
-"""Timers and windows under Spark (local[2]), on the same data in the same run:
-
-* timers: every row registers an event-time timer at its own timestamp, and a second micro-batch
-  moves the watermark past all of them, so each fires once and emits a row. statekit (each
-  backend; a ``KeyedBatchFunction`` registering its key's timers, ``on_timer`` emitting) against
-  ``transformWithStateInPandas`` in event-time mode (``registerTimer`` per row,
-  ``handleExpiredTimer`` emitting). Record: timer operations (registrations + firings) per second.
-* sessions: 30-minute sessions per user, counted: ``statekit.windows`` session windows against
-  Spark's built-in ``session_window`` aggregation (append mode, RocksDB state store). Record: rows/s.
+"""Timers under Spark (local[2]), on the same data in the same run: every row registers an
+event-time timer at its own timestamp, and a second micro-batch moves the watermark past all of
+them, so each fires once and emits a row. statekit (each backend; a ``KeyedBatchFunction``
+registering its key's timers, ``on_timer`` emitting) against ``transformWithStateInPandas`` in
+event-time mode (``registerTimer`` per row, ``handleExpiredTimer`` emitting). Record: timer
+operations (registrations + firings) per second. ``Queries`` and ``timed`` serve the windows
+section too (``benchmarks.windows``).
 
 Both sides read the same Parquet files one per micro-batch (trigger ``availableNow``), with a
 watermark delay of 0, and run untimed on a small input first (JVM and Python worker warm-up).
 
-    python -m benchmarks.timers [--timers 20000] [--session-rows 200000] [--json FILE]
+    python -m benchmarks.timers [--timers 20000] [--json FILE]
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
@@ -24,15 +21,13 @@ from typing import Any, Callable, Iterator
 
 import pandas as pd
 
-from benchmarks.fixtures import BACKENDS
-from benchmarks.report import record, report
+from benchmarks.fixtures import BACKENDS, sized_command
+from benchmarks.report import record
 from benchmarks.spark_keyed import session
-from statekit import windows
 from statekit.runtime import KeyedBatchFunction
 
 T0_SECONDS = 1_700_000_000
 WARM_UP = 2_000
-SESSION_GAP = "30 minutes"
 
 
 class RegisterEachRow(KeyedBatchFunction):
@@ -49,12 +44,11 @@ class RegisterEachRow(KeyedBatchFunction):
         return ((ctx.current_key, timestamp),)
 
 
-def run(n_timers: int = 20_000, session_rows: int = 200_000, backends: tuple[str, ...] = BACKENDS,
-        spark: Any = None) -> list[dict]:
+def run(n_timers: int = 20_000, backends: tuple[str, ...] = BACKENDS, spark: Any = None) -> list[dict]:
     work = tempfile.mkdtemp(prefix="statekit-bench-timers-")
     active = spark or session()
     try:
-        return _timers(active, work, n_timers, backends) + _sessions(active, work, session_rows, backends)
+        return _timers(active, work, n_timers, backends)
     finally:
         if spark is None:
             active.stop()
@@ -180,52 +174,8 @@ def _timers(spark: Any, work: str, n_timers: int, backends: tuple[str, ...]) -> 
             for backend in backends]
 
 
-def _sessions(spark: Any, work: str, n_rows: int, backends: tuple[str, ...]) -> list[dict]:
-    from pyspark.sql import functions as F
-
-    queries = Queries(spark, work)
-    emitted: dict[str, int] = {}
-    schema, output = "user long, ts timestamp", "user long, start timestamp, end timestamp, events long"
-    users = max(1, n_rows // 50)
-
-    def rows(n: int) -> list[Any]:
-        """Each user's events 0-40 minutes apart (so sessions both grow and close), then two rows a
-        day later that move the watermark past every session."""
-        events = spark.range(n).select(
-            (F.col("id") % users).alias("user"),
-            F.timestamp_seconds(F.lit(T0_SECONDS) + F.floor(F.col("id") / users) * 600
-                                + F.pmod(F.xxhash64("id"), F.lit(1800))).alias("ts"))
-        later = [spark.range(1).select(F.lit(0).cast("long").alias("user"),
-                                       F.timestamp_seconds(F.lit(T0_SECONDS + 86_400 + offset)).alias("ts"))
-                 for offset in (0, 3600)]
-        return [events, *later]
-
-    def sessions() -> windows.WindowOperator:
-        return windows.aggregate(windows.SessionWindows.with_gap(SESSION_GAP), windows.Count(), timestamp="ts")
-
-    sides = {f"statekit {backend}": queries.statekit(f"sessions-{backend}", backend, "user", sessions, schema,
-                                                      output, emitted) for backend in backends}
-    sides["built-in session_window"] = lambda source, phase: queries.noop(
-        queries.stream(source, schema).withWatermark("ts", "0 seconds")
-        .groupBy(F.session_window("ts", SESSION_GAP), "user").count(), f"builtin-sessions-{phase}", "append")
-    seconds, outputs = timed(sides, queries.source("sessions-warm-up", rows(WARM_UP)),
-                              queries.source("sessions", rows(n_rows)), emitted)
-    peer = "built-in session_window"
-    return [record(f"sessions {n_rows} rows: statekit {backend} vs {peer}", n_rows / seconds[f"statekit {backend}"],
-                   n_rows / seconds[peer], "rows/s", group="timers", backend=backend, peer_api=peer, rows=n_rows,
-                   users=users, seconds=seconds[f"statekit {backend}"], peer_seconds=seconds[peer],
-                   sessions=outputs[f"statekit {backend}"], peer_sessions=outputs[peer])
-            for backend in backends]
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--timers", type=int, default=20_000)
-    parser.add_argument("--session-rows", type=int, default=200_000)
-    parser.add_argument("--backends", default=",".join(BACKENDS))
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    report(run(args.timers, args.session_rows, tuple(args.backends.split(","))), args.json)
+    sized_command(__doc__.splitlines()[0], run, "timers", 20_000)
 
 
 if __name__ == "__main__":
