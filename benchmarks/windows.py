@@ -8,12 +8,14 @@
 * sessions: 30-minute sessions per user, counted, against ``session_window("ts", "30 minutes")``.
 
 Both sides read the same Parquet files one per micro-batch (trigger ``availableNow``), watermark
-delay 0, Spark's side in append mode into the ``noop`` sink; each side runs untimed on a small
-input first (JVM and Python worker warm-up). The input's last two files hold one row each, a day
-later, which move the watermark past every window so that all of them are emitted. Records:
-input rows per second, aim 1.0x Spark's; details: each side's output rows (Spark's include the
-window(s) of the first late row, which its micro-batch without data closes) and the sum of
-statekit's results (its sink counts and sums them in one action) against the input's.
+delay 0 (Spark's side in append mode), into the same ``foreachBatch`` sink, which counts the
+output rows and sums their results in one action per micro-batch; each side runs untimed on a
+small input first (JVM and Python worker warm-up), then ``ROUNDS`` times, interleaved, its best
+run recorded. The input's last two files hold one row each, a
+day later, which move the watermark past every window so that all of them are emitted. Records:
+input rows per second, aim 1.0x Spark's; details: each side's output rows and the sum of its
+results, and the input's sum (Spark's side includes the window(s) of the first late row, which its
+micro-batch without data closes: one or two more windows, of count 1 or value 0).
 
     python -m benchmarks.windows [--rows 200000] [--backends heap,rocksdb,lmdb] [--json FILE]
 """
@@ -32,9 +34,9 @@ from statekit import windows
 START = T0_SECONDS - T0_SECONDS % 3600  # an hour's start, so that each key's rows fill whole windows
 ROWS_PER_KEY = 100  # 6 seconds apart: 10 one-minute windows of 10 rows per key
 SESSION_GAP = "30 minutes"
-# The element's value for the tumbling sum: a function of the row (one Python call per row); switch
-# to the column name "v" (the vectorized path) once windows.aggregate takes one.
-VALUE: str | Callable[[Any], Any] = lambda row: row["v"]
+#: each side's best of this many timed runs, interleaved: a session's first statekit query on a
+#: large input runs up to 2x slower than the next (Python workers and their imports, the JVM's code)
+ROUNDS = 2
 
 
 class TotallingQueries(Queries):
@@ -54,17 +56,24 @@ class TotallingQueries(Queries):
             return start(source, phase)
         return totalled
 
-    def counting_sink(self, emitted: dict[str, int]) -> Callable[[Any, int], None]:
+    def counting_sink(self, emitted: dict[str, int], result: str = "result") -> Callable[[Any, int], None]:
         from pyspark.sql import functions as F
 
         sums = self._sums
 
         def sink(out: Any, batch_id: int) -> None:
-            emitted[str(batch_id)], sums[str(batch_id)] = out.agg(F.count("*"), F.sum("result")).first()
+            emitted[str(batch_id)], sums[str(batch_id)] = out.agg(F.count("*"), F.sum(result)).first()
         return sink
 
+    def totalling(self, df: Any, prefix: str, phase: str, emitted: dict[str, int]) -> Any:
+        """Spark's side: the windowed aggregation ``df`` (append mode) into the same sink as
+        statekit's, counting and summing its last column per micro-batch in one action."""
+        self._sums = self.totals[f"{prefix}-{phase}"] = {}
+        return (df.writeStream.outputMode("append").option("checkpointLocation", self.checkpoint(f"{prefix}-{phase}"))
+                .foreachBatch(self.counting_sink(emitted, df.columns[-1])).trigger(availableNow=True).start())
+
     def total(self, prefix: str) -> int:
-        """The sum of ``result`` over the rows statekit's timed job ``prefix`` emitted."""
+        """The sum of the results over the rows the timed job ``prefix`` emitted."""
         return sum(s or 0 for s in self.totals[f"{prefix}-timed"].values())
 
 
@@ -115,10 +124,9 @@ def _run(queries: TotallingQueries, n_rows: int, backends: tuple[str, ...]) -> l
     keyed_schema = "k long, v long, ts timestamp"
     return (_compare(queries, "tumbling", keyed_sources, "k", keyed_schema, "built-in window",
                      lambda: windows.aggregate(windows.TumblingWindows.of("1 minute"), windows.Sum(), timestamp="ts",
-                                               value=VALUE),
+                                               value="v"),
                      lambda df: df.groupBy(F.window("ts", "1 minute"), "k").agg(F.sum("v")),
-                     n_rows, sum(i % 10 for i in range(n_rows)), backends,
-                     value="column" if isinstance(VALUE, str) else "function")
+                     n_rows, sum(i % 10 for i in range(n_rows)), backends)
             + _compare(queries, "sliding", keyed_sources, "k", keyed_schema, "built-in window",
                        lambda: windows.aggregate(windows.SlidingWindows.of("2 minutes", "1 minute"), windows.Count(),
                                                  timestamp="ts"),
@@ -142,14 +150,15 @@ def _compare(queries: TotallingQueries, what: str, sources: tuple[str, str], key
     output = f"{key} long, start timestamp, end timestamp, result long"
     sides = {f"statekit {backend}": queries.statekit(f"{what}-{backend}", backend, key, operator, schema, output,
                                                       emitted) for backend in backends}
-    sides[peer] = lambda source, phase: queries.noop(
-        builtin(queries.stream(source, schema).withWatermark("ts", "0 seconds")), f"builtin-{what}-{phase}", "append")
-    seconds, outputs = timed(sides, *sources, emitted)
+    sides[peer] = lambda source, phase: queries.totalling(
+        builtin(queries.stream(source, schema).withWatermark("ts", "0 seconds")), f"builtin-{what}", phase, emitted)
+    seconds, outputs = timed(sides, *sources, emitted, ROUNDS)
     return [record(f"{what} {n_rows} rows: statekit {backend} vs {peer}", n_rows / seconds[f"statekit {backend}"],
                    n_rows / seconds[peer], "rows/s", group="windows", aim=1.0, backend=backend, peer_api=peer,
                    rows=n_rows, seconds=seconds[f"statekit {backend}"], peer_seconds=seconds[peer],
                    windows=outputs[f"statekit {backend}"], peer_windows=outputs[peer],
-                   total=queries.total(f"{what}-{backend}"), expected_total=expected_total, **details)
+                   total=queries.total(f"{what}-{backend}"), peer_total=queries.total(f"builtin-{what}"),
+                   expected_total=expected_total, **details)
             for backend in backends]
 
 
