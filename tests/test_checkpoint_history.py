@@ -43,11 +43,14 @@ def _check_history(capsys, root: str, options: list[str], tmp_path) -> None:
     assert rows[1]["kind"] == "incremental" and rows[1]["bytes_reused"] > 0, "epoch 2 reuses epoch 1's SST files"
     assert rows[0]["restore_sources"] == {"fresh": 2} and rows[3]["restore_sources"] == {"storage": 4}
     assert all(r["state_size"] > 0 and r["duration_ms"] is not None and r["time"] for r in rows)
+    assert all(r["state_entries"] > 0 and r["live_state_bytes"] > 0 and r["timers_pending"] == 0 for r in rows)
+    assert not rows[0]["state_entries_exact"], "RocksDB estimates its keys"
     assert run_json(capsys, "checkpoints", "history", root, "--job", "history", "--last", "2",
                     *options)["checkpoints"] == rows[-2:]
     code, out, err = run(capsys, "checkpoints", "history", root, "--job", "history", *options)
     assert code == 0, err
     assert "rescale 2->4" in out and "incremental" in out and "storage x4" in out
+    assert f"~{rows[-1]['state_entries']}, ~{rows[-1]['live_state_bytes']}" in out
     plot = tmp_path / "history.png"
     assert run(capsys, "checkpoints", "history", root, "--job", "history", "--plot", str(plot), *options)[0] == 0
     assert plot.read_bytes().startswith(PNG)

@@ -382,10 +382,10 @@ class KeyedTask:
         backend = self.keyed_backend
         return [backend.create_timer_queue(name) for name in backend.state_names() if domain_of(name) is domain]
 
-    def snapshot(self, options: SnapshotOptions = SnapshotOptions()) -> PendingTaskSnapshot:
+    def snapshot(self, options: SnapshotOptions = SnapshotOptions(), measure: bool = True) -> PendingTaskSnapshot:
         """The synchronous part of the epoch's snapshot (after the function's own hook and a sweep
         of expired TTL entries, bounded by ``ttl_sweep_seconds``), its time and the sweep's count
-        recorded in ``metrics``."""
+        recorded in ``metrics``; with ``measure``, the states' sizes too (``state_sizes``)."""
         started, metrics = time.perf_counter(), self.metrics
         metrics.ttl_removed += self.keyed_backend.sweep_expired(self.ttl_sweep_seconds)
         if isinstance(self.function, CheckpointedFunction):
@@ -395,6 +395,8 @@ class KeyedTask:
         pending = PendingTaskSnapshot(self.keyed_backend.snapshot(self.checkpoint_id, options),
                                       self.operator_backend.snapshot(self.checkpoint_id), metrics, restored,
                                       options.incremental)
+        if measure:
+            metrics.record_state_sizes(self.keyed_backend.state_sizes())
         metrics.sync_snapshot_ms = elapsed_ms(started)
         return pending
 
