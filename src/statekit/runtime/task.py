@@ -384,10 +384,12 @@ class KeyedTask:
 
     def snapshot(self, options: SnapshotOptions = SnapshotOptions(), measure: bool = True) -> PendingTaskSnapshot:
         """The synchronous part of the epoch's snapshot (after the function's own hook and a sweep
-        of expired TTL entries, bounded by ``ttl_sweep_seconds``), its time and the sweep's count
-        recorded in ``metrics``; with ``measure``, the states' sizes too (``state_sizes``)."""
-        started, metrics = time.perf_counter(), self.metrics
-        metrics.ttl_removed += self.keyed_backend.sweep_expired(self.ttl_sweep_seconds)
+        of expired TTL entries, bounded by ``ttl_sweep_seconds``), its time and the expired entries
+        removed (by the sweep, and by the epoch's reads) recorded in ``metrics``; with ``measure``,
+        the states' sizes too (``state_sizes``)."""
+        started, metrics, backend = time.perf_counter(), self.metrics, self.keyed_backend
+        metrics.ttl_removed += backend.sweep_expired(self.ttl_sweep_seconds) + backend.ttl_removed_on_read
+        backend.ttl_removed_on_read = 0
         if isinstance(self.function, CheckpointedFunction):
             self.function.snapshot_state(FunctionSnapshotContext(self.checkpoint_id))
         metrics.timers_registered = self.context.time.timers_registered

@@ -183,6 +183,11 @@ class KeyedStateBackend(ABC):
         self._watermark_ms = MIN_TIMESTAMP
         self._element_time_ms: int | None = None
 
+    #: expired TTL entries that reads found and removed (cleanup on read) since the runtime last took
+    #: the count, at the epoch's snapshot, for the metrics' ``ttl_removed``; the TTL states of
+    #: ``backends.common.ttl`` count them, a backend with TTL states of its own adds its own
+    ttl_removed_on_read = 0
+
     #: whether a registered state stamps its writes with the element's event time (event-time TTL):
     #: the runtime calls ``set_element_time`` per row only while this is true, off the per-row path otherwise
     uses_element_time = False
