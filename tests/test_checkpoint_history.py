@@ -96,17 +96,22 @@ def hot_key_function() -> KeyedProcessFunction:
     return Appends()
 
 
-@pytest.mark.parametrize("backend,exact", [("heap", True), ("rocksdb-native", False)])
-def test_skew_names_a_skewed_jobs_hot_key_group(capsys, tmp_path, backend, exact):
-    root = (tmp_path / "checkpoints").as_uri()
-    state_backend = RocksDBStateBackend() if backend == "rocksdb-native" else None
+def skewed_job(root: str, native_rocksdb: bool = False) -> None:
+    """One epoch of a job whose key ``hot`` holds most of the state (heap, canonical; or RocksDB, native)."""
+    state_backend = RocksDBStateBackend() if native_rocksdb else None
     runner = LocalRunner(hot_key_function(), lambda row: row["key"], parallelism=2, max_parallelism=MAX_P,
                          job_id="skewed", state_backend=state_backend, key_types=["string"],
-                         checkpoint_format=SnapshotFormat.NATIVE if state_backend else SnapshotFormat.CANONICAL,
+                         checkpoint_format=SnapshotFormat.NATIVE if native_rocksdb else SnapshotFormat.CANONICAL,
                          storage=FileSystemCheckpointStorage(root))
     rows = [{"key": "hot", "payload": "x" * 200} for _ in range(2000)]
     rows += [{"key": f"cold-{i}", "payload": "y"} for i in range(500)]
     runner.run_epoch(rows)
+
+
+@pytest.mark.parametrize("backend,exact", [("heap", True), ("rocksdb-native", False)])
+def test_skew_names_a_skewed_jobs_hot_key_group(capsys, tmp_path, backend, exact):
+    root = (tmp_path / "checkpoints").as_uri()
+    skewed_job(root, native_rocksdb=backend == "rocksdb-native")
     hot = key_group_for_key("hot", MAX_P, ["string"])
     doc = run_json(capsys, "state", "skew", f"{root}/skewed", "--top", "3")
     assert doc["exact"] is exact
