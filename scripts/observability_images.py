@@ -27,9 +27,10 @@ def draw() -> None:
         history, skewed = (Path(work) / "history").as_uri(), (Path(work) / "skewed").as_uri()
         rescaled_incremental_job(history)
         skewed_job(skewed)
-        for command in (["checkpoints", "history", history, "--job", "history", "--plot",
-                         str(IMAGES / "checkpoint-history.png")],
-                        ["state", "skew", f"{skewed}/skewed", "--top", "5", "--plot", str(IMAGES / "key-group-skew.png")]):
+        for command in (["checkpoints", "history", history, "--job", "history",
+                         "--plot", str(IMAGES / "checkpoint-history.png")],
+                        ["state", "skew", f"{skewed}/skewed", "--top", "5",
+                         "--plot", str(IMAGES / "key-group-skew.png")]):
             if main(command) != 0:
                 raise SystemExit(f"statekit {' '.join(command[:2])} failed")
 

@@ -92,7 +92,8 @@ class TaskMetrics:
                 self.bytes_written_full += stream.size
 
     def record_state_sizes(self, sizes: Mapping[str, StateSize] | None) -> None:
-        """The backend's ``state_sizes`` after the snapshot: ``states``, and the timer states' entries as ``timers_pending``."""
+        """The backend's ``state_sizes`` after the snapshot: ``states``, and the timer states'
+        entries as ``timers_pending``."""
         if sizes is None:
             return
         self.states = {name: asdict(size) for name, size in sorted(sizes.items())}

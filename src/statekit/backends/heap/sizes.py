@@ -3,10 +3,11 @@
 Entries are counted from the key-group maps: one ``len`` per namespace of each key group for
 value, list, reducing and aggregating state (exact). Map and timer state hold several entries (user
 keys, timers) per cell: counted exactly up to ``EXACT_CELLS`` cells (a ``len`` per cell, about
-0.25 µs each), estimated beyond from the sample's entries per cell. Bytes are what the canonical format serializes (key, namespace, user key,
-value), measured on a sample of at most ``SAMPLE_CELLS`` cells (at most ``CELLS_PER_KEY_GROUP``
-from each namespace of a key group, in key-group order) and scaled to every entry: the size of the state in a
-snapshot, not its footprint in memory (Python objects take several times more).
+0.25 µs each), estimated beyond from the sample's entries per cell. Bytes are what the canonical
+format serializes (key, namespace, user key, value), measured on a sample of at most
+``SAMPLE_CELLS`` cells (at most ``CELLS_PER_KEY_GROUP`` from each namespace of a key group, in
+key-group order) and scaled to every cell: the size of the state in a snapshot, not its footprint
+in memory (Python objects take several times more).
 """
 from __future__ import annotations
 
