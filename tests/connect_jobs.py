@@ -22,6 +22,11 @@ BOOTSTRAP = [(f"k{i}", i * 10) for i in range(12)]
 BOOTSTRAP_INPUT = [(f"k{i}", i) for i in range(0, 16, 2)]
 
 
+#: the fields of statekit's metrics a streaming query's progress is checked for
+PROGRESS_FIELDS = ("checkpoint_id", "rows_in", "rows_out", "keys_touched", "keys_exact", "state_entries",
+                   "state_entries_exact", "timers_pending")
+
+
 def settings(work: Path) -> dict[str, Any]:
     """The ``spark.statekit.*`` settings of every job (without the prefix)."""
     return {"checkpoint.storage": "filesystem", "checkpoint.dir": (work / "checkpoints").as_uri(),

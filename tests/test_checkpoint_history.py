@@ -43,11 +43,14 @@ def _check_history(capsys, root: str, options: list[str], tmp_path) -> None:
     assert rows[1]["kind"] == "incremental" and rows[1]["bytes_reused"] > 0, "epoch 2 reuses epoch 1's SST files"
     assert rows[0]["restore_sources"] == {"fresh": 2} and rows[3]["restore_sources"] == {"storage": 4}
     assert all(r["state_size"] > 0 and r["duration_ms"] is not None and r["time"] for r in rows)
+    assert all(r["state_entries"] > 0 and r["live_state_bytes"] > 0 and r["timers_pending"] == 0 for r in rows)
+    assert not rows[0]["state_entries_exact"], "RocksDB estimates its keys"
     assert run_json(capsys, "checkpoints", "history", root, "--job", "history", "--last", "2",
                     *options)["checkpoints"] == rows[-2:]
     code, out, err = run(capsys, "checkpoints", "history", root, "--job", "history", *options)
     assert code == 0, err
     assert "rescale 2->4" in out and "incremental" in out and "storage x4" in out
+    assert f"~{rows[-1]['state_entries']}, ~{rows[-1]['live_state_bytes']}" in out
     plot = tmp_path / "history.png"
     assert run(capsys, "checkpoints", "history", root, "--job", "history", "--plot", str(plot), *options)[0] == 0
     assert plot.read_bytes().startswith(PNG)
@@ -93,17 +96,22 @@ def hot_key_function() -> KeyedProcessFunction:
     return Appends()
 
 
-@pytest.mark.parametrize("backend,exact", [("heap", True), ("rocksdb-native", False)])
-def test_skew_names_a_skewed_jobs_hot_key_group(capsys, tmp_path, backend, exact):
-    root = (tmp_path / "checkpoints").as_uri()
-    state_backend = RocksDBStateBackend() if backend == "rocksdb-native" else None
+def skewed_job(root: str, native_rocksdb: bool = False) -> None:
+    """One epoch of a job whose key ``hot`` holds most of the state (heap, canonical; or RocksDB, native)."""
+    state_backend = RocksDBStateBackend() if native_rocksdb else None
     runner = LocalRunner(hot_key_function(), lambda row: row["key"], parallelism=2, max_parallelism=MAX_P,
                          job_id="skewed", state_backend=state_backend, key_types=["string"],
-                         checkpoint_format=SnapshotFormat.NATIVE if state_backend else SnapshotFormat.CANONICAL,
+                         checkpoint_format=SnapshotFormat.NATIVE if native_rocksdb else SnapshotFormat.CANONICAL,
                          storage=FileSystemCheckpointStorage(root))
     rows = [{"key": "hot", "payload": "x" * 200} for _ in range(2000)]
     rows += [{"key": f"cold-{i}", "payload": "y"} for i in range(500)]
     runner.run_epoch(rows)
+
+
+@pytest.mark.parametrize("backend,exact", [("heap", True), ("rocksdb-native", False)])
+def test_skew_names_a_skewed_jobs_hot_key_group(capsys, tmp_path, backend, exact):
+    root = (tmp_path / "checkpoints").as_uri()
+    skewed_job(root, native_rocksdb=backend == "rocksdb-native")
     hot = key_group_for_key("hot", MAX_P, ["string"])
     doc = run_json(capsys, "state", "skew", f"{root}/skewed", "--top", "3")
     assert doc["exact"] is exact

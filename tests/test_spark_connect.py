@@ -174,6 +174,20 @@ def test_a_stream_into_a_function_sink(connect_work):
         history += rows
 
 
+def test_a_streams_progress_carries_statekits_metrics_on_connect(connect_work):
+    """``lastProgress`` and ``recentProgress`` of a Connect query: the metrics of each micro-batch,
+    run in the server's Python process, read back by the client from the checkpoints."""
+    progress = _result(connect_work, "first", "stream_progress")
+    history: list[tuple] = []
+    for batch, (rows, metrics) in enumerate(zip(jobs.epochs()[:2], progress, strict=True)):
+        assert metrics["batch_id"] == batch and metrics["checkpoint_id"] == batch + 1, metrics
+        assert (metrics["rows_in"], metrics["keys_touched"], metrics["keys_exact"]) == \
+            (len(rows), len({row[0] for row in rows}), True), f"micro-batch {batch}: {metrics}"
+        assert metrics["rows_out"] == len(expected_outputs(rows, history)), f"micro-batch {batch}: {metrics}"
+        history += rows
+        assert metrics["state_entries_exact"] and metrics["state_entries"] > 0 and metrics["timers_pending"] == 0
+
+
 def test_a_stream_with_event_time_fires_the_oracles_windows(connect_work):
     """Watermarks per micro-batch from the earlier ones' event times; the windows' event-time timers
     fire as the oracle's do (its processing-time timers are a minute out, past the query's run)."""

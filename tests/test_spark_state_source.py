@@ -271,9 +271,10 @@ def test_the_metadata_source_reads_history_and_key_groups_on_s3_as_the_cli_print
                for key, value in moto_s3.storage_options.items()]
     assert main(["checkpoints", "history", root, "--json", *options]) == 0
     printed = json.loads(capsys.readouterr().out)["checkpoints"]
-    assert [(r.checkpoint_id, r.parallelism, r.kind, r.state_size, r.bytes_reused, r.rows_in) for r in history] == [
-        (p["checkpoint_id"], p["parallelism"], p["kind"], p["state_size"], p["bytes_reused"], p["rows_in"])
-        for p in printed]
+    columns = ("checkpoint_id", "parallelism", "kind", "state_size", "bytes_reused", "rows_in", "state_entries",
+               "state_entries_exact", "live_state_bytes", "timers_pending")
+    assert [tuple(r[c] for c in columns) for r in history] == [tuple(p[c] for c in columns) for p in printed]
+    assert all(r.state_entries > 0 and r.live_state_bytes > 0 and r.timers_pending == 0 for r in history)
     assert [r.checkpoint_id for r in history] == [1, 2, 3, 4, 5, 6]
     assert history[3].restore_sources == {"storage": 4}
     key_groups = read().option("table", "key_groups").load(f"{root}/history").collect()

@@ -364,8 +364,8 @@ def _emit_plotted(args: argparse.Namespace, doc: dict[str, Any], figure: str, pr
 
 def _print_history(doc: dict[str, Any], out: Callable[[str], None]) -> None:
     out(f"job {doc['job_id']} ({doc['path']}): last {len(doc['checkpoints'])} checkpoints")
-    rows = [["ID", "TIME", "DURATION (MS)", "WRITTEN (BYTES)", "REUSED (BYTES)", "STATE SIZE (BYTES)", "KIND",
-             "PARALLELISM", "RESTORED FROM"]]
+    rows = [["ID", "TIME", "DURATION (MS)", "WRITTEN (BYTES)", "REUSED (BYTES)", "CHECKPOINT (BYTES)",
+             "STATE (ENTRIES, BYTES)", "TIMERS", "KIND", "PARALLELISM", "RESTORED FROM"]]
     previous = None
     for row in doc["checkpoints"]:
         sources = row["restore_sources"]
@@ -375,10 +375,18 @@ def _print_history(doc: dict[str, Any], out: Callable[[str], None]) -> None:
         previous = row["parallelism"] if row["parallelism"] is not None else previous
         rows.append([str(row["checkpoint_id"]), _dash(row["time"]), _dash(row["duration_ms"]),
                      _dash(row["bytes_written"]), _dash(row["bytes_reused"]), _dash(row["state_size"]),
-                     _dash(row["kind"]), parallelism,
+                     _live_state(row), _dash(row["timers_pending"]), _dash(row["kind"]), parallelism,
                      ", ".join(f"{k} x{v}" for k, v in sorted(sources.items())) if sources else "-"])
-    for line in _table(rows, right=(0, 2, 3, 4, 5)):
+    for line in _table(rows, right=(0, 2, 3, 4, 5, 6, 7)):
         out(line)
+    out("STATE: the backends' entries (~ where estimated) and bytes (always estimated), timers left out")
+
+
+def _live_state(row: dict[str, Any]) -> str:
+    """A history row's state in the backends: ``entries, ~bytes``, or ``-`` where unknown."""
+    if row["state_entries"] is None:
+        return "-"
+    return f"{'' if row['state_entries_exact'] else '~'}{row['state_entries']}, ~{row['live_state_bytes']}"
 
 
 #: from no bytes to the most bytes of any key group

@@ -5,6 +5,9 @@ own figures and summaries of up to ``runtime.metrics.HISTORY_LENGTH`` epochs bef
 job's lineage, so the history reaches further back than checkpoint retention keeps checkpoints.
 Checkpoints written without metrics (metrics off, or an older statekit) show their retained
 checkpoints with the figures the metadata has (time, state size, full or incremental).
+``state_size`` is the checkpoint's size in storage; ``state_entries``, ``live_state_bytes`` and
+``timers_pending`` are the backends' own figures (``KeyedStateBackend.state_sizes``), None where
+the backend does not say or the epoch was recorded before they were.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from statekit.runtime.metrics import METRICS_PROPERTY, EpochMetrics
 
 #: the columns of a history row (``checkpoints history --json``)
 COLUMNS = ("checkpoint_id", "time", "duration_ms", "bytes_written", "bytes_written_full", "bytes_written_incremental",
-           "bytes_reused", "state_size", "kind", "parallelism", "restore_sources", "rows_in", "rows_out")
+           "bytes_reused", "state_size", "kind", "parallelism", "restore_sources", "rows_in", "rows_out",
+           "state_entries", "state_entries_exact", "live_state_bytes", "timers_pending")
 
 
 def checkpoint_history(url: str, job_id: str | None = None, last: int = 20,
@@ -60,7 +64,9 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
             "bytes_reused": entry.get("bytes_reused"), "state_size": entry.get("state_bytes"),
             "kind": entry.get("kind"), "parallelism": entry.get("parallelism"),
             "restore_sources": entry.get("restore_sources"), "rows_in": entry.get("rows_in"),
-            "rows_out": entry.get("rows_out")}
+            "rows_out": entry.get("rows_out"), "state_entries": entry.get("state_entries"),
+            "state_entries_exact": entry.get("state_entries_exact"), "live_state_bytes": entry.get("live_state_bytes"),
+            "timers_pending": entry.get("timers_pending")}
 
 
 def _row_without_metrics(entry: dict[str, Any]) -> dict[str, Any]:

@@ -21,12 +21,16 @@ def _pyplot() -> Any:
 
 
 def history_figure(doc: dict[str, Any]) -> Any:
-    """Sizes (state size, bytes written, full or incremental) and durations per checkpoint, rescales marked."""
+    """Sizes (the checkpoint's, the state's in the backends, bytes written full or incremental) and
+    durations per checkpoint, rescales marked."""
     plt = _pyplot()
     rows = doc["checkpoints"]
     ids = [row["checkpoint_id"] for row in rows]
     figure, (sizes, durations) = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
-    sizes.plot(ids, [row["state_size"] or 0 for row in rows], marker="o", color="black", label="state size")
+    sizes.plot(ids, [row["state_size"] or 0 for row in rows], marker="o", color="black", label="checkpoint size")
+    if any(row.get("live_state_bytes") is not None for row in rows):
+        sizes.plot(ids, [row.get("live_state_bytes") or 0 for row in rows], marker=".", linestyle="--", color="gray",
+                   label="state in the backends (estimated)")
     for kind, color in (("full", "tab:blue"), ("incremental", "tab:orange")):
         chosen = [row for row in rows if row["kind"] == kind]
         sizes.bar([row["checkpoint_id"] for row in chosen], [row["bytes_written"] or 0 for row in chosen],

@@ -62,6 +62,11 @@ class Steps:
         return outputs
 
     def stream(self, job: str, source: Path, sink, **extra):
+        """Run a query to its end; the id of its last micro-batch."""
+        query = self.finished_query(job, source, sink, **extra)
+        return query.lastProgress["batchId"] if query.lastProgress else None
+
+    def finished_query(self, job: str, source: Path, sink, **extra):
         stream = self.spark.readStream.schema(extra.pop("schema", SCHEMA)).option("maxFilesPerTrigger", 1).json(
             str(source))
         query = process_keyed_stream(stream, "key", extra.pop("function", WorkloadFunction()),
@@ -71,7 +76,7 @@ class Steps:
         query.awaitTermination(600)
         if query.exception() is not None:
             raise RuntimeError(f"the query failed: {query.exception()}")
-        return query.lastProgress["batchId"] if query.lastProgress else None
+        return query
 
 
 def first(steps: Steps) -> None:
@@ -144,6 +149,12 @@ def first(steps: Steps) -> None:
     steps.run("stream_function", lambda: steps.stream(
         "stream-function", work / "function" / "source",
         lambda out, batch_id: out.withColumn("batch", F.lit(batch_id)).write.mode("append").parquet(function_output)))
+
+    def stream_progress():  # statekit's metrics in the progress of each micro-batch the query ran
+        query = steps.finished_query("stream-progress", work / "function" / "source", lambda out, batch_id: None)
+        return [{"batch_id": p.batchId, **{name: p.observedMetrics["statekit"][name] for name in jobs.PROGRESS_FIELDS}}
+                for p in query.recentProgress if "addBatch" in p.durationMs]
+    steps.run("stream_progress", stream_progress)
     write_micro_batches(work / "timed", jobs.timed_epochs(), columns=("key", "ts"))
     timed_output = str(work / "timed-output")
     steps.run("stream_event_time", lambda: steps.stream(

@@ -8,7 +8,9 @@ every listener.
 
 Exact or estimated: every count is exact; ``keys_touched`` is exact where ``keys_exact`` says
 so (a subtask whose input came in several batches counts a key once per batch it is in);
-``state_bytes`` is the size of the subtask's snapshot in checkpoint storage (exact).
+``state_bytes`` is the size of the subtask's snapshot in checkpoint storage (exact). The states'
+sizes in the backend (``states``, from ``KeyedStateBackend.state_sizes``) say themselves whether
+their entries are exact and how their bytes were estimated; None where the backend does not say.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from statekit.checkpoint.metadata import SubtaskState
+from statekit.runtime.timers import domain_of
+from statekit.spi.backend import StateSize
 from statekit.spi.errors import ConfigurationError
 from statekit.spi.handles import StateHandle
 
@@ -31,7 +35,8 @@ LOGGER_NAME = "statekit.metrics"
 HISTORY_LENGTH = 100
 #: the fields of an epoch's summary in the history
 HISTORY_FIELDS = ("timestamp", "duration_ms", "state_bytes", "bytes_written_full", "bytes_written_incremental",
-                  "bytes_reused", "kind", "parallelism", "restore_sources", "rows_in", "rows_out")
+                  "bytes_reused", "kind", "parallelism", "restore_sources", "rows_in", "rows_out", "state_entries",
+                  "state_entries_exact", "live_state_bytes", "timers_pending")
 
 _log = logging.getLogger(LOGGER_NAME)
 
@@ -59,6 +64,10 @@ class TaskMetrics:
     bytes_written_incremental: int = 0
     bytes_reused: int = 0
     sink_pre_commit_ms: float | None = None
+    #: per state, its ``StateSize`` as a dict (timer states included); None: the backend does not say
+    states: dict[str, dict[str, Any]] | None = None
+    #: timers registered and not fired yet (the entries of the timer states); None: unknown
+    timers_pending: int | None = None
 
     def count_input(self, rows: int, keys: int) -> None:
         """A batch of ``rows`` rows of ``keys`` keys; a second batch makes ``keys_touched`` an upper bound."""
@@ -81,6 +90,14 @@ class TaskMetrics:
                 self.bytes_written_incremental += stream.size
             else:
                 self.bytes_written_full += stream.size
+
+    def record_state_sizes(self, sizes: Mapping[str, StateSize] | None) -> None:
+        """The backend's ``state_sizes`` after the snapshot: ``states``, and the timer states'
+        entries as ``timers_pending``."""
+        if sizes is None:
+            return
+        self.states = {name: asdict(size) for name, size in sorted(sizes.items())}
+        self.timers_pending = sum(size.entries for name, size in sizes.items() if domain_of(name) is not None)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,6 +161,7 @@ class EpochMetrics:
         total["duration_ms"] = duration_ms
         total["timestamp"] = time.time()
         total["kind"] = "incremental" if total["bytes_written_incremental"] or total["bytes_reused"] else "full"
+        total.update(_summed_states(subtasks))
         return cls(job_id, operator_id, checkpoint_id, list(subtasks), total)
 
     def continue_history(self, restored: Mapping[str, Any] | None) -> None:
@@ -177,6 +195,29 @@ class EpochMetrics:
         """The totals with the epoch's identity and ``sink_commit_ms``: one record (the log line's)."""
         return {"job_id": self.job_id, "operator_id": self.operator_id, "checkpoint_id": self.checkpoint_id,
                 "metrics_version": self.version, **self.total, "sink_commit_ms": self.sink_commit_ms}
+
+
+def _summed_states(subtasks: Sequence[TaskMetrics]) -> dict[str, Any]:
+    """``states`` summed over the subtasks (a state's entries are exact where every subtask's are, its
+    bytes' basis is theirs), and the totals of the states other than timers: ``state_entries``
+    (``state_entries_exact``) and ``live_state_bytes``; ``timers_pending``. All None unless every
+    subtask's backend said."""
+    if not subtasks or any(s.states is None for s in subtasks):
+        return dict.fromkeys(("states", "state_entries", "state_entries_exact", "live_state_bytes", "timers_pending"))
+    states: dict[str, dict[str, Any]] = {}
+    for subtask in subtasks:
+        for name, size in (subtask.states or {}).items():
+            summed = states.setdefault(name, {"entries": 0, "bytes": 0, "entries_exact": True, "bytes_basis": ""})
+            summed["entries"] += size["entries"]
+            summed["bytes"] += size["bytes"]
+            summed["entries_exact"] = summed["entries_exact"] and size["entries_exact"]
+            bases = {*filter(None, summed["bytes_basis"].split(",")), size["bytes_basis"]}
+            summed["bytes_basis"] = ",".join(sorted(bases))
+    kept = [size for name, size in states.items() if domain_of(name) is None]
+    return {"states": dict(sorted(states.items())), "state_entries": sum(size["entries"] for size in kept),
+            "state_entries_exact": all(size["entries_exact"] for size in kept),
+            "live_state_bytes": sum(size["bytes"] for size in kept),
+            "timers_pending": sum(s.timers_pending or 0 for s in subtasks)}
 
 
 #: a listener gets each committed epoch's metrics

@@ -94,6 +94,6 @@ def convert_subtask(source: CheckpointMetadata, operator: OperatorState, index: 
     task.begin_epoch(recorded if isinstance(recorded, int) else wall_clock_ms(), ttl_sweep_seconds=0.0,
                      watermark_ms=watermark if isinstance(watermark, int) else MIN_TIMESTAMP)
     try:
-        return task.snapshot(SAVEPOINT).write(streams_for(subtask.name))
+        return task.snapshot(SAVEPOINT, measure=False).write(streams_for(subtask.name))  # no epoch: no metrics
     finally:
         task.close()

@@ -5,6 +5,7 @@ Both the local runner and the Spark executor code drive this class.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 import types
@@ -20,6 +21,7 @@ from statekit.runtime.function import (
 from statekit.runtime.grouped_rows import GroupedRows, output_columns
 from statekit.runtime.metrics import TaskMetrics, elapsed_ms
 from statekit.runtime.timers import domain_of
+from statekit.progress import ProgressStreams, progress
 from statekit.serializers import resolve
 from statekit.spi.backend import (
     KeyedBackendParams, KeyedStateBackend, OperatorBackendParams, OperatorStateBackend, PendingSnapshot,
@@ -43,6 +45,8 @@ _ROW_ITERABLES = frozenset({types.GeneratorType, list, tuple})
 _NOT_ROWS = (str, bytes, bytearray, memoryview, Mapping)
 
 
+#: a subtask restoring at least this many bytes shows a progress bar (on a terminal)
+LARGE_RESTORE_BYTES = 64 << 20
 #: the default time a subtask spends removing expired TTL entries per epoch
 DEFAULT_TTL_SWEEP_SECONDS = 0.2
 #: the checkpoint property that records the epoch's processing time (epoch milliseconds)
@@ -73,6 +77,24 @@ def checked_rows(produced: Any, function: Any, method: str, key: Any) -> Iterato
         f"{type(function).__name__}.{method} returned {type(produced).__name__} {short_repr(produced)} for key "
         f"{short_repr(key)}: {problem}. Return None, or an iterable of rows (a list, or yield each row): e.g. "
         f"`return [row]` or `yield row`, where a row is a tuple or a dict matching the output schema")
+
+
+@contextlib.contextmanager
+def _restore_progress(subtask: SubtaskInfo, restore: TaskRestore | None,
+                      keyed_too: bool) -> Iterator[CheckpointStreams | None]:
+    """The streams a subtask restores from: with a bar (``statekit.progress``) advanced by the
+    bytes read when its state is at least ``LARGE_RESTORE_BYTES`` (the keyed state's only where
+    ``keyed_too``: else it is there already)."""
+    if restore is None:
+        yield None
+        return
+    handles = [*(restore.keyed if keyed_too else ()), *(h for h in restore.operator if h is not None)]
+    total = sum(handle.state_size for handle in handles)
+    if total < LARGE_RESTORE_BYTES:
+        yield restore.streams
+        return
+    with progress(f"restoring {subtask.name} from checkpoint {restore.checkpoint_id}", total) as advance:
+        yield ProgressStreams(restore.streams, advance)
 
 
 def _poll_first(queues: list[TimerQueue], up_to: int) -> Timer | None:
@@ -193,20 +215,20 @@ class KeyedTask:
         started = time.perf_counter()
         if key_serializer is None and restore is not None:
             key_serializer = restored_key_serializer(restore.keyed)
-        keyed = keyed_backend or state_backend.create_keyed_backend(KeyedBackendParams(
-            subtask=subtask, key_serializer=resolve(key_serializer),
-            restore_handles=tuple(restore.keyed) if restore else (),
-            restore_streams=restore.streams if restore else None,
-            local_dir=local_dir, share_restored_files=restore.share_files if restore else True,
-            working_dir=working_dir, resume_local_state=resume_local_state,
-            key_groups_of=restore.key_groups_of if restore else None))
-        try:
-            operator = state_backend.create_operator_backend(OperatorBackendParams(
-                subtask=subtask, restore_handles=tuple(restore.operator) if restore else (),
-                restore_streams=restore.streams if restore else None))
-        except BaseException:
-            keyed.dispose()
-            raise
+        with _restore_progress(subtask, restore, keyed_backend is None and not resume_local_state) as streams:
+            keyed = keyed_backend or state_backend.create_keyed_backend(KeyedBackendParams(
+                subtask=subtask, key_serializer=resolve(key_serializer),
+                restore_handles=tuple(restore.keyed) if restore else (), restore_streams=streams,
+                local_dir=local_dir, share_restored_files=restore.share_files if restore else True,
+                working_dir=working_dir, resume_local_state=resume_local_state,
+                key_groups_of=restore.key_groups_of if restore else None))
+            try:
+                operator = state_backend.create_operator_backend(OperatorBackendParams(
+                    subtask=subtask, restore_handles=tuple(restore.operator) if restore else (),
+                    restore_streams=streams))
+            except BaseException:
+                keyed.dispose()
+                raise
         task = cls(function, subtask, checkpoint_id, keyed, operator, restore)
         task.metrics.restore_ms = elapsed_ms(started)
         return task
@@ -383,12 +405,14 @@ class KeyedTask:
         backend = self.keyed_backend
         return [backend.create_timer_queue(name) for name in backend.state_names() if domain_of(name) is domain]
 
-    def snapshot(self, options: SnapshotOptions = SnapshotOptions()) -> PendingTaskSnapshot:
+    def snapshot(self, options: SnapshotOptions = SnapshotOptions(), measure: bool = True) -> PendingTaskSnapshot:
         """The synchronous part of the epoch's snapshot (after the function's own hook and a sweep
-        of expired TTL entries, bounded by ``ttl_sweep_seconds``), its time and the sweep's count
-        recorded in ``metrics``."""
-        started, metrics = time.perf_counter(), self.metrics
-        metrics.ttl_removed += self.keyed_backend.sweep_expired(self.ttl_sweep_seconds)
+        of expired TTL entries, bounded by ``ttl_sweep_seconds``), its time and the expired entries
+        removed (by the sweep, and by the epoch's reads) recorded in ``metrics``; with ``measure``,
+        the states' sizes too (``state_sizes``)."""
+        started, metrics, backend = time.perf_counter(), self.metrics, self.keyed_backend
+        metrics.ttl_removed += backend.sweep_expired(self.ttl_sweep_seconds) + backend.ttl_removed_on_read
+        backend.ttl_removed_on_read = 0
         if isinstance(self.function, CheckpointedFunction):
             self.function.snapshot_state(FunctionSnapshotContext(self.checkpoint_id))
         metrics.timers_registered = self.context.time.timers_registered
@@ -396,6 +420,8 @@ class KeyedTask:
         pending = PendingTaskSnapshot(self.keyed_backend.snapshot(self.checkpoint_id, options),
                                       self.operator_backend.snapshot(self.checkpoint_id), metrics, restored,
                                       options.incremental)
+        if measure:
+            metrics.record_state_sizes(self.keyed_backend.state_sizes())
         metrics.sync_snapshot_ms = elapsed_ms(started)
         return pending
 

@@ -42,7 +42,8 @@ SCHEMA = ("path string, checkpoint_id bigint, savepoint boolean, time timestamp,
 HISTORY_SCHEMA = ("job_id string, checkpoint_id bigint, time timestamp, duration_ms double, bytes_written bigint, "
                   "bytes_written_full bigint, bytes_written_incremental bigint, bytes_reused bigint, "
                   "state_size bigint, kind string, parallelism int, restore_sources map<string,int>, "
-                  "rows_in bigint, rows_out bigint")
+                  "rows_in bigint, rows_out bigint, state_entries bigint, state_entries_exact boolean, "
+                  "live_state_bytes bigint, timers_pending bigint")
 KEY_GROUPS_SCHEMA = ("path string, checkpoint_id bigint, operator_id string, key_group int, subtask int, "
                      "bytes bigint, exact boolean")
 
@@ -93,7 +94,8 @@ def history_rows(job_path: str, storage_options: dict[str, Any]) -> Iterator[tup
         time = datetime.fromisoformat(row["time"]) if row["time"] else None
         yield (doc["job_id"], row["checkpoint_id"], time, row["duration_ms"], row["bytes_written"],
                row["bytes_written_full"], row["bytes_written_incremental"], row["bytes_reused"], row["state_size"],
-               row["kind"], row["parallelism"], row["restore_sources"], row["rows_in"], row["rows_out"])
+               row["kind"], row["parallelism"], row["restore_sources"], row["rows_in"], row["rows_out"],
+               row["state_entries"], row["state_entries_exact"], row["live_state_bytes"], row["timers_pending"])
 
 
 def key_group_rows(path: str, storage_options: dict[str, Any]) -> Iterator[tuple[Any, ...]]:

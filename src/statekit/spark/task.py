@@ -219,9 +219,10 @@ def _run_subtask(spec: SubtaskSpec, subtask_index: int, batches: Iterator[pa.Rec
         if not checked and outputs:  # before the snapshot: the first output came from timers
             check_first_rows(outputs, spec.output_schema, spec.function)
         if spec.savepoint is not None:
-            pending, streams = task.snapshot(SAVEPOINT), spec.savepoint.streams
+            pending, streams = task.snapshot(SAVEPOINT, spec.metrics), spec.savepoint.streams
         else:
-            pending = task.snapshot(SnapshotOptions(incremental=spec.incremental, format=spec.checkpoint_format))
+            pending = task.snapshot(SnapshotOptions(incremental=spec.incremental, format=spec.checkpoint_format),
+                                    spec.metrics)
             streams = access.streams(spec.checkpoint_id, subtask.name)
         # a thread only where work is left to overlap with the upload (output, a sink's pre-commit):
         # starting one costs milliseconds on a busy executor, more than it saves when there is none

@@ -7,7 +7,7 @@ needs pyarrow, so importing it here would make ``import statekit.spi`` heavy).
 """
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, KeyedStateBackend, OperatorBackendParams,
-    OperatorStateBackend, PendingSnapshot, SnapshotFormat, SnapshotOptions, SnapshotType, StateBackend,
+    OperatorStateBackend, PendingSnapshot, SnapshotFormat, SnapshotOptions, SnapshotType, StateBackend, StateSize,
     SubtaskInfo, released_snapshot,
 )
 from statekit.spi.bulk_state import (

@@ -53,6 +53,22 @@ class Capabilities:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+@dataclass(frozen=True)
+class StateSize:
+    """The size of one keyed state in a backend (``KeyedStateBackend.state_sizes``).
+
+    ``entries``: cells of value, list, reducing and aggregating state (one per key and namespace),
+    entries of map state (one per user key), timers of timer state; expired TTL entries not yet
+    removed count. ``bytes``: never exact; ``bytes_basis`` names how the backend measured them."""
+
+    entries: int
+    bytes: int
+    #: whether ``entries`` is exact (else the store's estimate)
+    entries_exact: bool
+    #: how ``bytes`` were measured, in the backend's word (e.g. "sampled", "pages", "rocksdb-estimate")
+    bytes_basis: str
+
+
 class SnapshotType(str, enum.Enum):
     CHECKPOINT = "checkpoint"
     SAVEPOINT = "savepoint"  # always the canonical format, self-contained
@@ -166,6 +182,11 @@ class KeyedStateBackend(ABC):
         self._processing_time_ms: int | None = None
         self._watermark_ms = MIN_TIMESTAMP
         self._element_time_ms: int | None = None
+
+    #: expired TTL entries that reads found and removed (cleanup on read) since the runtime last took
+    #: the count, at the epoch's snapshot, for the metrics' ``ttl_removed``; the TTL states of
+    #: ``backends.common.ttl`` count them, a backend with TTL states of its own adds its own
+    ttl_removed_on_read = 0
 
     #: whether a registered state stamps its writes with the element's event time (event-time TTL):
     #: the runtime calls ``set_element_time`` per row only while this is true, off the per-row path otherwise
@@ -283,6 +304,13 @@ class KeyedStateBackend(ABC):
         continuing where the previous sweep stopped; return how many were removed. The runtime
         calls it after each epoch's records. A backend that declares ``ttl`` implements it."""
         return 0
+
+    def state_sizes(self) -> dict[str, StateSize] | None:
+        """Each state's size now (``StateSize``), by state name, timer states included. The runtime
+        asks once per snapshot, after its synchronous part, for the epoch's metrics: it must cost
+        little (no scan of the whole state). None (this default): the backend does not say, and
+        the metrics give the states' sizes as unknown."""
+        return None
 
     @abstractmethod
     def dispose(self) -> None:

@@ -7,6 +7,7 @@ The RocksDB and LMDB backends are built on it, and so can a plugin's.
 from __future__ import annotations
 
 from abc import abstractmethod
+from dataclasses import replace
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -37,7 +38,7 @@ from statekit.backends.common.migration import DROPPED, Migration
 from statekit.backends.common.namespaces import encode_namespace
 from statekit.backends.common.registration import RegisteredState, default_value
 from statekit.backends.common.ttl import timestamp_of
-from statekit.spi.backend import KeyedBackendParams, PendingSnapshot, released_snapshot
+from statekit.spi.backend import KeyedBackendParams, PendingSnapshot, StateSize, released_snapshot
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError, StateAccessError
 from statekit.spi.handles import KeyGroupsStateHandle, StateHandle, StateMetaInfo
@@ -99,6 +100,27 @@ class KVKeyedStateBackend(AbstractKeyedStateBackend):
     @abstractmethod
     def _view(self) -> KVView:
         """A consistent view of all tables (the synchronous part of a full snapshot)."""
+
+    #: how ``_table_sizes`` measures bytes (``StateSize.bytes_basis``)
+    bytes_basis = "unknown"
+
+    def _table_sizes(self) -> dict[str, StateSize] | None:
+        """The size of each table the store holds, by table name, as ``StateSize``; None (this
+        default): the store does not say, nor does ``state_sizes``."""
+        return None
+
+    def state_sizes(self) -> dict[str, StateSize] | None:
+        """Each registered state's table's size (``_table_sizes``); a timer state's bytes include
+        its index table's (``<state>/by-time``)."""
+        tables = self._table_sizes()
+        if tables is None:
+            return None
+        sizes = {}
+        for name in self.state_names():
+            size = tables.get(name, StateSize(0, 0, True, self.bytes_basis))
+            index = tables.get(index_table_name(name))
+            sizes[name] = size if index is None else replace(size, bytes=size.bytes + index.bytes)
+        return sizes
 
     # --- current key
     def set_current_key(self, key: Any, key_group: int) -> None:

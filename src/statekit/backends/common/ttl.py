@@ -216,24 +216,32 @@ def ttl_state(descriptor: StateDescriptor, create: Callable[[StateDescriptor], S
     a function that gives the processing time (processing-time TTL only)."""
     config = descriptor.ttl
     assert config is not None
-    clocks = TtlClocks.of(config, time) if isinstance(time, KeyedStateBackend) else TtlClocks(time, time)
+    backend = time if isinstance(time, KeyedStateBackend) else None
+    clocks = TtlClocks.of(config, backend) if backend is not None else TtlClocks(time, time)  # type: ignore[arg-type]
     inner = create(inner_descriptor(descriptor, clocks))
     kind = descriptor.kind
+    state: _TtlState
     if kind is StateKind.VALUE:
-        return TtlValueState(inner, config, clocks, getattr(descriptor, "default", None))
-    if kind is StateKind.LIST:
-        return TtlListState(inner, config, clocks)
-    if kind is StateKind.MAP:
-        return TtlMapState(inner, config, clocks)
-    if kind is StateKind.REDUCING:
-        return TtlReducingState(inner, config, clocks)
-    return TtlAggregatingState(inner, config, clocks, descriptor.aggregate_function)  # type: ignore[attr-defined]
+        state = TtlValueState(inner, config, clocks, getattr(descriptor, "default", None))
+    elif kind is StateKind.LIST:
+        state = TtlListState(inner, config, clocks)
+    elif kind is StateKind.MAP:
+        state = TtlMapState(inner, config, clocks)
+    elif kind is StateKind.REDUCING:
+        state = TtlReducingState(inner, config, clocks)
+    else:
+        state = TtlAggregatingState(inner, config, clocks, descriptor.aggregate_function)  # type: ignore[attr-defined]
+    state.backend = backend
+    return state  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------- the states users see
 
 
 class _TtlState:
+    #: where entries that a read found expired and removed are counted (``KeyedStateBackend.ttl_removed_on_read``)
+    backend: KeyedStateBackend | None = None
+
     def __init__(self, inner: Any, config: StateTtlConfig, clocks: TtlClocks) -> None:
         self.inner = inner
         self.ttl_ms = config.ttl_ms
@@ -250,6 +258,11 @@ class _TtlState:
     def _alive(self, timestamp: int, now: int) -> bool:
         return timestamp + self.ttl_ms > now
 
+    def _removed(self, entries: int) -> None:
+        """A read removed ``entries`` expired entries (Flink's cleanup on read)."""
+        if self.backend is not None:
+            self.backend.ttl_removed_on_read += entries
+
 
 class TtlValueState(_TtlState, ValueState):
     def __init__(self, inner: ValueState, config: StateTtlConfig, clocks: TtlClocks, default: Any) -> None:
@@ -264,6 +277,7 @@ class TtlValueState(_TtlState, ValueState):
         now = self.now()
         if not self._alive(timestamp, now):
             self.inner.clear()
+            self._removed(1)
             return value if self.return_expired else copy.deepcopy(self.default)
         if self.refresh_on_read:
             self.inner.update((self.written(), value))
@@ -288,6 +302,8 @@ class TtlListState(_TtlState, ListState):
             self.inner.update([(written, value) for _, value in alive])
         elif len(alive) != len(held):
             self.inner.update(alive)
+        if len(alive) != len(held):  # removed by either update
+            self._removed(len(held) - len(alive))
         return [value for _, value in (held if self.return_expired else alive)]
 
     def add(self, value: Any) -> None:
@@ -336,6 +352,7 @@ class TtlMapState(_TtlState, MapState):
         timestamp, value = held
         if not self._alive(timestamp, now):
             self.inner.remove(user_key)
+            self._removed(1)
             return (True, value) if self.return_expired else (False, None)
         if self.refresh_on_read:
             self.inner.put(user_key, (self.written(), value))
@@ -353,6 +370,7 @@ class _TtlAppending(_TtlState):
         now = self.now()
         if not self._alive(held[0], now):
             self.inner.clear()
+            self._removed(1)
             return held if self.return_expired else None
         if self.refresh_on_read:
             self._rewrite((self.written(), held[1]))

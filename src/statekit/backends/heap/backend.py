@@ -22,6 +22,7 @@ from statekit.backends.heap.bulk import (
 from statekit.backends.heap.native_snapshot import NativeHeapSnapshot, NativeHeapStateHandle
 from statekit.backends.heap.native_snapshot import restore as restore_native
 from statekit.backends.heap.options import OPTIONS
+from statekit.backends.heap.sizes import state_size
 from statekit.backends.heap.snapshot_columns import StateColumns, key_group_runs
 from statekit.backends.heap.state_table import KeyGroupMap, SharedTables, SharedTablesSnapshot, StateTable
 from statekit.backends.heap.states import (
@@ -30,7 +31,7 @@ from statekit.backends.heap.states import (
 from statekit.backends.heap.timers import HeapTimerQueue
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot, SnapshotFormat,
-    SnapshotOptions, SnapshotType, StateBackend,
+    SnapshotOptions, SnapshotType, StateBackend, StateSize,
 )
 from statekit.spi.descriptors import StateDescriptor, StateKind
 from statekit.spi.errors import RestoreError
@@ -174,6 +175,10 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
     def _changelog_snapshot(self, checkpoint_id: int, changed: list[set[Any]] | None) -> PendingSnapshot:
         return _HeapPendingSnapshot(self, self._share_tables(empty_too=True), checkpoint_id, incremental=True,
                                     changed=changed)
+
+    def state_sizes(self) -> dict[str, StateSize]:
+        """Exact entries, bytes sampled (``sizes.py``)."""
+        return {name: state_size(table, self.key_bytes) for name, table in sorted(self._tables.items())}
 
     def dispose(self) -> None:
         for table in self._tables.values():

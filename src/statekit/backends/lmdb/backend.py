@@ -97,7 +97,7 @@ from statekit.backends.lmdb.store import ENV_DIR, LMDBStore
 from statekit.backends.lmdb.table import LMDBTable
 from statekit.spi.backend import (
     Capabilities, KeyedBackendParams, OperatorBackendParams, OperatorStateBackend, PendingSnapshot, SnapshotFormat,
-    SnapshotOptions, SnapshotType, StateBackend,
+    SnapshotOptions, SnapshotType, StateBackend, StateSize,
 )
 from statekit.spi.errors import RestoreError, StatekitError
 from statekit.spi.handles import KeyGroupsStateHandle
@@ -201,6 +201,16 @@ class LMDBKeyedStateBackend(KVKeyedStateBackend):
         if table is None:
             table = self._tables[name] = self.store.table(name)
         return table
+
+    #: the pages of each named database's B+tree (branch, leaf and overflow) times the page size:
+    #: what the state occupies in the environment's file, free space in its pages included
+    bytes_basis = "pages"
+
+    def _table_sizes(self) -> dict[str, StateSize]:
+        page_size = self.store.page_size()
+        return {name: StateSize(stat["entries"], (stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"])
+                                * page_size, True, self.bytes_basis)
+                for name, stat in self.store.table_stats().items()}
 
     def _view(self) -> LMDBView:
         return LMDBView(self.store.open_snapshot())

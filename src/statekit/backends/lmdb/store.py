@@ -146,6 +146,17 @@ class LMDBStore:
             table.drop_cursor()
         return txn
 
+    def table_stats(self) -> dict[str, dict[str, int]]:
+        """LMDB's ``stat`` of each named database as of now, the open write transaction's writes
+        (and what the tables hold back) included."""
+        self._check_usable()
+        for table in self._tables.values():
+            table.flush()  # into the write transaction, begun if none is open
+        if self.txn is not None:
+            return {name: self.txn.stat(db) for name, db in self._dbs.items()}
+        with self.env.begin() as txn:
+            return {name: txn.stat(db) for name, db in self._dbs.items()}
+
     # --- the write transaction
     def begin(self) -> Any:
         self._check_usable()
@@ -243,11 +254,12 @@ class LMDBStore:
         if self._snapshots:
             return
         info = self.env.info()
-        used = (info["last_pgno"] + 1) * self._page_size()
+        used = (info["last_pgno"] + 1) * self.page_size()
         if used * 2 > self.map_size:
             self._grow()
 
-    def _page_size(self) -> int:
+    def page_size(self) -> int:
+        """The environment's page size in bytes."""
         size = getattr(self, "_psize", None)
         if size is None:
             size = self._psize = self.env.stat()["psize"]

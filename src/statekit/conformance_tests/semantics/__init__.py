@@ -20,6 +20,7 @@ from statekit.conformance_tests.semantics.list import ListStateSemantics
 from statekit.conformance_tests.semantics.map import MapStateSemantics
 from statekit.conformance_tests.semantics.namespaces import NamespaceEquality
 from statekit.conformance_tests.semantics.reducing import ReducingStateSemantics
+from statekit.conformance_tests.semantics.sizes import StateSizeSemantics
 from statekit.conformance_tests.semantics.ttl import TtlSemantics
 from statekit.conformance_tests.semantics.value import ValueStateSemantics
 
@@ -27,10 +28,11 @@ from statekit.conformance_tests.semantics.value import ValueStateSemantics
 class StateSemantics(ValueStateSemantics, ListStateSemantics, MapStateSemantics,
                      ReducingStateSemantics, AggregatingStateSemantics, KeyIterationSemantics,
                      ValueCopySemantics, MapUserKeyEquality, NamespaceEquality, TtlSemantics, BulkStateSemantics,
-                     InstantKeySemantics):
+                     InstantKeySemantics, StateSizeSemantics):
     """Every state-semantics mixin: subclass this one class and override ``state_backend``."""
 
 
 __all__ = ["AggregatingStateSemantics", "BulkStateSemantics", "InstantKeySemantics", "KeyIterationSemantics",
            "ListStateSemantics", "MapStateSemantics", "MapUserKeyEquality", "NamespaceEquality",
-           "ReducingStateSemantics", "StateSemantics", "TtlSemantics", "ValueCopySemantics", "ValueStateSemantics"]
+           "ReducingStateSemantics", "StateSemantics", "StateSizeSemantics", "TtlSemantics", "ValueCopySemantics",
+           "ValueStateSemantics"]
