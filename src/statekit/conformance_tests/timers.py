@@ -5,7 +5,8 @@ snapshots and savepoints), rescaling (each key group's timers go with it), a bac
 heap savepoint's timers fire in the backend under test, and its savepoint's in the heap), and
 jobs on the local runner: event-time windows and processing-time timers against a plain-Python
 oracle across restarts, a rescale 4 -> 3 -> 8, a backend switch through a savepoint with pending
-timers, and a replayed epoch that fires the same timers.
+timers, a replayed epoch that fires the same timers, and ``statekit.windows`` taking batches as it
+takes rows.
 """
 from __future__ import annotations
 
@@ -127,6 +128,27 @@ class TimerTests(BackendTestBase):
             queue.remove(timestamp, namespace)
             queue.remove(timestamp + 10 ** 6, namespace)  # absent: nothing happens
         assert drain(queue) == firing_order(set(timers) - removed)
+
+    def test_adds_removes_and_polls_interleaved_fire_in_order(self, keyed_backend):
+        """Many timers per key (a queue that reads ahead must keep what it read exact): rounds of
+        registering, deleting and firing up to a moving bound, against the set of live timers."""
+        rng = random.Random(7)
+        queue = self.queue(keyed_backend)
+        live: set[Planned] = set()
+        bound = -100
+        for round_number in range(12):
+            added = plan(400, seed=100 + round_number, n_keys=6)
+            register(keyed_backend, queue, [(t + bound + 50, key, ns) for t, key, ns in added])
+            live |= {(t + bound + 50, key, ns) for t, key, ns in added}
+            for timestamp, key, namespace in rng.sample(sorted(live, key=repr), len(live) // 4):
+                set_key(keyed_backend, key)
+                queue.remove(timestamp, namespace)
+                live.discard((timestamp, key, namespace))
+            bound += rng.randrange(50, 400)
+            due = firing_order({t for t in live if t[0] <= bound})
+            assert drain(queue, bound) == due, f"round {round_number}: the timers due at {bound} in order"
+            live -= set(due)
+        assert drain(queue) == firing_order(live)
 
     def test_deleting_the_earliest_timer_moves_the_head(self, keyed_backend):
         queue = self.queue(keyed_backend)
@@ -329,6 +351,38 @@ class TimerTests(BackendTestBase):
                              f"(parallelism {runner.parallelism})")
         assert any(out and out[0] == "window" for epoch in expected for out in epoch)
         assert any(out and out[0] == "idle" for epoch in expected for out in epoch)
+
+    @pytest.mark.parametrize("assigner", ["tumbling", "sliding", "session"])
+    def test_the_window_operator_takes_batches_as_it_takes_rows(self, state_backend, checkpoint_storage, tmp_path,
+                                                               assigner):
+        """``statekit.windows`` over this backend on both of its paths, batches aggregated with Arrow
+        and row by row: the same windows and the same late rows, epoch by epoch, across a rescale."""
+        from statekit import windows  # noqa: PLC0415 - the windows library is optional for plain backends
+
+        made = {"tumbling": lambda: windows.TumblingWindows.of("1 s"),
+                "sliding": lambda: windows.SlidingWindows.of("2 s", "500 ms"),
+                "session": lambda: windows.SessionWindows.with_gap("400 ms")}[assigner]
+        epochs = [[{"k": key, "ts": ts, "v": ts % 7} for key, ts in rows]
+                  for rows in make_timed_epochs(8, 300, 60, seed=10)] + [[]]
+        found = []
+        for vectorized in (True, False):
+            function = windows.aggregate(made(), windows.Sum(), timestamp="ts", value="v",
+                                         allowed_lateness="500 ms", vectorized=vectorized)
+            runner = LocalRunner(function, lambda row: row["k"], parallelism=2, max_parallelism=MAX_P,
+                                 state_backend=state_backend, storage=checkpoint_storage,
+                                 local_dir=str(tmp_path / f"local-{vectorized}"), job_id=f"windows-{vectorized}",
+                                 event_time="ts", watermark_delay=WATERMARK_DELAY, late_rows="side_output")
+            outputs = []
+            for number, rows in enumerate(epochs):
+                if number == 4:
+                    runner.rescale(3)
+                outputs.append((runner.run_epoch(rows), sorted(map(repr, runner.late_output))))
+            found.append(outputs)
+        for number, ((batched, late), (by_row, late_by_row)) in enumerate(zip(*found)):
+            assert_same_rows(batched, by_row, f"epoch {number + 1}: the windows of the batch path against the "
+                                              f"per-row path")
+            assert late == late_by_row, f"epoch {number + 1}: the late rows of both paths"
+        assert sum(len(out) for out, _ in found[0]) > 100
 
     def test_pending_timers_survive_a_backend_switch_through_a_savepoint(self, state_backend, tmp_path):
         from statekit.backends.heap import HeapStateBackend

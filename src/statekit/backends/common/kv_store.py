@@ -34,6 +34,11 @@ class KVTable(ABC):
         ``is_empty``, the head of a timer queue); override where starting ``items`` reads ahead."""
         return next(iter(self.items(lower, upper)), None)
 
+    def first_keys(self, lower: bytes, upper: bytes, limit: int) -> list[bytes]:
+        """The first ``limit`` keys of ``items(lower, upper)`` (a timer queue's next timers);
+        override where starting ``items`` reads further ahead."""
+        return [key for key, _ in islice(self.items(lower, upper), limit)]
+
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """The value of each key (None where missing); override where the store reads faster in bulk."""
         get = self.get

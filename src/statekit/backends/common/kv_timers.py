@@ -4,12 +4,15 @@ A timer state has two tables. Its own table holds the timers as cells with the t
 key, like a map state's entries: snapshots, changelog deltas, restores and rescaling treat it as
 they treat every state. The index table ``<state>/by-time`` holds the same timers ordered by time
 within each key group (``key_layout.timer_index_key``), so the next timers to fire are a short
-range scan. The queue caches each key group's first index key and keeps the key groups in a
-binary heap by it: polling a timer reads one key group's head, never the whole range.
+range scan. The queue caches each key group's next index keys (up to ``LOOKAHEAD`` of them, read
+in one scan, and kept exact as timers are added and removed) and keeps the key groups in a binary
+heap by their first: polling a timer reads the store only when a key group's cached keys run out,
+never the whole range.
 """
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from typing import TYPE_CHECKING, Any
 
 from statekit.backends.common.key_layout import (
@@ -28,7 +31,9 @@ if TYPE_CHECKING:
 
 INDEX_SUFFIX = "/by-time"
 _EMPTY = b""
-_UNKNOWN = object()  # a key group whose head must be read from the index again
+_UNKNOWN = object()  # a key group whose next keys must be read from the index again
+#: how many of a key group's next index keys one scan reads (a window's timers fire one after another)
+LOOKAHEAD = 32
 
 
 def index_table_name(state_name: str) -> str:
@@ -44,17 +49,17 @@ class KVTimerQueue(TimerQueue):
         self._index = backend._table(index_table_name(registration.name))
         self._start = backend.key_group_range.start
         self._bounds = [key_group_bounds(KeyGroupRange(kg, kg)) for kg in backend.key_group_range]
-        #: per key group: its first index key, None when it has no timers, or _UNKNOWN
-        self._heads: list[Any] = [_UNKNOWN] * len(self._bounds)
-        self._unknown = set(range(len(self._bounds)))
-        #: (timestamp + index key, key-group index) of key groups' heads; current while it is the head
-        self._queue: list[tuple[bytes, int]] = []
+        self.heads_changed()
 
     def heads_changed(self) -> None:
         """The tables were written behind the queue's back (a restore): read every head again."""
-        self._heads = [_UNKNOWN] * len(self._bounds)
+        #: per key group: its next index keys in order (every one of its timers up to the last
+        #: of them, or all of them where ``_complete``), or _UNKNOWN
+        self._ahead: list[Any] = [_UNKNOWN] * len(self._bounds)
+        self._complete = [False] * len(self._bounds)
         self._unknown = set(range(len(self._bounds)))
-        self._queue = []
+        #: (timestamp + index key, key-group index) of key groups' heads; current while it is the head
+        self._queue: list[tuple[bytes, int]] = []
 
     def _cell(self, namespace: Any) -> bytes:
         namespace_bytes = encode_namespace(namespace, self._namespace_serializer)
@@ -70,9 +75,13 @@ class KVTimerQueue(TimerQueue):
         self._index.put(index_key, _EMPTY)
         self._backend.timer_cell_changed(self._name, cell)
         position = self._backend._key_group - self._start
-        head = self._heads[position]
-        if head is not _UNKNOWN and (head is None or index_key < head):
-            self._set_head(position, index_key)
+        ahead = self._ahead[position]
+        if ahead is _UNKNOWN or not (self._complete[position] or index_key < ahead[-1]):
+            return  # beyond the cached keys: read when they run out
+        at = bisect_left(ahead, index_key)
+        ahead.insert(at, index_key)
+        if at == 0:
+            self._push_head(position)
 
     def remove(self, timestamp: int, namespace: Any = VOID_NAMESPACE) -> None:
         cell = self._cell(namespace)
@@ -87,22 +96,39 @@ class KVTimerQueue(TimerQueue):
         self._index.delete(index_key)
         self._backend.timer_cell_changed(self._name, cell)
         position = int.from_bytes(cell[:KEY_GROUP_PREFIX_BYTES], "big") - self._start
-        if self._heads[position] == index_key:
-            self._heads[position] = _UNKNOWN
+        ahead = self._ahead[position]
+        if ahead is _UNKNOWN:
+            return
+        at = bisect_left(ahead, index_key)
+        if at == len(ahead) or ahead[at] != index_key:
+            return  # beyond the cached keys
+        del ahead[at]
+        if not ahead and not self._complete[position]:
+            self._ahead[position] = _UNKNOWN  # more may follow in the index
             self._unknown.add(position)
+        elif at == 0 and ahead:
+            self._push_head(position)
 
-    def _set_head(self, position: int, index_key: bytes | None) -> None:
-        self._heads[position] = index_key
-        self._unknown.discard(position)
-        if index_key is not None:  # ordered by timestamp, then by the index key (key group, timestamp, rest)
-            stamp = index_key[KEY_GROUP_PREFIX_BYTES:KEY_GROUP_PREFIX_BYTES + TIMESTAMP_BYTES]
-            heapq.heappush(self._queue, (stamp + index_key, position))
+    def _push_head(self, position: int) -> None:
+        """Queue the key group by its first key (ordered by timestamp, then by the index key: key
+        group, timestamp, rest); an entry stays current while that key is the first."""
+        index_key = self._ahead[position][0]
+        stamp = index_key[KEY_GROUP_PREFIX_BYTES:KEY_GROUP_PREFIX_BYTES + TIMESTAMP_BYTES]
+        heapq.heappush(self._queue, (stamp + index_key, position))
+
+    def _head(self, position: int) -> Any:
+        """The key group's first index key, None without timers, or _UNKNOWN."""
+        ahead = self._ahead[position]
+        return ahead if ahead is _UNKNOWN else ahead[0] if ahead else None
 
     def _read_heads(self) -> None:
         for position in sorted(self._unknown):
             lower, upper = self._bounds[position]
-            first = self._index.first(lower, upper)
-            self._set_head(position, None if first is None else first[0])
+            ahead = self._index.first_keys(lower, upper, LOOKAHEAD)
+            self._ahead[position], self._complete[position] = ahead, len(ahead) < LOOKAHEAD
+            if ahead:
+                self._push_head(position)
+        self._unknown.clear()
 
     def _first(self) -> tuple[bytes, int] | None:
         """The current head of the queue: (index key, key-group index), stale entries dropped."""
@@ -112,10 +138,10 @@ class KVTimerQueue(TimerQueue):
         while queue:
             order, position = queue[0]
             index_key = order[TIMESTAMP_BYTES:]
-            if self._heads[position] == index_key:
+            if self._head(position) == index_key:
                 return index_key, position
             heapq.heappop(queue)
-            if self._heads[position] is _UNKNOWN:
+            if self._ahead[position] is _UNKNOWN:
                 self._read_heads()
         return None
 

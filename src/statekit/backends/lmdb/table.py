@@ -217,6 +217,12 @@ class LMDBTable(KVTable):
         entries = read_range(self._cursor or self._open_cursor(), lower, upper, 1, self._store.max_key_size)
         return entries[0] if entries else None
 
+    def first_keys(self, lower: bytes, upper: bytes, limit: int) -> list[bytes]:
+        """``limit`` keys read at most, where ``items`` reads up to ``MATERIALIZE_LIMIT``."""
+        self.flush()
+        entries = read_range(self._cursor or self._open_cursor(), lower, upper, limit, self._store.max_key_size)
+        return [key for key, _ in entries]
+
     def items(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """The range as of this call. Up to ``MATERIALIZE_LIMIT`` entries are read into a list at
         once (a map of one key, typically); a larger range continues from a read snapshot, so
