@@ -201,6 +201,8 @@ def test_rows_that_make_no_columns_go_row_by_row_in_the_local_runner():
                                trigger=windows.CountTrigger.of(2), vectorized=True), "GlobalWindows"),
     (lambda: windows.aggregate(windows.SessionWindows.with_gap("1 s"), windows.Last(), timestamp="ts", value="v",
                                vectorized=True), "order of the elements"),
+    (lambda: windows.aggregate(windows.SlidingWindows.of("1 s", "5 s"), windows.Count(), timestamp="ts",
+                               vectorized=True), "leave gaps"),
 ])
 def test_vectorized_true_is_refused_where_the_operator_cannot_say_why(build, reason):
     with pytest.raises(ConfigurationError, match=reason):
@@ -218,3 +220,19 @@ def test_sessions_that_touch_merge_within_a_batch(vectorized):
     closed = run.run_epoch([{"k": "c", "ts": T0 + 60 * SECOND}]) + run.run_epoch([])
     assert sorted(closed) == [("a", T0, T0 + 3 * SECOND, 3), ("b", T0, T0 + SECOND, 1),
                                          ("b", T0 + SECOND + 1, T0 + 2 * SECOND + 1, 1)]
+
+
+@pytest.mark.parametrize("vectorized", [True, False])
+def test_integer_sums_past_64_bits_and_keys_equal_across_types_are_the_per_row_operators(vectorized, paths_taken):
+    function = windows.aggregate(windows.TumblingWindows.of("1 s"), windows.Sum(), timestamp="ts", value="v",
+                                 vectorized=vectorized)
+    # keys equal in Python but of three types: three keys, as the per-row path keeps them
+    run = LocalRunner(function, lambda row: (1, 1.0, True, "big")[row["i"]], parallelism=1, event_time="ts",
+                      watermark_delay="0 ms")
+    rows = [{"i": 3, "ts": T0, "v": 2 ** 62}, {"i": 3, "ts": T0 + 1, "v": 2 ** 62}, {"i": 0, "ts": T0, "v": 1},
+            {"i": 1, "ts": T0, "v": 10}, {"i": 2, "ts": T0, "v": 100}, {"i": 2, "ts": T0 + 2, "v": 1000}]
+    closed = run.run_epoch(rows) + run.run_epoch([{"i": 0, "ts": T0 + 60 * SECOND, "v": 0}]) + run.run_epoch([])
+    assert sorted(closed, key=repr) == sorted([("big", T0, T0 + SECOND, 2 ** 63), (1, T0, T0 + SECOND, 1),
+                                               (1.0, T0, T0 + SECOND, 10), (True, T0, T0 + SECOND, 1100)], key=repr)
+    if vectorized:  # the batch whose sum could overflow went row by row, the later ones took the batch path
+        assert paths_taken["batch"] > 0 and paths_taken["row"] > 0, paths_taken

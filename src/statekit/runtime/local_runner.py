@@ -412,20 +412,22 @@ def _processing_time(clock: Callable[[], Any]) -> int:
 def _rows_by_key(records: list[tuple[Any, int, Any]], function: ProcessFunction | None = None) -> GroupedRows | None:
     """A ``KeyedBatchFunction``'s or ``KeyedVectorFunction``'s input: the rows (dicts) grouped by key,
     each key's in input order. None for a ``function`` that also takes rows one by one
-    (``processes_groups``) where the rows make no Arrow columns."""
+    (``processes_groups``) where the rows make no Arrow columns (or not the same columns)."""
     by_rows_too = function is not None and function.processes_groups
-    groups: dict[Any, tuple[int, list[Any]]] = {}
+    names = records[0][2].keys() if records and isinstance(records[0][2], dict) else None
+    # keys equal in Python but of other types (1, 1.0, True) are other keys, as in the per-row path
+    groups: dict[tuple[type, Any], tuple[Any, int, list[Any]]] = {}
     for key, key_group, row in records:
-        if not isinstance(row, dict):
-            if by_rows_too:
+        if not isinstance(row, dict) or by_rows_too and row.keys() != names:
+            if by_rows_too:  # rows that make no columns, or not the same ones
                 return None
             raise ConfigurationError(f"a {type(row).__name__} row: a KeyedBatchFunction or KeyedVectorFunction gets "
                                      f"its rows as Arrow columns: give the local runner rows as dicts of column name "
                                      f"to value")
-        groups.setdefault(key, (key_group, []))[1].append(row)
+        groups.setdefault((key.__class__, key), (key, key_group, []))[2].append(row)
     try:
-        return GroupedRows.of_key_runs((key, key_group, rows) for key, (key_group, rows) in groups.items())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return GroupedRows.of_key_runs(groups.values())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         if by_rows_too:  # e.g. a column of both ints and strings
             return None
         raise

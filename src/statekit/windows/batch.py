@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statekit.runtime.event_time import milliseconds
 from statekit.windows.aggregates import VectorizedAggregate
@@ -26,7 +27,10 @@ def event_times_ms(column: pa.Array) -> np.ndarray | None:
         return None
     if pa.types.is_unsigned_integer(column.type) and column.type.bit_width == 64:
         return None  # beyond int64: row by row, which refuses what no timestamp holds
-    return milliseconds(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    try:
+        return milliseconds(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    except pa.ArrowInvalid:  # e.g. nanoseconds that microseconds cannot hold: as the rows' datetimes round them
+        return None
 
 
 @dataclass(frozen=True)
@@ -76,9 +80,20 @@ def sessions(key_index: np.ndarray, times: np.ndarray, gap: int) -> tuple[np.nda
     return order, np.cumsum(begins) - 1, sorted_keys[firsts], bounds
 
 
+class NotAggregated(Exception):
+    """Arrow would not aggregate the values as the per-row path does: they go row by row."""
+
+
 def aggregated(function: VectorizedAggregate, groups: np.ndarray, values: pa.Array) -> list[Any]:
     """The accumulator of each group of ``values`` (``groups``: each value's group number, 0 to
-    ``n - 1``, every number present), in group order; within a group the values keep their order."""
+    ``n - 1``, every number present), in group order; within a group the values keep their order.
+    ``NotAggregated`` where an integer sum could leave 64 bits: Arrow's wraps around, Python's
+    per-row sum does not."""
+    if pa.types.is_integer(values.type) and any(name == "sum" for name, _ in function.arrow_aggregations):
+        bounds = pc.min_max(values).as_py()
+        largest = max(abs(bounds["min"] or 0), abs(bounds["max"] or 0))
+        if largest * len(values) > np.iinfo(np.int64).max:
+            raise NotAggregated(f"an integer sum of {len(values)} values up to {largest} could overflow")
     table = pa.table({"group": groups, "value": values})
     specs = [("value", name, options) for name, options in function.arrow_aggregations]
     result = table.group_by("group", use_threads=False).aggregate(specs)

@@ -38,7 +38,9 @@ from statekit.windows.aggregates import VectorizedAggregate
 from statekit.windows.assigners import (
     SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner, window_duration_ms,
 )
-from statekit.windows.batch import WindowGroups, aggregated, aligned_windows, event_times_ms, values_of, window_groups
+from statekit.windows.batch import (
+    NotAggregated, WindowGroups, aggregated, aligned_windows, event_times_ms, values_of, window_groups,
+)
 from statekit.windows.batch import sessions as batch_sessions
 from statekit.windows.evictors import Evictor, TimestampedValue
 from statekit.windows.time_window import TimeWindow, TimeWindowSerializer
@@ -277,6 +279,8 @@ class WindowOperator(KeyedProcessFunction):
                     f"First, Last, or one of your own)")
         if type(assigner) not in (TumblingWindows, SlidingWindows, SessionWindows):
             return f"{type(assigner).__name__} is not one of TumblingWindows, SlidingWindows, SessionWindows"
+        if isinstance(assigner, SlidingWindows) and assigner.slide_ms > assigner.size_ms:
+            return "its sliding windows leave gaps (the slide is longer than the size): a row in one belongs to none"
         if type(self.trigger) is not type(assigner.default_trigger()):
             return f"{self.trigger!r} is not the windows' default trigger"
         if assigner.domain is TimeDomain.EVENT_TIME and not isinstance(self.timestamp, str):
@@ -441,7 +445,8 @@ class WindowOperator(KeyedProcessFunction):
                     rows: np.ndarray) -> WindowGroups | None:
         """The (key, window) accumulators of ``rows`` (positions in ``groups``, of keys ``key_index``,
         at ``times``): sessions within the batch, or aligned windows. None when Arrow cannot
-        aggregate the value column's type (the rows then go row by row, which says what is wrong)."""
+        aggregate the value column's type (the rows then go row by row, which says what is wrong),
+        or not as Python would (an integer sum that could overflow 64 bits)."""
         assigner, function = self.assigner, self.contents.function  # type: ignore[attr-defined]
         column = groups.column(self.value) if isinstance(self.value, str) else None
         try:
@@ -453,7 +458,7 @@ class WindowOperator(KeyedProcessFunction):
                                                 assigner.offset_ms)
             return window_groups(function, key_index[positions], starts, assigner.size_ms,
                                  values_of(column, rows[positions]))
-        except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid, NotAggregated):
             return None
 
     def _apply_batch_plan(self, plan: WindowGroups, groups: GroupedRows, timers: TimerService, ctx: KeyedContext,
@@ -589,8 +594,9 @@ def aggregate(assigner: WindowAssigner, function: AggregateFunction, *, timestam
 
     ``vectorized``: with a ``VectorizedAggregate`` (the ready-made ones), the default trigger,
     tumbling, sliding or session windows, and ``timestamp``/``value`` given as column names, whole
-    batches are assigned to windows and aggregated with Arrow: the same results, timers and
-    state, with Python work per (key, window) instead of per row (``WindowOperator.process_groups``).
+    batches are assigned to windows and aggregated with Arrow: the same results and timers
+    (docs: "Vectorized windows" says where Arrow's arithmetic differs), with Python work per
+    (key, window) instead of per row (``WindowOperator.process_groups``).
     None (the default): where it can; False: row by row; True: refused where it cannot, saying why."""
     if not isinstance(function, AggregateFunction):
         raise ConfigurationError(f"windows.aggregate needs an AggregateFunction instance, got {function!r}")
